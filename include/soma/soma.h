@@ -1,0 +1,270 @@
+/**
+ * @file soma.h
+ * @brief soma's C API: a stream-ordered memory allocator with memory pools.
+ *
+ * The names mirror the CUDA runtime's with the prefix `soma` (cudaMallocAsync ->
+ * somaMallocAsync), so porting stream-ordered CUDA code is a rename. Where soma adds
+ * something, the name says so (somaGetLastErrorMessage, somaSetCpuBackendConfig, ...).
+ *
+ * Every function returns a somaError_t and never lets an exception escape. On failure
+ * somaGetLastErrorMessage() gives the calling thread's detail (which limit, which size,
+ * which pointer). All functions are thread-safe unless a comment says otherwise.
+ *
+ * Contract clauses (S1..S16) are those of docs/design.md.
+ */
+#ifndef SOMA_SOMA_H
+#define SOMA_SOMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define SOMA_API __attribute__((visibility("default")))
+#else
+#define SOMA_API
+#endif
+
+/** Status of every call. Values follow the CUDA runtime's where CUDA has the code. */
+typedef enum somaError {
+  somaSuccess = 0,
+  somaErrorInvalidValue = 1,           /**< bad argument, unknown/freed pointer, double free */
+  somaErrorMemoryAllocation = 2,       /**< out of physical memory (device or pool max size) */
+  somaErrorInitializationError = 3,    /**< the backend could not start */
+  somaErrorInvalidDevice = 101,        /**< device ordinal out of range */
+  somaErrorNoDevice = 100,             /**< no device for the requested backend */
+  somaErrorInvalidResourceHandle = 400, /**< destroyed or never-created stream/event/pool */
+  somaErrorNotReady = 600,             /**< queried work has not completed yet */
+  somaErrorIllegalAddress = 700,       /**< an operation touched memory it may not */
+  somaErrorLaunchFailure = 719,        /**< asynchronous work failed (sticky on its stream) */
+  somaErrorNotPermitted = 800,         /**< operation not permitted on this object */
+  somaErrorNotSupported = 801,         /**< valid request this pool/backend does not support */
+  somaErrorUnknown = 999,
+  /** soma's own (S16): reserving virtual addresses failed (e.g. RLIMIT_AS), while
+   *  physical memory may be plentiful. The message names the limit and the sizes. */
+  somaErrorAddressSpaceExhausted = 10001,
+} somaError_t;
+
+typedef struct somaStream_st* somaStream_t; /**< NULL = the current device's default stream */
+typedef struct somaEvent_st* somaEvent_t;
+typedef struct somaMemPool_st* somaMemPool_t;
+
+/* ---- enums and structs mirroring CUDA's ------------------------------------------ */
+
+typedef enum somaMemAllocationType {
+  somaMemAllocationTypeInvalid = 0,
+  somaMemAllocationTypePinned = 1,
+  somaMemAllocationTypeManaged = 2, /**< not supported: creation fails with NotSupported */
+} somaMemAllocationType;
+
+typedef enum somaMemAllocationHandleType {
+  somaMemHandleTypeNone = 0,
+  somaMemHandleTypePosixFileDescriptor = 1,
+  somaMemHandleTypeWin32 = 2,
+  somaMemHandleTypeWin32Kmt = 4,
+  somaMemHandleTypeFabric = 8,
+} somaMemAllocationHandleType;
+
+typedef enum somaMemLocationType {
+  somaMemLocationTypeInvalid = 0,
+  somaMemLocationTypeDevice = 1,
+  somaMemLocationTypeHost = 2,
+  somaMemLocationTypeHostNuma = 3,
+  somaMemLocationTypeHostNumaCurrent = 4,
+} somaMemLocationType;
+
+typedef struct somaMemLocation {
+  somaMemLocationType type;
+  int id;
+} somaMemLocation;
+
+/** Creation-time properties of an explicit pool (S5). Same layout as cudaMemPoolProps. */
+typedef struct somaMemPoolProps {
+  somaMemAllocationType allocType;        /**< must be Pinned */
+  somaMemAllocationHandleType handleTypes; /**< None or PosixFileDescriptor (S7) */
+  somaMemLocation location;               /**< Device with a valid ordinal */
+  void* win32SecurityAttributes;          /**< must be NULL */
+  size_t maxSize;                         /**< 0 = the device's memory; else a cap in bytes */
+  unsigned short usage;                   /**< must be 0 */
+  unsigned char reserved[54];             /**< must be zero */
+} somaMemPoolProps;
+
+typedef enum somaMemAccessFlags {
+  somaMemAccessFlagsProtNone = 0,
+  somaMemAccessFlagsProtRead = 1,
+  somaMemAccessFlagsProtReadWrite = 3,
+} somaMemAccessFlags;
+
+typedef struct somaMemAccessDesc {
+  somaMemLocation location;
+  somaMemAccessFlags flags;
+} somaMemAccessDesc;
+
+/** Pool attributes (S9, S10, S11). Values follow cudaMemPoolAttr. */
+typedef enum somaMemPoolAttr {
+  somaMemPoolReuseFollowEventDependencies = 1,   /**< int, default 1 */
+  somaMemPoolReuseAllowOpportunistic = 2,        /**< int, default 1 */
+  somaMemPoolReuseAllowInternalDependencies = 3, /**< int, default 1 */
+  somaMemPoolAttrReleaseThreshold = 4,           /**< uint64_t bytes, default 0 (S9) */
+  somaMemPoolAttrReservedMemCurrent = 5,         /**< uint64_t, get only (S10) */
+  somaMemPoolAttrReservedMemHigh = 6,            /**< uint64_t, set only to 0 = reset */
+  somaMemPoolAttrUsedMemCurrent = 7,             /**< uint64_t, get only */
+  somaMemPoolAttrUsedMemHigh = 8,                /**< uint64_t, set only to 0 = reset */
+} somaMemPoolAttr;
+
+typedef enum somaDeviceAttr {
+  somaDevAttrMemoryPoolsSupported = 115,
+  somaDevAttrMemoryPoolSupportedHandleTypes = 119,
+  /* soma's own, for tools and tests */
+  somaDevAttrTotalMemoryMiB = 20001,       /**< device memory in MiB */
+  somaDevAttrAllocationGranularityKiB = 20002, /**< physical granularity in KiB */
+} somaDeviceAttr;
+
+typedef enum somaMemoryType {
+  somaMemoryTypeUnregistered = 0,
+  somaMemoryTypeHost = 1,
+  somaMemoryTypeDevice = 2,
+  somaMemoryTypeManaged = 3,
+} somaMemoryType;
+
+/** Pointer attributes (S14). First four fields as cudaPointerAttributes. */
+typedef struct somaPointerAttributes {
+  somaMemoryType type; /**< Device for a live pool allocation, Unregistered otherwise */
+  int device;          /**< owning device, -1 if not a live allocation */
+  void* devicePointer;
+  void* hostPointer;   /**< cpu backend: same as devicePointer; cuda backend: NULL */
+  /* soma's own fields */
+  somaMemPool_t pool;  /**< pool that owns the allocation */
+  void* base;          /**< start of the allocation that contains the pointer */
+  size_t size;         /**< requested size of that allocation in bytes */
+  int isLiveAllocation; /**< 1 for a live pool allocation; 0 if soma knows it is not */
+} somaPointerAttributes;
+
+typedef enum somaMemcpyKind {
+  somaMemcpyHostToHost = 0,
+  somaMemcpyHostToDevice = 1,
+  somaMemcpyDeviceToHost = 2,
+  somaMemcpyDeviceToDevice = 3,
+  somaMemcpyDefault = 4,
+} somaMemcpyKind;
+
+enum { somaStreamDefault = 0, somaStreamNonBlocking = 1 };
+enum { somaEventDefault = 0, somaEventBlockingSync = 1, somaEventDisableTiming = 2 };
+
+typedef void (*somaHostFn_t)(void* userData);
+
+/** Opaque export data for one allocation (S7); 64 bytes like cudaMemPoolPtrExportData. */
+typedef struct somaMemPoolPtrExportData {
+  unsigned char reserved[64];
+} somaMemPoolPtrExportData;
+
+/* ---- errors ------------------------------------------------------------------------ */
+
+SOMA_API const char* somaGetErrorName(somaError_t error);
+SOMA_API const char* somaGetErrorString(somaError_t error);
+/** Detail of the calling thread's last failure (empty string if none). Valid until the
+ *  thread's next soma call. */
+SOMA_API const char* somaGetLastErrorMessage(void);
+/** Returns and clears the calling thread's last error code. */
+SOMA_API somaError_t somaGetLastError(void);
+
+/* ---- backend and devices (S8) --------------------------------------------------------- */
+
+/** cpu backend settings; any field 0 keeps the default/environment value. */
+typedef struct somaCpuBackendConfig {
+  int deviceCount;              /**< SOMA_CPU_DEVICES, default 1 */
+  size_t deviceMemoryBytes;     /**< SOMA_CPU_DEVICE_MEMORY, default 4 GiB */
+  size_t granularityBytes;      /**< SOMA_CPU_GRANULARITY, default 2 MiB (power of two, >= page) */
+} somaCpuBackendConfig;
+
+/** Sets the cpu backend's configuration. Only before the first other soma call that starts
+ *  the runtime; afterwards it fails with NotPermitted. */
+SOMA_API somaError_t somaSetCpuBackendConfig(const somaCpuBackendConfig* config);
+/** Name of the active backend ("cpu" or "cuda"); starts the runtime. */
+SOMA_API somaError_t somaGetBackendName(const char** name);
+SOMA_API somaError_t somaGetDeviceCount(int* count);
+SOMA_API somaError_t somaSetDevice(int device);
+SOMA_API somaError_t somaGetDevice(int* device);
+SOMA_API somaError_t somaDeviceGetAttribute(int* value, somaDeviceAttr attr, int device);
+SOMA_API somaError_t somaDeviceCanAccessPeer(int* canAccessPeer, int device, int peerDevice);
+/** Bytes of physical memory not committed by any pool on the current device, and the
+ *  device's total (cudaMemGetInfo). */
+SOMA_API somaError_t somaMemGetInfo(size_t* freeBytes, size_t* totalBytes);
+/** Waits for all work on every stream of the current device (S9, S12). */
+SOMA_API somaError_t somaDeviceSynchronize(void);
+
+/* ---- streams and events --------------------------------------------------------------- */
+
+SOMA_API somaError_t somaStreamCreate(somaStream_t* stream);
+SOMA_API somaError_t somaStreamCreateWithFlags(somaStream_t* stream, unsigned int flags);
+/** Returns at once; queued work still runs. The handle is invalid afterwards. */
+SOMA_API somaError_t somaStreamDestroy(somaStream_t stream);
+SOMA_API somaError_t somaStreamSynchronize(somaStream_t stream);
+/** Success if all queued work completed, NotReady otherwise. */
+SOMA_API somaError_t somaStreamQuery(somaStream_t stream);
+SOMA_API somaError_t somaStreamWaitEvent(somaStream_t stream, somaEvent_t event,
+                                         unsigned int flags);
+SOMA_API somaError_t somaStreamGetDevice(somaStream_t stream, int* device);
+
+SOMA_API somaError_t somaEventCreate(somaEvent_t* event);
+SOMA_API somaError_t somaEventCreateWithFlags(somaEvent_t* event, unsigned int flags);
+SOMA_API somaError_t somaEventDestroy(somaEvent_t event);
+/** Captures the position of all work queued so far on stream. */
+SOMA_API somaError_t somaEventRecord(somaEvent_t event, somaStream_t stream);
+SOMA_API somaError_t somaEventQuery(somaEvent_t event);
+SOMA_API somaError_t somaEventSynchronize(somaEvent_t event);
+
+/** Runs fn(userData) on the stream after all earlier work; later work waits for it. */
+SOMA_API somaError_t somaLaunchHostFunc(somaStream_t stream, somaHostFn_t fn, void* userData);
+typedef somaError_t (*somaHostStatusFn_t)(void* userData);
+/** soma's own: a host task that can fail. A status other than somaSuccess becomes the
+ *  stream's sticky error (somaErrorLaunchFailure): later work on that stream is skipped and
+ *  every call that observes the stream (synchronize, query, enqueue) reports it. */
+SOMA_API somaError_t somaLaunchHostFuncWithStatus(somaStream_t stream, somaHostStatusFn_t fn,
+                                                  void* userData);
+SOMA_API somaError_t somaMemsetAsync(void* devPtr, int value, size_t count, somaStream_t stream);
+SOMA_API somaError_t somaMemcpyAsync(void* dst, const void* src, size_t count,
+                                     somaMemcpyKind kind, somaStream_t stream);
+
+/* ---- stream-ordered allocation (S1, S2, S4) ---------------------------------------------- */
+
+/** Allocates bytes from the current pool of the stream's device (S1, S4). Size 0 gives
+ *  NULL and success. Out of memory: MemoryAllocation; address space: AddressSpaceExhausted. */
+SOMA_API somaError_t somaMallocAsync(void** devPtr, size_t size, somaStream_t stream);
+/** Allocates from an explicit pool, which may belong to another device than the stream's. */
+SOMA_API somaError_t somaMallocFromPoolAsync(void** ptr, size_t size, somaMemPool_t memPool,
+                                             somaStream_t stream);
+/** Releases devPtr after all earlier work in stream (S2). NULL is a no-op. */
+SOMA_API somaError_t somaFreeAsync(void* devPtr, somaStream_t stream);
+
+/* ---- pools (S3, S5, S9, S10, S11) ---------------------------------------------------------- */
+
+SOMA_API somaError_t somaMemPoolCreate(somaMemPool_t* memPool, const somaMemPoolProps* poolProps);
+/** Returns at once; the pool's resources go back when its last allocation is freed (S5).
+ *  The default pool cannot be destroyed. */
+SOMA_API somaError_t somaMemPoolDestroy(somaMemPool_t memPool);
+SOMA_API somaError_t somaDeviceGetDefaultMemPool(somaMemPool_t* memPool, int device);
+SOMA_API somaError_t somaDeviceSetMemPool(int device, somaMemPool_t memPool);
+SOMA_API somaError_t somaDeviceGetMemPool(somaMemPool_t* memPool, int device);
+SOMA_API somaError_t somaMemPoolSetAttribute(somaMemPool_t memPool, somaMemPoolAttr attr,
+                                             void* value);
+SOMA_API somaError_t somaMemPoolGetAttribute(somaMemPool_t memPool, somaMemPoolAttr attr,
+                                             void* value);
+/** Releases memory whose free is known complete until at most minBytesToKeep stay
+ *  reserved, as far as live memory and granularity allow (S9). */
+SOMA_API somaError_t somaMemPoolTrimTo(somaMemPool_t memPool, size_t minBytesToKeep);
+/** soma's own: gives the pool a name used in messages ("pool 'tenant-a' on device 0"). */
+SOMA_API somaError_t somaMemPoolSetName(somaMemPool_t memPool, const char* name);
+
+/* ---- pointers (S14) -------------------------------------------------------------------------- */
+
+SOMA_API somaError_t somaPointerGetAttributes(somaPointerAttributes* attributes, const void* ptr);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SOMA_SOMA_H */

@@ -1,0 +1,131 @@
+// The one contract between soma and a platform: devices, address reservation, physical
+// memory, mapping, access, streams and events. Every primitive soma needs from the
+// platform is listed here with its preconditions and error results (style: mimalloc's
+// platform header). The backend is called when a pool grows, shrinks or crosses streams,
+// never on the allocation fast path. Implementations: cpu/ (memfd + mmap + worker
+// threads) and cuda/ (the driver's virtual memory API).
+//
+// Errors: every call returns a status whose message carries the platform's own name for
+// the failure (errno name, driver error name) and the numbers; the code is one of
+// soma::detail::error_code.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/status.hpp"
+#include "core/stream_timeline.hpp"
+
+namespace soma::detail::backend {
+
+/// Handle types a physical allocation can be exported as (bit values of somaMem...).
+inline constexpr unsigned handle_type_posix_fd = 1;
+
+struct device_properties {
+  std::string name;
+  std::size_t total_memory_bytes = 0;
+  std::size_t granularity_bytes = 0;        ///< physical allocation granularity
+  unsigned supported_handle_types = 0;      ///< bitmask of handle_type_*
+  bool memory_pools_supported = true;
+};
+
+/// Access a device may have to a mapped range (values of somaMemAccessFlags).
+enum class access_flags : int { none = 0, read = 1, read_write = 3 };
+
+/// A unit of work a stream runs on the host; a failure becomes the stream's sticky error.
+using host_task = std::function<status()>;
+
+class stream;
+
+/// A position in one stream, as recorded by event_record.
+class event {
+ public:
+  virtual ~event() = default;
+  /// Captures all work enqueued on s so far.
+  virtual status record(stream& s) = 0;
+  /// success if the captured work completed (or nothing was recorded), not_ready if not,
+  /// launch_failure if the stream failed before reaching it.
+  virtual status query() = 0;
+  /// Blocks until the captured work completes.
+  virtual status synchronize() = 0;
+};
+
+/// An in-order queue of work. Each enqueued operation advances the stream's timeline by
+/// one (note_enqueued) and the backend advances `completed` as operations finish.
+/// Enqueue calls are thread-safe.
+class stream {
+ public:
+  virtual ~stream() = default;
+  virtual status enqueue_host_task(host_task task) = 0;
+  virtual status enqueue_memset(void* destination, int value, std::size_t bytes) = 0;
+  virtual status enqueue_memcpy(void* destination, const void* source, std::size_t bytes) = 0;
+  /// Later work waits until the event's captured work has completed.
+  virtual status enqueue_wait(event& e) = 0;
+  virtual status synchronize() = 0;
+  /// success when all enqueued work completed, not_ready otherwise; the sticky error if any.
+  virtual status query() = 0;
+  /// The first asynchronous failure on this stream, or success.
+  virtual status sticky_error() = 0;
+  virtual int device() const = 0;
+};
+
+/// The platform. One instance per process, created by the runtime.
+class backend {
+ public:
+  virtual ~backend() = default;
+
+  virtual std::string name() const = 0;
+  virtual int device_count() const = 0;
+  /// Requires: 0 <= device < device_count().
+  virtual device_properties properties(int device) const = 0;
+  /// Bytes committed on the device by all pools of this process.
+  virtual std::size_t committed_bytes(int device) const = 0;
+  virtual bool can_access_peer(int device, int peer) const = 0;
+
+  // -- address space and physical memory (S3, S9, S16) --------------------------------
+  /// Reserves bytes of address space, aligned to the device's granularity. Failure:
+  /// address_space_exhausted naming the limit (RLIMIT_AS, driver VA space).
+  virtual result<std::uintptr_t> reserve_address(int device, std::size_t bytes) = 0;
+  virtual void free_address(std::uintptr_t base, std::size_t bytes) = 0;
+  /// Creates bytes (a multiple of the granularity) of physical memory on device, backed at
+  /// once: running out is reported here (out_of_memory), never later. Returns a handle.
+  virtual result<std::uint64_t> create_physical(int device, std::size_t bytes,
+                                                unsigned export_handle_types) = 0;
+  /// Frees a physical allocation. Requires: it is no longer mapped.
+  virtual void release_physical(std::uint64_t handle) = 0;
+  /// Maps a whole physical allocation at address (inside a reservation), readable and
+  /// writable by device.
+  virtual status map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
+                     int device) = 0;
+  /// Unmaps; the address range stays reserved.
+  virtual void unmap(std::uintptr_t address, std::size_t bytes) = 0;
+  /// Grants a device access to a mapped range (S6).
+  virtual status set_access(std::uintptr_t address, std::size_t bytes, int device,
+                            access_flags flags) = 0;
+  /// A file descriptor for the physical allocation that another process can import (S7).
+  /// The caller owns and closes it.
+  virtual result<int> export_physical(std::uint64_t handle) = 0;
+  /// Imports a descriptor produced by export_physical (in any process). Takes no ownership
+  /// of fd.
+  virtual result<std::uint64_t> import_physical(int device, int fd, std::size_t bytes) = 0;
+
+  // -- streams and events ---------------------------------------------------------------
+  /// A new stream on device that reports its progress into timeline (which outlives it).
+  virtual result<std::unique_ptr<stream>> create_stream(int device,
+                                                        stream_timeline& timeline) = 0;
+  virtual result<std::unique_ptr<event>> create_event() = 0;
+};
+
+/// The backend SOMA_BACKEND selects (cpu, cuda, auto). cpu settings come from
+/// cpu_settings when given (somaSetCpuBackendConfig), else from the environment.
+struct cpu_settings {
+  int device_count = 0;              ///< 0 = SOMA_CPU_DEVICES or 1
+  std::size_t device_memory_bytes = 0;  ///< 0 = SOMA_CPU_DEVICE_MEMORY or 4 GiB
+  std::size_t granularity_bytes = 0;    ///< 0 = SOMA_CPU_GRANULARITY or 2 MiB
+};
+result<std::unique_ptr<backend>> create_backend(const cpu_settings& settings);
+
+}  // namespace soma::detail::backend

@@ -1,0 +1,216 @@
+#include "backend/cpu/cpu_backend.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backend/cpu/cpu_event.hpp"
+#include "backend/cpu/cpu_stream.hpp"
+
+namespace soma::detail::backend::cpu {
+namespace {
+
+std::string errno_text(int error) {
+  const char* name = strerrordesc_np(error);
+  const char* short_name = strerrorname_np(error);
+  return std::string(short_name ? short_name : "errno " + std::to_string(error)) + ": " +
+         (name ? name : "unknown");
+}
+
+std::size_t process_virtual_size_bytes() {
+  unsigned long long pages = 0;
+  if (FILE* statm = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(statm, "%llu", &pages) != 1) pages = 0;
+    std::fclose(statm);
+  }
+  return static_cast<std::size_t>(pages) * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// S16: say which limit made a reservation fail.
+std::string explain_reservation_failure(std::size_t bytes, int error) {
+  std::string text = "mmap(PROT_NONE) reserving " + format_bytes(bytes) + " of address space failed (" +
+                     errno_text(error) + ")";
+  rlimit limit{};
+  if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    text += ": RLIMIT_AS (ulimit -v) is " + format_bytes(limit.rlim_cur) +
+            " and the process already maps " + format_bytes(process_virtual_size_bytes()) +
+            "; raise the limit or lower SOMA_CPU_DEVICE_MEMORY / the pool's maxSize";
+  } else {
+    text += ": the kernel refused the address range (vm.max_map_count or overcommit policy)";
+  }
+  return text;
+}
+
+}  // namespace
+
+cpu_backend::cpu_backend(const resolved_settings& settings)
+    : settings_(settings), committed_(static_cast<std::size_t>(settings.device_count)) {
+  // Pools keep one descriptor per physical chunk: allow as many as the hard limit permits.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
+}
+
+device_properties cpu_backend::properties(int device) const {
+  device_properties p;
+  p.name = "cpu executor " + std::to_string(device);
+  p.total_memory_bytes = settings_.device_memory_bytes;
+  p.granularity_bytes = settings_.granularity_bytes;
+  p.supported_handle_types = handle_type_posix_fd;
+  return p;
+}
+
+std::size_t cpu_backend::committed_bytes(int device) const {
+  return committed_[static_cast<std::size_t>(device)].load(std::memory_order_acquire);
+}
+
+bool cpu_backend::can_access_peer(int device, int peer) const {
+  return device != peer && device >= 0 && peer >= 0 && device < settings_.device_count &&
+         peer < settings_.device_count;
+}
+
+result<std::uintptr_t> cpu_backend::reserve_address(int /*device*/, std::size_t bytes) {
+  const std::size_t alignment = settings_.granularity_bytes;
+  const std::size_t padded = bytes + alignment;
+  void* raw = mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) {
+    const int error = errno;
+    return status(error == ENOMEM ? error_code::address_space_exhausted : error_code::unknown,
+                  explain_reservation_failure(bytes, error));
+  }
+  // Trim to an aligned range so every chunk starts on a granule.
+  const auto start = reinterpret_cast<std::uintptr_t>(raw);
+  const std::uintptr_t aligned = (start + alignment - 1) / alignment * alignment;
+  if (aligned > start) munmap(raw, aligned - start);
+  const std::uintptr_t tail = aligned + bytes;
+  const std::uintptr_t raw_end = start + padded;
+  if (raw_end > tail) munmap(reinterpret_cast<void*>(tail), raw_end - tail);
+  return aligned;
+}
+
+void cpu_backend::free_address(std::uintptr_t base, std::size_t bytes) {
+  munmap(reinterpret_cast<void*>(base), bytes);
+}
+
+result<std::uint64_t> cpu_backend::create_physical(int device, std::size_t bytes,
+                                                   unsigned /*export_handle_types*/) {
+  auto& committed = committed_[static_cast<std::size_t>(device)];
+  std::size_t before = committed.load(std::memory_order_relaxed);
+  do {
+    if (before + bytes > settings_.device_memory_bytes || before + bytes < before) {
+      return status(error_code::out_of_memory,
+                    "device " + std::to_string(device) + " has " + format_bytes(before) + " of " +
+                        format_bytes(settings_.device_memory_bytes) + " committed; " +
+                        format_bytes(bytes) + " more do not fit");
+    }
+  } while (!committed.compare_exchange_weak(before, before + bytes, std::memory_order_acq_rel));
+
+  auto fail = [&](const char* call, int error) -> result<std::uint64_t> {
+    committed.fetch_sub(bytes, std::memory_order_acq_rel);
+    const bool no_memory = error == ENOSPC || error == ENOMEM || error == EFBIG;
+    return status(no_memory ? error_code::out_of_memory : error_code::unknown,
+                  std::string(call) + " of " + format_bytes(bytes) + " on device " +
+                      std::to_string(device) + " failed (" + errno_text(error) + ")");
+  };
+  char name[32];
+  std::snprintf(name, sizeof name, "soma-device-%d", device);
+  const int fd = memfd_create(name, MFD_CLOEXEC);
+  if (fd < 0) return fail("memfd_create", errno);
+  // fallocate commits the pages now, so running out is an error here and never a SIGBUS
+  // on first touch.
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      fallocate(fd, 0, 0, static_cast<off_t>(bytes)) != 0) {
+    const int error = errno;
+    close(fd);
+    return fail("fallocate", error);
+  }
+  std::lock_guard lock(mutex_);
+  physicals_[fd] = physical{device, bytes, true};
+  return static_cast<std::uint64_t>(fd);
+}
+
+void cpu_backend::release_physical(std::uint64_t handle) {
+  const int fd = static_cast<int>(handle);
+  physical released;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = physicals_.find(fd);
+    if (it == physicals_.end()) return;
+    released = it->second;
+    physicals_.erase(it);
+  }
+  close(fd);
+  if (released.counts_against_device) {
+    committed_[static_cast<std::size_t>(released.device)].fetch_sub(released.bytes,
+                                                                    std::memory_order_acq_rel);
+  }
+}
+
+status cpu_backend::map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
+                        int device) {
+  void* mapped = mmap(reinterpret_cast<void*>(address), bytes, PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_FIXED, static_cast<int>(handle), 0);
+  if (mapped == MAP_FAILED) {
+    const int error = errno;
+    return status(error == ENOMEM ? error_code::address_space_exhausted : error_code::unknown,
+                  "mmap(MAP_FIXED) of " + format_bytes(bytes) + " at " +
+                      format_address(address) + " for device " + std::to_string(device) +
+                      " failed (" + errno_text(error) + ")");
+  }
+  return status::success();
+}
+
+void cpu_backend::unmap(std::uintptr_t address, std::size_t bytes) {
+  // Put the reservation back instead of munmap, so the range stays the pool's.
+  mmap(reinterpret_cast<void*>(address), bytes, PROT_NONE,
+       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+}
+
+status cpu_backend::set_access(std::uintptr_t, std::size_t, int device, access_flags) {
+  // Every cpu executor shares the process's address space; access between devices is
+  // enforced by soma's own operations, not by page protection.
+  if (device < 0 || device >= settings_.device_count)
+    return status(error_code::invalid_device, "no device " + std::to_string(device));
+  return status::success();
+}
+
+result<int> cpu_backend::export_physical(std::uint64_t handle) {
+  const int fd = fcntl(static_cast<int>(handle), F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) {
+    return status(error_code::unknown, "dup of physical handle failed (" + errno_text(errno) + ")");
+  }
+  return fd;
+}
+
+result<std::uint64_t> cpu_backend::import_physical(int device, int fd, std::size_t bytes) {
+  struct stat info {};
+  if (fstat(fd, &info) != 0 || static_cast<std::size_t>(info.st_size) < bytes) {
+    return status(error_code::invalid_value,
+                  "descriptor " + std::to_string(fd) + " is not physical memory of at least " +
+                      format_bytes(bytes));
+  }
+  const int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (own < 0) {
+    return status(error_code::unknown, "dup of imported descriptor failed (" + errno_text(errno) + ")");
+  }
+  std::lock_guard lock(mutex_);
+  physicals_[own] = physical{device, bytes, false};
+  return static_cast<std::uint64_t>(own);
+}
+
+result<std::unique_ptr<stream>> cpu_backend::create_stream(int device, stream_timeline& timeline) {
+  return std::unique_ptr<stream>(std::make_unique<cpu_stream>(device, timeline));
+}
+
+result<std::unique_ptr<event>> cpu_backend::create_event() {
+  return std::unique_ptr<event>(std::make_unique<cpu_event>());
+}
+
+}  // namespace soma::detail::backend::cpu

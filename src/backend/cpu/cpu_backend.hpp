@@ -1,0 +1,64 @@
+// The cpu backend: devices are CPU executors, physical memory is memfd, addresses are
+// mmap reservations, streams are worker threads (design §2 "Backends").
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.hpp"
+
+namespace soma::detail::backend::cpu {
+
+/// Settings after defaults and environment were applied and checked.
+struct resolved_settings {
+  int device_count = 1;
+  std::size_t device_memory_bytes = std::size_t{4} << 30;
+  std::size_t granularity_bytes = std::size_t{2} << 20;
+};
+
+/// Applies SOMA_CPU_DEVICES, SOMA_CPU_DEVICE_MEMORY, SOMA_CPU_GRANULARITY where `given`
+/// leaves a field 0, and checks the result (initialization_error with the reason).
+result<resolved_settings> resolve_settings(const cpu_settings& given);
+
+class cpu_backend final : public backend {
+ public:
+  explicit cpu_backend(const resolved_settings& settings);
+
+  std::string name() const override { return "cpu"; }
+  int device_count() const override { return settings_.device_count; }
+  device_properties properties(int device) const override;
+  std::size_t committed_bytes(int device) const override;
+  bool can_access_peer(int device, int peer) const override;
+
+  result<std::uintptr_t> reserve_address(int device, std::size_t bytes) override;
+  void free_address(std::uintptr_t base, std::size_t bytes) override;
+  result<std::uint64_t> create_physical(int device, std::size_t bytes,
+                                        unsigned export_handle_types) override;
+  void release_physical(std::uint64_t handle) override;
+  status map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
+             int device) override;
+  void unmap(std::uintptr_t address, std::size_t bytes) override;
+  status set_access(std::uintptr_t address, std::size_t bytes, int device,
+                    access_flags flags) override;
+  result<int> export_physical(std::uint64_t handle) override;
+  result<std::uint64_t> import_physical(int device, int fd, std::size_t bytes) override;
+
+  result<std::unique_ptr<stream>> create_stream(int device, stream_timeline& timeline) override;
+  result<std::unique_ptr<event>> create_event() override;
+
+ private:
+  struct physical {
+    int device = 0;
+    std::size_t bytes = 0;
+    bool counts_against_device = true;  // imported memory belongs to the exporter's budget
+  };
+
+  const resolved_settings settings_;
+  std::vector<std::atomic<std::size_t>> committed_;  // per device
+  mutable std::mutex mutex_;
+  std::map<int, physical> physicals_;  // by file descriptor
+};
+
+}  // namespace soma::detail::backend::cpu

@@ -1,0 +1,387 @@
+// The C API: translation between somaXxx calls and the runtime, nothing else. Every entry
+// point returns a somaError_t, records failures for somaGetLastErrorMessage, and lets no
+// exception escape.
+#include <cstring>
+#include <exception>
+#include <new>
+
+#include "runtime/last_error.hpp"
+#include "runtime/runtime.hpp"
+#include "soma/soma.h"
+
+using soma::detail::error_code;
+using soma::detail::result;
+using soma::detail::runtime;
+using soma::detail::status;
+
+namespace {
+
+somaError_t report(const status& outcome) {
+  return static_cast<somaError_t>(soma::detail::record_outcome(outcome));
+}
+
+// Runs body(runtime&) -> status with the runtime started, mapping exceptions to codes.
+template <typename Body>
+somaError_t with_runtime(Body&& body) noexcept {
+  try {
+    result<runtime*> rt = runtime::instance();
+    if (!rt.ok()) return report(rt.error());
+    return report(body(*rt.value()));
+  } catch (const std::bad_alloc&) {
+    return report(status(error_code::out_of_memory, "host memory exhausted inside soma"));
+  } catch (const std::exception& e) {
+    return report(status(error_code::unknown, std::string("internal error: ") + e.what()));
+  } catch (...) {
+    return report(status(error_code::unknown, "internal error"));
+  }
+}
+
+status null_argument(const char* call, const char* argument) {
+  return status(error_code::invalid_value, std::string(call) + ": " + argument + " is NULL");
+}
+
+template <typename T, typename Out>
+status store(result<T> value, Out* out) {
+  if (!value.ok()) return value.take_error();
+  *out = reinterpret_cast<Out>(value.value());
+  return status::success();
+}
+
+std::uintptr_t handle_of(const void* handle) { return reinterpret_cast<std::uintptr_t>(handle); }
+
+}  // namespace
+
+extern "C" {
+
+// ---- errors --------------------------------------------------------------------------------
+
+const char* somaGetErrorName(somaError_t error) {
+  switch (error) {
+    case somaSuccess: return "somaSuccess";
+    case somaErrorInvalidValue: return "somaErrorInvalidValue";
+    case somaErrorMemoryAllocation: return "somaErrorMemoryAllocation";
+    case somaErrorInitializationError: return "somaErrorInitializationError";
+    case somaErrorInvalidDevice: return "somaErrorInvalidDevice";
+    case somaErrorNoDevice: return "somaErrorNoDevice";
+    case somaErrorInvalidResourceHandle: return "somaErrorInvalidResourceHandle";
+    case somaErrorNotReady: return "somaErrorNotReady";
+    case somaErrorIllegalAddress: return "somaErrorIllegalAddress";
+    case somaErrorLaunchFailure: return "somaErrorLaunchFailure";
+    case somaErrorNotPermitted: return "somaErrorNotPermitted";
+    case somaErrorNotSupported: return "somaErrorNotSupported";
+    case somaErrorUnknown: return "somaErrorUnknown";
+    case somaErrorAddressSpaceExhausted: return "somaErrorAddressSpaceExhausted";
+  }
+  return "unrecognized error code";
+}
+
+const char* somaGetErrorString(somaError_t error) {
+  switch (error) {
+    case somaSuccess: return "no error";
+    case somaErrorInvalidValue: return "invalid argument";
+    case somaErrorMemoryAllocation: return "out of memory";
+    case somaErrorInitializationError: return "initialization error";
+    case somaErrorInvalidDevice: return "invalid device ordinal";
+    case somaErrorNoDevice: return "no device available for the selected backend";
+    case somaErrorInvalidResourceHandle: return "invalid resource handle";
+    case somaErrorNotReady: return "device not ready";
+    case somaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case somaErrorLaunchFailure: return "asynchronous work failed";
+    case somaErrorNotPermitted: return "operation not permitted";
+    case somaErrorNotSupported: return "operation not supported";
+    case somaErrorUnknown: return "unknown error";
+    case somaErrorAddressSpaceExhausted: return "address space reservation failed";
+  }
+  return "unrecognized error code";
+}
+
+const char* somaGetLastErrorMessage(void) { return soma::detail::last_error_message().c_str(); }
+
+somaError_t somaGetLastError(void) {
+  return static_cast<somaError_t>(soma::detail::take_last_error());
+}
+
+// ---- backend and devices ---------------------------------------------------------------------
+
+somaError_t somaSetCpuBackendConfig(const somaCpuBackendConfig* config) {
+  if (config == nullptr) return report(null_argument("somaSetCpuBackendConfig", "config"));
+  if (config->deviceCount < 0) {
+    return report(status(error_code::invalid_value, "somaSetCpuBackendConfig: deviceCount < 0"));
+  }
+  soma::detail::backend::cpu_settings settings;
+  settings.device_count = config->deviceCount;
+  settings.device_memory_bytes = config->deviceMemoryBytes;
+  settings.granularity_bytes = config->granularityBytes;
+  return report(runtime::configure_cpu(settings));
+}
+
+somaError_t somaGetBackendName(const char** name) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (name == nullptr) return null_argument("somaGetBackendName", "name");
+    static thread_local std::string text;
+    text = rt.backend_name();
+    *name = text.c_str();
+    return status::success();
+  });
+}
+
+somaError_t somaGetDeviceCount(int* count) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (count == nullptr) return null_argument("somaGetDeviceCount", "count");
+    *count = rt.device_count();
+    return status::success();
+  });
+}
+
+somaError_t somaSetDevice(int device) {
+  return with_runtime([&](runtime& rt) { return rt.set_current_device(device); });
+}
+
+somaError_t somaGetDevice(int* device) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (device == nullptr) return null_argument("somaGetDevice", "device");
+    *device = rt.current_device();
+    return status::success();
+  });
+}
+
+somaError_t somaDeviceGetAttribute(int* value, somaDeviceAttr attr, int device) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (value == nullptr) return null_argument("somaDeviceGetAttribute", "value");
+    result<int> read =
+        rt.device_attribute(static_cast<soma::detail::device_attribute>(attr), device);
+    return store(std::move(read), value);
+  });
+}
+
+somaError_t somaDeviceCanAccessPeer(int* canAccessPeer, int device, int peerDevice) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (canAccessPeer == nullptr) return null_argument("somaDeviceCanAccessPeer", "canAccessPeer");
+    result<bool> can = rt.can_access_peer(device, peerDevice);
+    if (!can.ok()) return can.take_error();
+    *canAccessPeer = can.value() ? 1 : 0;
+    return status::success();
+  });
+}
+
+somaError_t somaMemGetInfo(size_t* freeBytes, size_t* totalBytes) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (freeBytes == nullptr || totalBytes == nullptr)
+      return null_argument("somaMemGetInfo", "freeBytes or totalBytes");
+    return rt.memory_info(freeBytes, totalBytes);
+  });
+}
+
+somaError_t somaDeviceSynchronize(void) {
+  return with_runtime([&](runtime& rt) { return rt.synchronize_device(); });
+}
+
+// ---- streams and events ----------------------------------------------------------------------
+
+somaError_t somaStreamCreate(somaStream_t* stream) { return somaStreamCreateWithFlags(stream, 0); }
+
+somaError_t somaStreamCreateWithFlags(somaStream_t* stream, unsigned int flags) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (stream == nullptr) return null_argument("somaStreamCreate", "stream");
+    return store(rt.create_stream(flags), stream);
+  });
+}
+
+somaError_t somaStreamDestroy(somaStream_t stream) {
+  return with_runtime([&](runtime& rt) { return rt.destroy_stream(handle_of(stream)); });
+}
+
+somaError_t somaStreamSynchronize(somaStream_t stream) {
+  return with_runtime([&](runtime& rt) { return rt.synchronize_stream(handle_of(stream)); });
+}
+
+somaError_t somaStreamQuery(somaStream_t stream) {
+  return with_runtime([&](runtime& rt) { return rt.query_stream(handle_of(stream)); });
+}
+
+somaError_t somaStreamWaitEvent(somaStream_t stream, somaEvent_t event, unsigned int flags) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (flags != 0) {
+      return status(error_code::invalid_value, "somaStreamWaitEvent: flags must be 0");
+    }
+    return rt.stream_wait_event(handle_of(stream), handle_of(event));
+  });
+}
+
+somaError_t somaStreamGetDevice(somaStream_t stream, int* device) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (device == nullptr) return null_argument("somaStreamGetDevice", "device");
+    return store(rt.stream_device(handle_of(stream)), device);
+  });
+}
+
+somaError_t somaEventCreate(somaEvent_t* event) { return somaEventCreateWithFlags(event, 0); }
+
+somaError_t somaEventCreateWithFlags(somaEvent_t* event, unsigned int flags) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (event == nullptr) return null_argument("somaEventCreate", "event");
+    return store(rt.create_event(flags), event);
+  });
+}
+
+somaError_t somaEventDestroy(somaEvent_t event) {
+  return with_runtime([&](runtime& rt) { return rt.destroy_event(handle_of(event)); });
+}
+
+somaError_t somaEventRecord(somaEvent_t event, somaStream_t stream) {
+  return with_runtime(
+      [&](runtime& rt) { return rt.record_event(handle_of(event), handle_of(stream)); });
+}
+
+somaError_t somaEventQuery(somaEvent_t event) {
+  return with_runtime([&](runtime& rt) { return rt.query_event(handle_of(event)); });
+}
+
+somaError_t somaEventSynchronize(somaEvent_t event) {
+  return with_runtime([&](runtime& rt) { return rt.synchronize_event(handle_of(event)); });
+}
+
+somaError_t somaLaunchHostFunc(somaStream_t stream, somaHostFn_t fn, void* userData) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (fn == nullptr) return null_argument("somaLaunchHostFunc", "fn");
+    return rt.launch_host_task(handle_of(stream), [fn, userData] {
+      fn(userData);
+      return status::success();
+    });
+  });
+}
+
+somaError_t somaLaunchHostFuncWithStatus(somaStream_t stream, somaHostStatusFn_t fn,
+                                         void* userData) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (fn == nullptr) return null_argument("somaLaunchHostFuncWithStatus", "fn");
+    return rt.launch_host_task(handle_of(stream), [fn, userData] {
+      const somaError_t outcome = fn(userData);
+      if (outcome == somaSuccess) return status::success();
+      return status(static_cast<error_code>(outcome),
+                    std::string("host task returned ") + somaGetErrorName(outcome));
+    });
+  });
+}
+
+somaError_t somaMemsetAsync(void* devPtr, int value, size_t count, somaStream_t stream) {
+  return with_runtime(
+      [&](runtime& rt) { return rt.memset_async(devPtr, value, count, handle_of(stream)); });
+}
+
+somaError_t somaMemcpyAsync(void* dst, const void* src, size_t count, somaMemcpyKind kind,
+                            somaStream_t stream) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (kind < somaMemcpyHostToHost || kind > somaMemcpyDefault) {
+      return status(error_code::invalid_value,
+                    "somaMemcpyAsync: kind " + std::to_string(static_cast<int>(kind)) +
+                        " is not a somaMemcpyKind");
+    }
+    return rt.memcpy_async(dst, src, count, handle_of(stream));
+  });
+}
+
+// ---- allocation ------------------------------------------------------------------------------
+
+somaError_t somaMallocAsync(void** devPtr, size_t size, somaStream_t stream) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (devPtr == nullptr) return null_argument("somaMallocAsync", "devPtr");
+    return store(rt.allocate(size, handle_of(stream)), devPtr);
+  });
+}
+
+somaError_t somaMallocFromPoolAsync(void** ptr, size_t size, somaMemPool_t memPool,
+                                    somaStream_t stream) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (ptr == nullptr) return null_argument("somaMallocFromPoolAsync", "ptr");
+    return store(rt.allocate_from_pool(size, handle_of(memPool), handle_of(stream)), ptr);
+  });
+}
+
+somaError_t somaFreeAsync(void* devPtr, somaStream_t stream) {
+  return with_runtime([&](runtime& rt) { return rt.free(devPtr, handle_of(stream)); });
+}
+
+// ---- pools ---------------------------------------------------------------------------------
+
+somaError_t somaMemPoolCreate(somaMemPool_t* memPool, const somaMemPoolProps* poolProps) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (memPool == nullptr) return null_argument("somaMemPoolCreate", "memPool");
+    if (poolProps == nullptr) return null_argument("somaMemPoolCreate", "poolProps");
+    soma::detail::raw_pool_properties raw;
+    raw.allocation_type = static_cast<int>(poolProps->allocType);
+    raw.handle_types = static_cast<unsigned>(poolProps->handleTypes);
+    raw.location_type = static_cast<int>(poolProps->location.type);
+    raw.location_id = poolProps->location.id;
+    raw.has_win32_security_attributes = poolProps->win32SecurityAttributes != nullptr;
+    raw.max_size_bytes = poolProps->maxSize;
+    raw.usage = poolProps->usage;
+    for (unsigned char byte : poolProps->reserved) raw.reserved_is_zero = raw.reserved_is_zero && byte == 0;
+    return store(rt.create_pool(raw), memPool);
+  });
+}
+
+somaError_t somaMemPoolDestroy(somaMemPool_t memPool) {
+  return with_runtime([&](runtime& rt) { return rt.destroy_pool(handle_of(memPool)); });
+}
+
+somaError_t somaDeviceGetDefaultMemPool(somaMemPool_t* memPool, int device) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (memPool == nullptr) return null_argument("somaDeviceGetDefaultMemPool", "memPool");
+    return store(rt.default_pool(device), memPool);
+  });
+}
+
+somaError_t somaDeviceSetMemPool(int device, somaMemPool_t memPool) {
+  return with_runtime([&](runtime& rt) { return rt.set_device_pool(device, handle_of(memPool)); });
+}
+
+somaError_t somaDeviceGetMemPool(somaMemPool_t* memPool, int device) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (memPool == nullptr) return null_argument("somaDeviceGetMemPool", "memPool");
+    return store(rt.device_pool(device), memPool);
+  });
+}
+
+somaError_t somaMemPoolSetAttribute(somaMemPool_t memPool, somaMemPoolAttr attr, void* value) {
+  return with_runtime([&](runtime& rt) {
+    return rt.set_pool_attribute(handle_of(memPool),
+                                 static_cast<soma::detail::pool_attribute>(attr), value);
+  });
+}
+
+somaError_t somaMemPoolGetAttribute(somaMemPool_t memPool, somaMemPoolAttr attr, void* value) {
+  return with_runtime([&](runtime& rt) {
+    return rt.get_pool_attribute(handle_of(memPool),
+                                 static_cast<soma::detail::pool_attribute>(attr), value);
+  });
+}
+
+somaError_t somaMemPoolTrimTo(somaMemPool_t memPool, size_t minBytesToKeep) {
+  return with_runtime([&](runtime& rt) { return rt.trim_pool(handle_of(memPool), minBytesToKeep); });
+}
+
+somaError_t somaMemPoolSetName(somaMemPool_t memPool, const char* name) {
+  return with_runtime([&](runtime& rt) { return rt.set_pool_name(handle_of(memPool), name); });
+}
+
+// ---- pointers ------------------------------------------------------------------------------
+
+somaError_t somaPointerGetAttributes(somaPointerAttributes* attributes, const void* ptr) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (attributes == nullptr) return null_argument("somaPointerGetAttributes", "attributes");
+    const soma::detail::pointer_info info = rt.describe_pointer(ptr);
+    std::memset(attributes, 0, sizeof *attributes);
+    attributes->type = info.is_live ? somaMemoryTypeDevice : somaMemoryTypeUnregistered;
+    attributes->device = info.device;
+    attributes->devicePointer = info.is_live ? const_cast<void*>(ptr) : nullptr;
+    attributes->hostPointer = info.is_live && rt.backend_name() == "cpu" ? const_cast<void*>(ptr) : nullptr;
+    attributes->pool = reinterpret_cast<somaMemPool_t>(info.pool_handle);
+    attributes->base = reinterpret_cast<void*>(info.base);
+    attributes->size = info.requested_bytes;
+    attributes->isLiveAllocation = info.is_live ? 1 : 0;
+    return status::success();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,48 @@
+// One contiguous range of a pool's address space: a live allocation or free memory.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/stream_timeline.hpp"
+
+namespace soma::detail {
+
+class pool;
+
+/// Every allocation is aligned to and sized in multiples of this (as CUDA's pools).
+inline constexpr std::size_t allocation_alignment_bytes = 256;
+
+constexpr std::size_t round_up(std::size_t value, std::size_t multiple) noexcept {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+enum class block_state : std::uint8_t {
+  live,     ///< handed to the application
+  cached,   ///< freed into a stream cache (fast path); not coalesced
+  indexed,  ///< in the pool's free index; coalesced with indexed neighbours
+  detached, ///< taken out of the index under the pool lock (being split, carved, handed out)
+};
+
+/// Blocks of one mapped run are linked in address order, so the free index can coalesce a
+/// block with its neighbours. Fields other than `state`, `requested_bytes`, `stamp`,
+/// `alloc_stream` and `next_in_bin` change only under the owning pool's lock.
+struct block {
+  std::uintptr_t address = 0;
+  std::size_t size_bytes = 0;       ///< capacity, a multiple of allocation_alignment_bytes
+  std::size_t requested_bytes = 0;  ///< what the application asked for (live blocks)
+  pool* owner = nullptr;
+  block* previous_adjacent = nullptr;  ///< block that ends where this one starts, if mapped
+  block* next_adjacent = nullptr;
+  block* next_in_bin = nullptr;  ///< link in a stream cache bin
+  free_stamp stamp;              ///< where it was last freed
+  const stream_timeline* alloc_stream = nullptr;
+  std::atomic<block_state> state{block_state::detached};
+
+  std::uintptr_t end() const noexcept { return address + size_bytes; }
+  block_state current_state() const noexcept { return state.load(std::memory_order_acquire); }
+  void set_state(block_state next) noexcept { state.store(next, std::memory_order_release); }
+};
+
+}  // namespace soma::detail

@@ -1,0 +1,91 @@
+#include "core/free_index.hpp"
+
+#include <vector>
+
+namespace soma::detail {
+
+free_index::~free_index() = default;  // blocks are owned by the pool's block map
+
+bool free_index::is_usable_by(const block* b, const stream_timeline* stream) noexcept {
+  return b->stamp.timeline == nullptr || b->stamp.timeline == stream ||
+         b->stamp.is_proven_complete();
+}
+
+bool free_index::can_merge(const block* a, const block* b) noexcept {
+  if (b == nullptr || b->current_state() != block_state::indexed) return false;
+  return a->stamp.timeline == b->stamp.timeline;
+}
+
+void free_index::add(block* b) {
+  b->set_state(block_state::indexed);
+  by_size_.insert(b);
+  if (b->stamp.timeline != nullptr) stamped_.insert(b);
+  free_bytes_ += b->size_bytes;
+}
+
+void free_index::erase(block* indexed) {
+  // Detached first: a neighbour inserted meanwhile must not merge with it.
+  indexed->set_state(block_state::detached);
+  by_size_.erase(indexed);
+  stamped_.erase(indexed);
+  free_bytes_ -= indexed->size_bytes;
+}
+
+block* free_index::merge_into(block* keep, block* absorbed) {
+  // Requires: absorbed directly follows keep; neither is in the sets.
+  keep->size_bytes += absorbed->size_bytes;
+  keep->next_adjacent = absorbed->next_adjacent;
+  if (keep->next_adjacent != nullptr) keep->next_adjacent->previous_adjacent = keep;
+  if (absorbed->stamp.position > keep->stamp.position) keep->stamp = absorbed->stamp;
+  all_blocks_.erase(absorbed->address);
+  delete absorbed;
+  return keep;
+}
+
+block* free_index::insert(block* freed) {
+  if (freed->stamp.is_proven_complete()) freed->stamp = {};
+  block* result = freed;
+  if (can_merge(result, result->previous_adjacent)) {
+    block* before = result->previous_adjacent;
+    erase(before);
+    result = merge_into(before, result);
+  }
+  if (can_merge(result, result->next_adjacent)) {
+    block* after = result->next_adjacent;
+    erase(after);
+    result = merge_into(result, after);
+  }
+  add(result);
+  return result;
+}
+
+block* free_index::take_best_fit(std::size_t size_bytes, const stream_timeline* stream) {
+  block probe;
+  probe.size_bytes = size_bytes;
+  probe.address = 0;
+  for (auto it = by_size_.lower_bound(&probe); it != by_size_.end(); ++it) {
+    block* candidate = *it;
+    if (!is_usable_by(candidate, stream)) continue;
+    erase(candidate);
+    return candidate;
+  }
+  return nullptr;
+}
+
+void free_index::remove(block* indexed) { erase(indexed); }
+
+void free_index::promote(bool only_proven) {
+  std::vector<block*> proven;
+  for (block* b : stamped_) {
+    if (only_proven ? b->stamp.is_proven_complete() : b->stamp.is_complete()) proven.push_back(b);
+  }
+  for (block* b : proven) {
+    // Merging only absorbs blocks without a stamp, so an unprocessed candidate is never
+    // deleted by an earlier iteration; b itself may be absorbed by its insert.
+    erase(b);
+    b->stamp = {};
+    insert(b);
+  }
+}
+
+}  // namespace soma::detail

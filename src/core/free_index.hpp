@@ -1,0 +1,60 @@
+// The pool-wide index of free blocks: best fit by size, coalescing by address.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <set>
+
+#include "core/block.hpp"
+
+namespace soma::detail {
+
+/// Free blocks of one pool, ordered by (size, address) for best fit. A block enters with
+/// its free stamp; neighbours merge only when they are interchangeable (both proven
+/// complete, or both freed on the same stream), so merging never makes memory usable
+/// earlier than its parts were. Not thread-safe: the owning pool's lock guards it.
+class free_index {
+ public:
+  /// all_blocks: the pool's map of every block by address; merges keep it current.
+  explicit free_index(std::map<std::uintptr_t, block*>& all_blocks) : all_blocks_(all_blocks) {}
+  free_index(const free_index&) = delete;
+  free_index& operator=(const free_index&) = delete;
+  ~free_index();
+
+  /// Adds a free block, merging it with indexed neighbours; returns the resulting block
+  /// (the argument may have been absorbed and deleted).
+  block* insert(block* freed);
+  /// Removes and returns the smallest block of at least size_bytes that `stream` may use
+  /// now: freed on `stream` itself or proven complete. nullptr if none.
+  block* take_best_fit(std::size_t size_bytes, const stream_timeline* stream);
+  /// Removes a specific indexed block.
+  void remove(block* indexed);
+  /// Clears the stamps of frees now proven complete (or, with only_proven false, complete
+  /// at all) and merges what became mergeable.
+  void promote(bool only_proven);
+
+  std::size_t free_bytes() const noexcept { return free_bytes_; }
+  std::size_t block_count() const noexcept { return by_size_.size(); }
+
+ private:
+  struct by_size_then_address {
+    bool operator()(const block* a, const block* b) const noexcept {
+      return a->size_bytes != b->size_bytes ? a->size_bytes < b->size_bytes
+                                            : a->address < b->address;
+    }
+  };
+
+  static bool can_merge(const block* a, const block* b) noexcept;
+  static bool is_usable_by(const block* b, const stream_timeline* stream) noexcept;
+  void erase(block* indexed);
+  void add(block* b);
+  block* merge_into(block* keep, block* absorbed);
+
+  std::map<std::uintptr_t, block*>& all_blocks_;
+  std::set<block*, by_size_then_address> by_size_;
+  std::set<block*> stamped_;  // blocks whose free is not yet proven complete
+  std::size_t free_bytes_ = 0;
+};
+
+}  // namespace soma::detail

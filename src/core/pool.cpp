@@ -1,0 +1,434 @@
+#include "core/pool.hpp"
+
+#include <algorithm>
+#include <cassert>
+
+namespace soma::detail {
+
+pool::pool(pool_config config, std::unique_ptr<pool_memory> memory)
+    : config_(std::move(config)),
+      memory_(std::move(memory)),
+      granularity_bytes_(memory_->granularity_bytes()),
+      name_(config_.name) {}
+
+pool::~pool() {
+  {
+    std::lock_guard lock(mutex_);
+    drain_caches_locked();
+    for (auto& [address, c] : chunks_) memory_->decommit(address, c.size_bytes, c.token);
+    chunks_.clear();
+    for (const reservation& r : reservations_) memory_->free_reservation(r.base, r.size_bytes);
+    reservations_.clear();
+    for (auto& [address, b] : all_blocks_) delete b;
+    all_blocks_.clear();
+  }
+  for (auto& segment : cache_segments_) delete segment.load(std::memory_order_relaxed);
+}
+
+std::string pool::describe() const {
+  std::string text = "pool";
+  {
+    std::lock_guard lock(name_mutex_);
+    if (!name_.empty()) text += " '" + name_ + "'";
+  }
+  return text + " on device " + std::to_string(config_.device);
+}
+
+void pool::set_name(std::string name) {
+  std::lock_guard lock(name_mutex_);
+  name_ = std::move(name);
+}
+
+// ---- fast path -------------------------------------------------------------------------
+
+stream_cache* pool::cache_for(const stream_timeline& stream) {
+  const std::uint32_t slot = stream.cache_slot();
+  if (slot >= caches_per_segment * cache_segment_count) return nullptr;
+  cache_segment* segment = cache_segments_[slot / caches_per_segment].load(std::memory_order_acquire);
+  if (segment != nullptr) {
+    stream_cache* cache = segment->caches[slot % caches_per_segment].load(std::memory_order_acquire);
+    if (cache != nullptr) return cache;
+  }
+  return create_cache(slot);
+}
+
+stream_cache* pool::create_cache(std::uint32_t slot) {
+  std::lock_guard lock(mutex_);
+  auto& segment_slot = cache_segments_[slot / caches_per_segment];
+  cache_segment* segment = segment_slot.load(std::memory_order_acquire);
+  if (segment == nullptr) {
+    segment = new cache_segment();
+    segment_slot.store(segment, std::memory_order_release);
+  }
+  auto& cache_slot = segment->caches[slot % caches_per_segment];
+  stream_cache* cache = cache_slot.load(std::memory_order_acquire);
+  if (cache == nullptr) {
+    cache_storage_.push_back(std::make_unique<stream_cache>());
+    cache = cache_storage_.back().get();
+    cache_slot.store(cache, std::memory_order_release);
+  }
+  return cache;
+}
+
+void pool::make_live(block* b, std::size_t requested_bytes, const stream_timeline& stream) {
+  b->requested_bytes = requested_bytes;
+  b->alloc_stream = &stream;
+  b->set_state(block_state::live);
+  const std::uint64_t used =
+      used_bytes_.fetch_add(requested_bytes, std::memory_order_acq_rel) + requested_bytes;
+  std::uint64_t high = used_high_bytes_.load(std::memory_order_relaxed);
+  while (used > high &&
+         !used_high_bytes_.compare_exchange_weak(high, used, std::memory_order_relaxed)) {
+  }
+}
+
+result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline& stream) {
+  const std::size_t size_bytes = round_up(requested_bytes, allocation_alignment_bytes);
+  if (size_bytes < requested_bytes) {  // wrapped around
+    return status(error_code::out_of_memory,
+                  describe() + ": out of memory allocating " + format_bytes(requested_bytes));
+  }
+  if (stream_cache* cache = cache_for(stream)) {
+    if (block* hit = cache->pop(size_bytes)) {
+      make_live(hit, requested_bytes, stream);
+      return hit;
+    }
+  }
+  result<block*> taken = allocate_slow(size_bytes, stream);
+  if (taken.ok()) make_live(taken.value(), requested_bytes, stream);
+  return taken;
+}
+
+void pool::free(block* live, const stream_timeline& stream) {
+  used_bytes_.fetch_sub(live->requested_bytes, std::memory_order_acq_rel);
+  live->stamp = free_stamp{&stream, stream.enqueued_position()};
+  live->set_state(block_state::cached);
+  if (stream_cache* cache = cache_for(stream); cache != nullptr && cache->push(live)) return;
+  std::lock_guard lock(mutex_);
+  index_.insert(live);
+}
+
+// ---- slow path ---------------------------------------------------------------------------
+
+result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline& stream) {
+  std::lock_guard lock(mutex_);
+  block* b = index_.take_best_fit(size_bytes, &stream);
+  if (b == nullptr) {
+    // Memory cached by any stream, and frees proven since, may serve this request.
+    drain_caches_locked();
+    index_.promote(/*only_proven=*/true);
+    b = index_.take_best_fit(size_bytes, &stream);
+  }
+  if (b == nullptr) {
+    if (status grown = grow_locked(size_bytes); !grown.ok()) return grown;
+    b = index_.take_best_fit(size_bytes, &stream);
+    assert(b != nullptr && "growth must provide a usable block");
+    if (b == nullptr) {
+      return status(error_code::unknown, describe() + ": internal error after growth");
+    }
+  }
+  split_locked(b, size_bytes);
+  return b;
+}
+
+void pool::split_locked(block* b, std::size_t size_bytes) {
+  // Requires: b was taken out of the index; b->size_bytes >= size_bytes.
+  if (b->size_bytes - size_bytes < allocation_alignment_bytes) return;
+  auto* rest = new block();
+  rest->address = b->address + size_bytes;
+  rest->size_bytes = b->size_bytes - size_bytes;
+  rest->owner = this;
+  rest->stamp = b->stamp;
+  rest->previous_adjacent = b;
+  rest->next_adjacent = b->next_adjacent;
+  if (rest->next_adjacent != nullptr) rest->next_adjacent->previous_adjacent = rest;
+  b->next_adjacent = rest;
+  b->size_bytes = size_bytes;
+  all_blocks_.emplace(rest->address, rest);
+  index_.insert(rest);
+}
+
+void pool::drain_caches_locked() {
+  std::vector<block*> drained;
+  for (const auto& cache : cache_storage_) cache->drain(drained);
+  for (block* b : drained) index_.insert(b);
+}
+
+void pool::forget_stream(const stream_timeline& stream) {
+  const std::uint32_t slot = stream.cache_slot();
+  if (slot >= caches_per_segment * cache_segment_count) return;
+  cache_segment* segment = cache_segments_[slot / caches_per_segment].load(std::memory_order_acquire);
+  if (segment == nullptr) return;
+  stream_cache* cache = segment->caches[slot % caches_per_segment].load(std::memory_order_acquire);
+  if (cache == nullptr) return;
+  std::vector<block*> drained;
+  cache->drain(drained);
+  if (drained.empty()) return;
+  std::lock_guard lock(mutex_);
+  for (block* b : drained) index_.insert(b);
+}
+
+// ---- growth --------------------------------------------------------------------------------
+
+result<std::uintptr_t> pool::find_unmapped_locked(std::size_t bytes, std::size_t* need_bytes,
+                                                  std::size_t size_bytes) {
+  // Prefer extending a usable free block that ends where unmapped space begins: the new
+  // memory merges with it and the pool commits only the shortfall (expandable segment).
+  for (const auto& [start, length] : unmapped_) {
+    block* before = block_containing_locked(start - 1);
+    if (before == nullptr || before->end() != start ||
+        before->current_state() != block_state::indexed)
+      continue;
+    // Only a block with no pending free merges with fresh memory (free_index::can_merge).
+    if (before->stamp.timeline != nullptr || before->size_bytes >= size_bytes) continue;
+    const std::size_t shortfall = round_up(size_bytes - before->size_bytes, granularity_bytes_);
+    if (shortfall <= length) {
+      *need_bytes = shortfall;
+      return start;
+    }
+  }
+  for (const auto& [start, length] : unmapped_) {
+    if (length >= bytes) {
+      *need_bytes = bytes;
+      return start;
+    }
+  }
+  // Every reservation is full (or fragmented): reserve another range.
+  const std::size_t reserve_bytes =
+      std::max(round_up(bytes, granularity_bytes_), config_.reservation_bytes);
+  std::size_t reserved_bytes = reserve_bytes;
+  result<std::uintptr_t> base = memory_->reserve(reserve_bytes);
+  if (!base.ok() && base.error().code() == error_code::address_space_exhausted &&
+      reserve_bytes > round_up(bytes, granularity_bytes_)) {
+    // Under a tight address-space limit, a range for this request alone may still fit.
+    reserved_bytes = round_up(bytes, granularity_bytes_);
+    base = memory_->reserve(reserved_bytes);
+  }
+  if (!base.ok()) {
+    return status(base.error().code(), describe() + ": cannot reserve address space for " +
+                                           format_bytes(bytes) + ": " + base.error().message());
+  }
+  reservations_.push_back({base.value(), reserved_bytes});
+  add_unmapped_locked(base.value(), reserved_bytes);
+  *need_bytes = bytes;
+  return base.value();
+}
+
+status pool::grow_locked(std::size_t size_bytes) {
+  const std::size_t bytes = round_up(size_bytes, granularity_bytes_);
+  std::size_t need_bytes = bytes;
+  const std::uint64_t reserved = reserved_bytes_.load(std::memory_order_relaxed);
+  // Check the cap on the whole request first: a request the pool can never hold fails
+  // before any address space is touched.
+  if (bytes > config_.max_size_bytes) {
+    return status(error_code::out_of_memory,
+                  describe() + ": out of memory allocating " + format_bytes(size_bytes) +
+                      ": larger than the pool's max size " + format_bytes(config_.max_size_bytes));
+  }
+  result<std::uintptr_t> where = find_unmapped_locked(bytes, &need_bytes, size_bytes);
+  if (!where.ok()) return where.take_error();
+  if (reserved + need_bytes > config_.max_size_bytes) {
+    return status(error_code::out_of_memory,
+                  describe() + ": out of memory allocating " + format_bytes(size_bytes) +
+                      " (reserved " + format_bytes(reserved) + " of max size " +
+                      format_bytes(config_.max_size_bytes) + ", " +
+                      format_bytes(index_.free_bytes()) + " free in the pool but not usable)");
+  }
+  const std::uintptr_t address = where.value();
+  result<std::uint64_t> token = memory_->commit(address, need_bytes);
+  if (!token.ok()) {
+    return status(token.error().code(), describe() + ": out of memory allocating " +
+                                            format_bytes(size_bytes) + " (pool reserved " +
+                                            format_bytes(reserved) + "): " +
+                                            token.error().message());
+  }
+  // Take the range out of the unmapped set.
+  auto range = unmapped_.find(address);
+  const std::size_t range_bytes = range->second;
+  unmapped_.erase(range);
+  if (range_bytes > need_bytes) unmapped_.emplace(address + need_bytes, range_bytes - need_bytes);
+  chunks_.emplace(address, chunk{need_bytes, token.value()});
+  raise_reserved(need_bytes);
+
+  auto* fresh = new block();
+  fresh->address = address;
+  fresh->size_bytes = need_bytes;
+  fresh->owner = this;
+  if (block* before = block_containing_locked(address - 1); before && before->end() == address) {
+    fresh->previous_adjacent = before;
+    before->next_adjacent = fresh;
+  }
+  if (auto after = all_blocks_.find(address + need_bytes); after != all_blocks_.end()) {
+    fresh->next_adjacent = after->second;
+    after->second->previous_adjacent = fresh;
+  }
+  all_blocks_.emplace(address, fresh);
+  index_.insert(fresh);
+  return status::success();
+}
+
+void pool::raise_reserved(std::uint64_t bytes) noexcept {
+  const std::uint64_t now = reserved_bytes_.fetch_add(bytes, std::memory_order_acq_rel) + bytes;
+  std::uint64_t high = reserved_high_bytes_.load(std::memory_order_relaxed);
+  while (now > high &&
+         !reserved_high_bytes_.compare_exchange_weak(high, now, std::memory_order_relaxed)) {
+  }
+}
+
+void pool::add_unmapped_locked(std::uintptr_t address, std::size_t bytes) {
+  auto next = unmapped_.lower_bound(address);
+  if (next != unmapped_.end() && address + bytes == next->first) {
+    bytes += next->second;
+    next = unmapped_.erase(next);
+  }
+  if (next != unmapped_.begin()) {
+    auto previous = std::prev(next);
+    if (previous->first + previous->second == address) {
+      previous->second += bytes;
+      return;
+    }
+  }
+  unmapped_.emplace(address, bytes);
+}
+
+block* pool::block_containing_locked(std::uintptr_t address) const {
+  auto it = all_blocks_.upper_bound(address);
+  if (it == all_blocks_.begin()) return nullptr;
+  block* b = std::prev(it)->second;
+  return address < b->end() ? b : nullptr;
+}
+
+// ---- release -------------------------------------------------------------------------------
+
+bool pool::release_chunk_locked(std::uintptr_t chunk_address, const chunk& c) {
+  block* b = block_containing_locked(chunk_address);
+  if (b == nullptr || b->current_state() != block_state::indexed ||
+      b->stamp.timeline != nullptr || b->end() < chunk_address + c.size_bytes)
+    return false;
+  // Carve [chunk_address, +size) out of b: up to two free pieces remain around the hole.
+  index_.remove(b);
+  const std::uintptr_t chunk_end = chunk_address + c.size_bytes;
+  block* before = nullptr;
+  block* after = nullptr;
+  if (b->address < chunk_address) {
+    before = b;
+    before->size_bytes = chunk_address - b->address;
+  }
+  if (chunk_end < b->end()) {
+    after = new block();
+    after->address = chunk_end;
+    after->size_bytes = b->end() - chunk_end;
+    after->owner = this;
+    after->next_adjacent = b->next_adjacent;
+    if (after->next_adjacent != nullptr) after->next_adjacent->previous_adjacent = after;
+    all_blocks_.emplace(after->address, after);
+  } else if (b->next_adjacent != nullptr) {
+    b->next_adjacent->previous_adjacent = nullptr;
+  }
+  if (before != nullptr) {
+    before->next_adjacent = nullptr;
+  } else {
+    if (b->previous_adjacent != nullptr) b->previous_adjacent->next_adjacent = nullptr;
+    all_blocks_.erase(b->address);
+    delete b;
+  }
+  if (before != nullptr) index_.insert(before);
+  if (after != nullptr) index_.insert(after);
+
+  memory_->decommit(chunk_address, c.size_bytes, c.token);
+  reserved_bytes_.fetch_sub(c.size_bytes, std::memory_order_acq_rel);
+  add_unmapped_locked(chunk_address, c.size_bytes);
+  return true;
+}
+
+void pool::release_locked(std::size_t keep_bytes) {
+  drain_caches_locked();
+  index_.promote(/*only_proven=*/true);
+  // Highest addresses first, so what stays is dense at the start of the reservation.
+  for (auto it = chunks_.end(); it != chunks_.begin();) {
+    if (reserved_bytes_.load(std::memory_order_relaxed) <= keep_bytes) return;
+    --it;
+    const chunk c = it->second;
+    const std::uintptr_t address = it->first;
+    if (release_chunk_locked(address, c)) it = chunks_.erase(it);
+  }
+}
+
+void pool::on_synchronize() {
+  const std::uint64_t threshold = release_threshold_bytes();
+  if (reserved_bytes_.load(std::memory_order_acquire) <= threshold) return;
+  std::lock_guard lock(mutex_);
+  release_locked(threshold);
+}
+
+void pool::trim_to(std::size_t keep_bytes) {
+  std::lock_guard lock(mutex_);
+  release_locked(keep_bytes);
+}
+
+bool pool::try_release_everything() {
+  if (has_live_allocations()) return false;
+  std::lock_guard lock(mutex_);
+  drain_caches_locked();
+  for (const auto& [address, b] : all_blocks_) {
+    if (b->current_state() != block_state::indexed || !b->stamp.is_complete()) return false;
+  }
+  // Work that used the memory has finished: every free may be treated as proven.
+  index_.promote(/*only_proven=*/false);
+  release_locked(0);
+  return chunks_.empty();
+}
+
+// ---- statistics and diagnosis -------------------------------------------------------------
+
+pool_statistics pool::statistics() const noexcept {
+  pool_statistics s;
+  s.reserved_bytes = reserved_bytes_.load(std::memory_order_acquire);
+  s.reserved_high_bytes = reserved_high_bytes_.load(std::memory_order_acquire);
+  s.used_bytes = used_bytes_.load(std::memory_order_acquire);
+  s.used_high_bytes = used_high_bytes_.load(std::memory_order_acquire);
+  return s;
+}
+
+void pool::reset_reserved_high() noexcept {
+  reserved_high_bytes_.store(reserved_bytes_.load(std::memory_order_acquire),
+                             std::memory_order_release);
+}
+
+void pool::reset_used_high() noexcept {
+  used_high_bytes_.store(used_bytes_.load(std::memory_order_acquire), std::memory_order_release);
+}
+
+bool pool::owns_address(std::uintptr_t address) const {
+  std::lock_guard lock(mutex_);
+  for (const reservation& r : reservations_) {
+    if (address >= r.base && address < r.base + r.size_bytes) return true;
+  }
+  return false;
+}
+
+address_diagnosis pool::diagnose(std::uintptr_t address) const {
+  std::lock_guard lock(mutex_);
+  address_diagnosis d;
+  bool inside = false;
+  for (const reservation& r : reservations_) {
+    inside = inside || (address >= r.base && address < r.base + r.size_bytes);
+  }
+  if (!inside) return d;
+  block* b = block_containing_locked(address);
+  if (b == nullptr) {
+    d.what = address_diagnosis::kind::unallocated;
+    return d;
+  }
+  d.block_address = b->address;
+  if (b->current_state() == block_state::live) {
+    d.what = address_diagnosis::kind::interior_of_live;
+    d.block_bytes = b->requested_bytes;
+  } else {
+    d.what = address_diagnosis::kind::freed;
+    d.block_bytes = b->size_bytes;
+  }
+  return d;
+}
+
+}  // namespace soma::detail

@@ -1,0 +1,160 @@
+// A memory pool: address space, committed physical memory, free blocks, statistics (S3).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/block.hpp"
+#include "core/free_index.hpp"
+#include "core/pool_memory.hpp"
+#include "core/status.hpp"
+#include "core/stream_cache.hpp"
+#include "core/stream_timeline.hpp"
+
+namespace soma::detail {
+
+struct pool_config {
+  int device = 0;
+  std::string name;                   ///< for messages: "pool 'tenant-a' on device 0"
+  std::size_t max_size_bytes = 0;     ///< cap on committed memory (never 0 here)
+  std::size_t reservation_bytes = 0;  ///< address space reserved at a time
+};
+
+/// Statistics of S10, read without the pool lock.
+struct pool_statistics {
+  std::uint64_t reserved_bytes = 0;
+  std::uint64_t reserved_high_bytes = 0;
+  std::uint64_t used_bytes = 0;
+  std::uint64_t used_high_bytes = 0;
+};
+
+/// What the pool knows about an address it does not have as a live allocation start.
+struct address_diagnosis {
+  enum class kind { outside_pool, unallocated, freed, interior_of_live } what = kind::outside_pool;
+  std::uintptr_t block_address = 0;
+  std::size_t block_bytes = 0;  ///< requested bytes for live blocks
+};
+
+/// The allocation logic of design §2 "The flow of one allocation".
+/// Thread-safe. The fast path (allocate/free on a stream whose cache holds a block of the
+/// size) takes only that stream's cache lock; everything else takes the pool lock.
+class pool {
+ public:
+  pool(pool_config config, std::unique_ptr<pool_memory> memory);
+  pool(const pool&) = delete;
+  pool& operator=(const pool&) = delete;
+  /// Requires: no live allocations; every free complete. Returns all memory.
+  ~pool();
+
+  /// Allocates requested_bytes (> 0) for use on stream (S1). The block is not yet in any
+  /// pointer table: the caller publishes it.
+  result<block*> allocate(std::size_t requested_bytes, const stream_timeline& stream);
+  /// Frees a live block on stream (S2): reusable at once by stream, by other streams once
+  /// the free is proven complete. Requires: the block is live and was removed from the
+  /// pointer table by the caller.
+  void free(block* live, const stream_timeline& stream);
+
+  /// Moves every cached block of stream into the index; called when a stream is destroyed
+  /// so its cache slot can serve another stream.
+  void forget_stream(const stream_timeline& stream);
+  /// Called at synchronize points (S9, S12): promotes proven frees and releases memory
+  /// beyond the release threshold.
+  void on_synchronize();
+  /// Releases proven-free memory until at most keep_bytes stay reserved, as far as live
+  /// memory and granularity allow (S9).
+  void trim_to(std::size_t keep_bytes);
+  /// Tears down if nothing is live and every free has completed; true if done (S5).
+  bool try_release_everything();
+
+  pool_statistics statistics() const noexcept;
+  void reset_reserved_high() noexcept;
+  void reset_used_high() noexcept;
+  std::uint64_t release_threshold_bytes() const noexcept {
+    return release_threshold_bytes_.load(std::memory_order_relaxed);
+  }
+  void set_release_threshold_bytes(std::uint64_t bytes) noexcept {
+    release_threshold_bytes_.store(bytes, std::memory_order_relaxed);
+  }
+  /// True while any allocation is live (requested sizes are never 0, so used > 0).
+  bool has_live_allocations() const noexcept {
+    return used_bytes_.load(std::memory_order_acquire) != 0;
+  }
+
+  /// S11 policy flags (1 follow events, 2 opportunistic, 3 internal dependencies); all on
+  /// by default. Until the policies are implemented, cross-stream reuse waits for a
+  /// synchronize whatever they say.
+  bool reuse_policy(int policy) const noexcept {
+    return reuse_policies_[static_cast<std::size_t>(policy - 1) % 3].load(std::memory_order_relaxed);
+  }
+  void set_reuse_policy(int policy, bool enabled) noexcept {
+    reuse_policies_[static_cast<std::size_t>(policy - 1) % 3].store(enabled, std::memory_order_relaxed);
+  }
+  void set_name(std::string name);
+
+  address_diagnosis diagnose(std::uintptr_t address) const;
+  bool owns_address(std::uintptr_t address) const;
+  const pool_config& config() const noexcept { return config_; }
+  std::string describe() const;  ///< "pool 'name' on device 0"
+  std::size_t granularity_bytes() const noexcept { return granularity_bytes_; }
+
+ private:
+  static constexpr std::size_t caches_per_segment = 1024;
+  static constexpr std::size_t cache_segment_count = 64;
+  struct cache_segment {
+    std::array<std::atomic<stream_cache*>, caches_per_segment> caches{};
+  };
+  struct chunk {
+    std::size_t size_bytes = 0;
+    std::uint64_t token = 0;
+  };
+  struct reservation {
+    std::uintptr_t base = 0;
+    std::size_t size_bytes = 0;
+  };
+
+  stream_cache* cache_for(const stream_timeline& stream);
+  stream_cache* create_cache(std::uint32_t slot);
+  result<block*> allocate_slow(std::size_t size_bytes, const stream_timeline& stream);
+  void make_live(block* b, std::size_t requested_bytes, const stream_timeline& stream);
+  void drain_caches_locked();
+  status grow_locked(std::size_t size_bytes);
+  result<std::uintptr_t> find_unmapped_locked(std::size_t bytes, std::size_t* need_bytes,
+                                              std::size_t size_bytes);
+  void split_locked(block* b, std::size_t size_bytes);
+  void release_locked(std::size_t keep_bytes);
+  bool release_chunk_locked(std::uintptr_t chunk_address, const chunk& c);
+  void add_unmapped_locked(std::uintptr_t address, std::size_t bytes);
+  block* block_containing_locked(std::uintptr_t address) const;
+  void raise_reserved(std::uint64_t bytes) noexcept;
+
+  const pool_config config_;
+  const std::unique_ptr<pool_memory> memory_;
+  const std::size_t granularity_bytes_;
+
+  mutable std::mutex mutex_;  // the pool lock: index, blocks, chunks, reservations
+  std::map<std::uintptr_t, block*> all_blocks_;
+  free_index index_{all_blocks_};
+  std::map<std::uintptr_t, chunk> chunks_;
+  std::map<std::uintptr_t, std::size_t> unmapped_;  // free address ranges, coalesced
+  std::vector<reservation> reservations_;
+  std::array<std::atomic<cache_segment*>, cache_segment_count> cache_segments_{};
+  std::vector<std::unique_ptr<stream_cache>> cache_storage_;
+
+  std::atomic<std::uint64_t> reserved_bytes_{0};
+  std::atomic<std::uint64_t> reserved_high_bytes_{0};
+  std::atomic<std::uint64_t> used_bytes_{0};
+  std::atomic<std::uint64_t> used_high_bytes_{0};
+  std::atomic<std::uint64_t> release_threshold_bytes_{0};
+  std::array<std::atomic<bool>, 3> reuse_policies_{true, true, true};
+  mutable std::mutex name_mutex_;  // apart from the pool lock: messages are built under it
+  std::string name_;
+};
+
+}  // namespace soma::detail

@@ -1,0 +1,33 @@
+// The seam between a pool and the physical memory behind it. The runtime implements it
+// over the backend; core tests implement it with fakes (a provider that fails the N-th
+// commit, a tiny address space).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/status.hpp"
+
+namespace soma::detail {
+
+/// Address reservation and physical commitment for one pool. Called only on the slow path
+/// (growth, release, teardown), always under the pool's lock.
+class pool_memory {
+ public:
+  virtual ~pool_memory() = default;
+
+  /// Physical granularity: commit sizes and addresses are multiples of it.
+  virtual std::size_t granularity_bytes() const = 0;
+  /// Reserves bytes of address space aligned to the granularity. Failure:
+  /// address_space_exhausted, with the limit that was hit in the message (S16).
+  virtual result<std::uintptr_t> reserve(std::size_t bytes) = 0;
+  virtual void free_reservation(std::uintptr_t base, std::size_t bytes) = 0;
+  /// Backs [address, address + bytes) with new physical memory, accessible to the pool's
+  /// device and to every device granted access. Returns a token for decommit. Failure:
+  /// out_of_memory (the message names the device's figures), or the backend's error.
+  virtual result<std::uint64_t> commit(std::uintptr_t address, std::size_t bytes) = 0;
+  /// Returns the range committed under token to the OS/driver; the addresses stay reserved.
+  virtual void decommit(std::uintptr_t address, std::size_t bytes, std::uint64_t token) = 0;
+};
+
+}  // namespace soma::detail

@@ -1,0 +1,72 @@
+#include "core/stream_cache.hpp"
+
+namespace soma::detail {
+
+stream_cache::stream_cache(std::size_t capacity_bytes)
+    : bins_(32), capacity_bytes_(capacity_bytes) {}
+
+stream_cache::bin* stream_cache::find_bin(std::size_t size_bytes, bool create) {
+  for (;;) {
+    const std::size_t mask = bins_.size() - 1;
+    std::size_t i = ((size_bytes >> 8) * 0x9E3779B97F4A7C15ull >> 32) & mask;
+    for (; bins_[i].size_bytes != 0; i = (i + 1) & mask) {
+      if (bins_[i].size_bytes == size_bytes) return &bins_[i];
+    }
+    if (!create) return nullptr;
+    if ((bins_used_ + 1) * 2 <= bins_.size()) {
+      bins_[i].size_bytes = size_bytes;
+      ++bins_used_;
+      return &bins_[i];
+    }
+    // Grow; bins stay once created (a size seen once tends to come back).
+    std::vector<bin> old(bins_.size() * 2);
+    old.swap(bins_);
+    bins_used_ = 0;
+    for (const bin& b : old) {
+      if (b.size_bytes == 0) continue;
+      bin* moved = find_bin(b.size_bytes, true);
+      moved->head = b.head;
+    }
+  }
+}
+
+block* stream_cache::pop(std::size_t size_bytes) {
+  std::lock_guard lock(mutex_);
+  bin* b = find_bin(size_bytes, false);
+  if (b == nullptr || b->head == nullptr) return nullptr;
+  block* taken = b->head;
+  b->head = taken->next_in_bin;
+  taken->next_in_bin = nullptr;
+  cached_bytes_ -= taken->size_bytes;
+  return taken;
+}
+
+bool stream_cache::push(block* freed) {
+  std::lock_guard lock(mutex_);
+  if (cached_bytes_ + freed->size_bytes > capacity_bytes_) return false;
+  bin* b = find_bin(freed->size_bytes, true);
+  freed->next_in_bin = b->head;
+  b->head = freed;
+  cached_bytes_ += freed->size_bytes;
+  return true;
+}
+
+void stream_cache::drain(std::vector<block*>& out) {
+  std::lock_guard lock(mutex_);
+  for (bin& b : bins_) {
+    while (b.head != nullptr) {
+      block* taken = b.head;
+      b.head = taken->next_in_bin;
+      taken->next_in_bin = nullptr;
+      out.push_back(taken);
+    }
+  }
+  cached_bytes_ = 0;
+}
+
+std::size_t stream_cache::cached_bytes() const {
+  std::lock_guard lock(mutex_);
+  return cached_bytes_;
+}
+
+}  // namespace soma::detail

@@ -1,0 +1,49 @@
+// The fast path of one stream in one pool: blocks freed on that stream, by exact size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "core/block.hpp"
+
+namespace soma::detail {
+
+/// Blocks freed on one stream, kept for that stream's next allocations of the same size.
+/// Reuse within one stream needs no ordering check (S11: always allowed), so a hit is a
+/// lock of this cache alone and a pop: no lock shared with other streams, no backend call.
+/// The pool drains caches into its free index when it needs the memory elsewhere (other
+/// streams, growth, release), so nothing stays stranded here.
+/// Thread-safe: every member takes the cache's own mutex.
+class stream_cache {
+ public:
+  /// A free beyond this many cached bytes goes to the pool's index instead.
+  static constexpr std::size_t default_capacity_bytes = std::size_t{1} << 30;
+
+  explicit stream_cache(std::size_t capacity_bytes = default_capacity_bytes);
+
+  /// A cached block of exactly size_bytes, or nullptr.
+  block* pop(std::size_t size_bytes);
+  /// Caches the block; false if over capacity (the caller sends it to the index).
+  bool push(block* freed);
+  /// Takes every cached block out, appending them to `out`.
+  void drain(std::vector<block*>& out);
+  std::size_t cached_bytes() const;
+
+ private:
+  struct bin {
+    std::size_t size_bytes = 0;  // 0 = never used
+    block* head = nullptr;
+  };
+
+  bin* find_bin(std::size_t size_bytes, bool create);
+
+  mutable std::mutex mutex_;
+  std::vector<bin> bins_;  // open addressing by size; power-of-two capacity
+  std::size_t bins_used_ = 0;
+  std::size_t cached_bytes_ = 0;
+  std::size_t capacity_bytes_;
+};
+
+}  // namespace soma::detail

@@ -1,0 +1,61 @@
+// A runtime pool: the core pool plus what the runtime knows about it (device, handle,
+// properties, default-ness, destruction state).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.hpp"
+#include "core/pool.hpp"
+
+namespace soma::detail {
+
+/// Creation-time properties after validation (mirrors somaMemPoolProps).
+struct pool_properties {
+  int device = 0;
+  unsigned export_handle_types = 0;
+  std::size_t max_size_bytes = 0;  // 0 = the device's memory
+};
+
+class memory_pool final : public pool {
+ public:
+  memory_pool(pool_config config, std::unique_ptr<pool_memory> memory,
+              pool_properties properties, bool is_default)
+      : pool(std::move(config), std::move(memory)),
+        properties_(properties),
+        is_default_(is_default) {}
+
+  const pool_properties& properties() const noexcept { return properties_; }
+  bool is_default() const noexcept { return is_default_; }
+  bool is_destroyed() const noexcept { return destroyed_.load(std::memory_order_acquire); }
+  void mark_destroyed() noexcept { destroyed_.store(true, std::memory_order_release); }
+  std::uintptr_t handle() const noexcept { return handle_; }
+  void set_handle(std::uintptr_t handle) noexcept { handle_ = handle; }
+
+ private:
+  const pool_properties properties_;
+  const bool is_default_;
+  std::atomic<bool> destroyed_{false};
+  std::uintptr_t handle_ = 0;
+};
+
+/// pool_memory over the backend: reservations and chunks of one pool on one device.
+class backend_pool_memory final : public pool_memory {
+ public:
+  backend_pool_memory(backend::backend& platform, int device, unsigned export_handle_types);
+
+  std::size_t granularity_bytes() const override { return granularity_bytes_; }
+  result<std::uintptr_t> reserve(std::size_t bytes) override;
+  void free_reservation(std::uintptr_t base, std::size_t bytes) override;
+  result<std::uint64_t> commit(std::uintptr_t address, std::size_t bytes) override;
+  void decommit(std::uintptr_t address, std::size_t bytes, std::uint64_t token) override;
+
+ private:
+  backend::backend& platform_;
+  const int device_;
+  const unsigned export_handle_types_;
+  const std::size_t granularity_bytes_;
+};
+
+}  // namespace soma::detail

@@ -1,0 +1,154 @@
+// Process state: the backend, devices, default and current pools, streams, events, the
+// table of live allocations, synchronize hooks (design §2, runtime layer).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "core/pointer_table.hpp"
+#include "core/status.hpp"
+#include "runtime/handle_table.hpp"
+#include "runtime/memory_pool.hpp"
+#include "runtime/stream_object.hpp"
+
+namespace soma::detail {
+
+/// somaMemPoolProps as the C API received it, checked by runtime::create_pool.
+struct raw_pool_properties {
+  int allocation_type = 0;
+  unsigned handle_types = 0;
+  int location_type = 0;
+  int location_id = 0;
+  bool has_win32_security_attributes = false;
+  std::size_t max_size_bytes = 0;
+  unsigned usage = 0;
+  bool reserved_is_zero = true;
+};
+
+/// Pool attributes (values of somaMemPoolAttr).
+enum class pool_attribute : int {
+  reuse_follow_event_dependencies = 1,
+  reuse_allow_opportunistic = 2,
+  reuse_allow_internal_dependencies = 3,
+  release_threshold = 4,
+  reserved_current = 5,
+  reserved_high = 6,
+  used_current = 7,
+  used_high = 8,
+};
+
+/// Device attributes (values of somaDeviceAttr).
+enum class device_attribute : int {
+  memory_pools_supported = 115,
+  pool_supported_handle_types = 119,
+  total_memory_mib = 20001,
+  granularity_kib = 20002,
+};
+
+struct pointer_info {
+  bool is_live = false;
+  int device = -1;
+  std::uintptr_t pool_handle = 0;
+  std::uintptr_t base = 0;
+  std::size_t requested_bytes = 0;
+};
+
+class runtime {
+ public:
+  /// Before the runtime starts only; not_permitted afterwards.
+  static status configure_cpu(const backend::cpu_settings& settings);
+  /// The process's runtime, started on first use; initialization errors are returned on
+  /// every call.
+  static result<runtime*> instance();
+
+  // -- devices (S4, S8) ---------------------------------------------------------------
+  std::string backend_name() const { return backend_->name(); }
+  int device_count() const { return static_cast<int>(devices_.size()); }
+  status set_current_device(int device);
+  int current_device() const;
+  result<int> device_attribute(device_attribute attribute, int device) const;
+  result<bool> can_access_peer(int device, int peer) const;
+  status memory_info(std::size_t* free_bytes, std::size_t* total_bytes) const;
+  status synchronize_device();
+
+  // -- streams and events (S12) -------------------------------------------------------
+  result<std::uintptr_t> create_stream(unsigned flags);
+  status destroy_stream(std::uintptr_t handle);
+  status synchronize_stream(std::uintptr_t handle);
+  status query_stream(std::uintptr_t handle);
+  status stream_wait_event(std::uintptr_t stream_handle, std::uintptr_t event_handle);
+  result<int> stream_device(std::uintptr_t handle);
+  result<std::uintptr_t> create_event(unsigned flags);
+  status destroy_event(std::uintptr_t handle);
+  status record_event(std::uintptr_t event_handle, std::uintptr_t stream_handle);
+  status query_event(std::uintptr_t handle);
+  status synchronize_event(std::uintptr_t handle);
+  status launch_host_task(std::uintptr_t stream_handle, backend::host_task task);
+  status memset_async(void* destination, int value, std::size_t bytes, std::uintptr_t stream);
+  status memcpy_async(void* destination, const void* source, std::size_t bytes,
+                      std::uintptr_t stream);
+
+  // -- allocation (S1, S2, S14) -------------------------------------------------------
+  result<void*> allocate(std::size_t bytes, std::uintptr_t stream_handle);
+  result<void*> allocate_from_pool(std::size_t bytes, std::uintptr_t pool_handle,
+                                   std::uintptr_t stream_handle);
+  status free(void* pointer, std::uintptr_t stream_handle);
+  pointer_info describe_pointer(const void* pointer) const;
+
+  // -- pools (S3, S5, S9, S10) ---------------------------------------------------------
+  result<std::uintptr_t> create_pool(const raw_pool_properties& properties);
+  status destroy_pool(std::uintptr_t handle);
+  result<std::uintptr_t> default_pool(int device) const;
+  status set_device_pool(int device, std::uintptr_t pool_handle);
+  result<std::uintptr_t> device_pool(int device) const;
+  status set_pool_attribute(std::uintptr_t handle, pool_attribute attribute, const void* value);
+  status get_pool_attribute(std::uintptr_t handle, pool_attribute attribute, void* value) const;
+  status trim_pool(std::uintptr_t handle, std::size_t keep_bytes);
+  status set_pool_name(std::uintptr_t handle, const char* name);
+
+ private:
+  struct device_state {
+    backend::device_properties properties;
+    memory_pool* default_pool = nullptr;
+    std::atomic<memory_pool*> current_pool{nullptr};
+    stream_object* default_stream = nullptr;
+  };
+
+  explicit runtime(std::unique_ptr<backend::backend> platform);
+  status start();
+
+  result<stream_object*> resolve_stream(std::uintptr_t handle) const;
+  result<event_object*> resolve_event(std::uintptr_t handle) const;
+  result<memory_pool*> resolve_pool(std::uintptr_t handle) const;
+  status check_device(int device) const;
+  result<stream_object*> new_stream(int device, unsigned flags, bool is_default);
+  result<memory_pool*> new_pool(const pool_properties& properties, bool is_default,
+                                std::string name);
+  result<void*> allocate_in(memory_pool& pool, std::size_t bytes, stream_object& stream);
+  status explain_unknown_pointer(std::uintptr_t address, const char* action) const;
+  status check_range(const void* pointer, std::size_t bytes, const char* what) const;
+  /// A synchronize or successful query showed stream complete up to position (S12).
+  void proven(stream_object& stream, std::uint64_t position);
+  void after_synchronize();
+  void reap_destroyed_pools();
+  std::string describe_stream(const stream_object& stream) const;
+
+  std::unique_ptr<backend::backend> backend_;
+  std::vector<std::unique_ptr<device_state>> devices_;
+  pointer_table pointers_;
+  handle_table<stream_object> streams_;
+  handle_table<event_object> events_;
+  handle_table<memory_pool> pools_;
+
+  mutable std::mutex registry_mutex_;  // the lists below
+  std::vector<std::unique_ptr<stream_object>> all_streams_;  // live and destroyed
+  std::vector<stream_object*> live_streams_;
+  std::vector<std::unique_ptr<memory_pool>> all_pools_;  // live and destroyed-but-busy
+};
+
+}  // namespace soma::detail

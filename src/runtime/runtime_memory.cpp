@@ -1,0 +1,127 @@
+// Stream-ordered allocation and free (S1, S2), pointer attributes (S14).
+#include "runtime/runtime.hpp"
+
+namespace soma::detail {
+
+result<void*> runtime::allocate_in(memory_pool& pool, std::size_t bytes, stream_object& stream) {
+  result<block*> taken = pool.allocate(bytes, stream.timeline);
+  if (!taken.ok()) return taken.take_error();
+  pointers_.insert(taken.value());
+  return reinterpret_cast<void*>(taken.value()->address);
+}
+
+result<void*> runtime::allocate(std::size_t bytes, std::uintptr_t stream_handle) {
+  result<stream_object*> s = resolve_stream(stream_handle);
+  if (!s.ok()) return s.take_error();
+  if (bytes == 0) return static_cast<void*>(nullptr);
+  memory_pool* pool =
+      devices_[static_cast<std::size_t>(s.value()->device)]->current_pool.load(std::memory_order_acquire);
+  return allocate_in(*pool, bytes, *s.value());
+}
+
+result<void*> runtime::allocate_from_pool(std::size_t bytes, std::uintptr_t pool_handle,
+                                          std::uintptr_t stream_handle) {
+  result<memory_pool*> p = resolve_pool(pool_handle);
+  if (!p.ok()) return p.take_error();
+  result<stream_object*> s = resolve_stream(stream_handle);
+  if (!s.ok()) return s.take_error();
+  if (bytes == 0) return static_cast<void*>(nullptr);
+  return allocate_in(*p.value(), bytes, *s.value());
+}
+
+status runtime::free(void* pointer, std::uintptr_t stream_handle) {
+  if (pointer == nullptr) return status::success();
+  result<stream_object*> s = resolve_stream(stream_handle);
+  if (!s.ok()) return s.take_error();
+  const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+  block* live = pointers_.remove(address);
+  if (live == nullptr) return explain_unknown_pointer(address, "somaFreeAsync");
+  auto* owner = static_cast<memory_pool*>(live->owner);
+  // Read before the free: once it is done another thread may tear the pool down.
+  const bool owner_destroyed = owner->is_destroyed();
+  owner->free(live, s.value()->timeline);
+  if (owner_destroyed) reap_destroyed_pools();
+  return status::success();
+}
+
+status runtime::explain_unknown_pointer(std::uintptr_t address, const char* action) const {
+  const std::string what = std::string(action) + "(" + format_address(address) + "): ";
+  std::lock_guard lock(registry_mutex_);
+  for (const auto& p : all_pools_) {
+    address_diagnosis d = p->diagnose(address);
+    switch (d.what) {
+      case address_diagnosis::kind::outside_pool: continue;
+      case address_diagnosis::kind::interior_of_live:
+        return status(error_code::invalid_value,
+                      what + "an interior pointer, " + std::to_string(address - d.block_address) +
+                          " bytes into the live allocation at " + format_address(d.block_address) +
+                          " of " + format_bytes(d.block_bytes) + " in " + p->describe() +
+                          "; pass the allocation's start");
+      case address_diagnosis::kind::freed:
+        return status(error_code::invalid_value,
+                      what + "not a live allocation: the memory at " +
+                          format_address(d.block_address) + " in " + p->describe() +
+                          " was already freed (double free?)");
+      case address_diagnosis::kind::unallocated:
+        return status(error_code::invalid_value,
+                      what + "not a live allocation: the address lies in " + p->describe() +
+                          " but nothing is allocated there");
+    }
+  }
+  return status(error_code::invalid_value,
+                what + "not a live allocation: soma never returned this pointer");
+}
+
+pointer_info runtime::describe_pointer(const void* pointer) const {
+  pointer_info info;
+  const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+  if (address == 0) return info;
+  block* live = pointers_.find(address);
+  memory_pool* owner = nullptr;
+  if (live != nullptr) {
+    owner = static_cast<memory_pool*>(live->owner);
+    info.base = live->address;
+    info.requested_bytes = live->requested_bytes;
+  } else {
+    std::lock_guard lock(registry_mutex_);
+    for (const auto& p : all_pools_) {
+      address_diagnosis d = p->diagnose(address);
+      if (d.what != address_diagnosis::kind::interior_of_live) continue;
+      if (address >= d.block_address + d.block_bytes) break;  // in the alignment padding
+      owner = p.get();
+      info.base = d.block_address;
+      info.requested_bytes = d.block_bytes;
+      break;
+    }
+  }
+  if (owner == nullptr) return info;
+  info.is_live = true;
+  info.device = owner->config().device;
+  info.pool_handle = owner->handle();
+  return info;
+}
+
+status runtime::check_range(const void* pointer, std::size_t bytes, const char* what) const {
+  const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+  if (address == 0) return status(error_code::invalid_value, std::string(what) + " is NULL");
+  bool in_pool = false;
+  {
+    std::lock_guard lock(registry_mutex_);
+    for (const auto& p : all_pools_) in_pool = in_pool || p->owns_address(address);
+  }
+  if (!in_pool) return status::success();  // host memory the application owns
+  pointer_info info = describe_pointer(pointer);
+  if (!info.is_live) {
+    return status(error_code::invalid_value, std::string(what) + " " + format_address(address) +
+                                                 " lies in pool memory that is not a live allocation");
+  }
+  if (address + bytes > info.base + info.requested_bytes || address + bytes < address) {
+    return status(error_code::invalid_value,
+                  std::string(what) + ": " + format_bytes(bytes) + " at " + format_address(address) +
+                      " run past the end of the allocation at " + format_address(info.base) +
+                      " of " + format_bytes(info.requested_bytes));
+  }
+  return status::success();
+}
+
+}  // namespace soma::detail

@@ -96,6 +96,11 @@ class backend {
                                                 unsigned export_handle_types) = 0;
   /// Frees a physical allocation. Requires: it is no longer mapped.
   virtual void release_physical(std::uint64_t handle) = 0;
+  /// Whether discard_physical can give back part of a physical allocation.
+  virtual bool can_discard_physical_part() const = 0;
+  /// Returns [offset, offset + bytes) of a physical allocation to the OS while the rest stays.
+  /// Requires: can_discard_physical_part(); the range is unmapped; granule aligned.
+  virtual void discard_physical_part(std::uint64_t handle, std::size_t offset, std::size_t bytes) = 0;
   /// Maps a whole physical allocation at address (inside a reservation), readable and
   /// writable by device.
   virtual status map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,

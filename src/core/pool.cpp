@@ -15,7 +15,7 @@ pool::~pool() {
   {
     std::lock_guard lock(mutex_);
     drain_caches_locked();
-    for (auto& [address, c] : chunks_) memory_->decommit(address, c.size_bytes, c.token);
+    for (auto& [address, c] : chunks_) memory_->decommit(address, c.size_bytes, c.token, c.offset_bytes);
     chunks_.clear();
     for (const reservation& r : reservations_) memory_->free_reservation(r.base, r.size_bytes);
     reservations_.clear();
@@ -83,11 +83,12 @@ void pool::make_live(block* b, std::size_t requested_bytes, const stream_timelin
 }
 
 result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline& stream) {
-  const std::size_t size_bytes = round_up(requested_bytes, allocation_alignment_bytes);
-  if (size_bytes < requested_bytes) {  // wrapped around
+  if (requested_bytes > config_.max_size_bytes) {  // also keeps the roundings below from wrapping
     return status(error_code::out_of_memory,
-                  describe() + ": out of memory allocating " + format_bytes(requested_bytes));
+                  describe() + ": out of memory allocating " + format_bytes(requested_bytes) +
+                      ": larger than the pool's max size " + format_bytes(config_.max_size_bytes));
   }
+  const std::size_t size_bytes = round_up(requested_bytes, allocation_alignment_bytes);
   if (stream_cache* cache = cache_for(stream)) {
     if (block* hit = cache->pop(size_bytes)) {
       make_live(hit, requested_bytes, stream);
@@ -300,24 +301,16 @@ block* pool::block_containing_locked(std::uintptr_t address) const {
 
 // ---- release -------------------------------------------------------------------------------
 
-bool pool::release_chunk_locked(std::uintptr_t chunk_address, const chunk& c) {
-  block* b = block_containing_locked(chunk_address);
-  if (b == nullptr || b->current_state() != block_state::indexed ||
-      b->stamp.timeline != nullptr || b->end() < chunk_address + c.size_bytes)
-    return false;
-  // Carve [chunk_address, +size) out of b: up to two free pieces remain around the hole.
+void pool::carve_locked(block* b, std::uintptr_t from, std::uintptr_t to) {
+  // Requires: b is indexed and covers [from, to). Up to two free pieces remain around the
+  // hole, which is no longer mapped: they are not adjacent to anything across it.
   index_.remove(b);
-  const std::uintptr_t chunk_end = chunk_address + c.size_bytes;
-  block* before = nullptr;
+  const std::uintptr_t b_end = b->end();
   block* after = nullptr;
-  if (b->address < chunk_address) {
-    before = b;
-    before->size_bytes = chunk_address - b->address;
-  }
-  if (chunk_end < b->end()) {
+  if (to < b_end) {
     after = new block();
-    after->address = chunk_end;
-    after->size_bytes = b->end() - chunk_end;
+    after->address = to;
+    after->size_bytes = b_end - to;
     after->owner = this;
     after->next_adjacent = b->next_adjacent;
     if (after->next_adjacent != nullptr) after->next_adjacent->previous_adjacent = after;
@@ -325,32 +318,76 @@ bool pool::release_chunk_locked(std::uintptr_t chunk_address, const chunk& c) {
   } else if (b->next_adjacent != nullptr) {
     b->next_adjacent->previous_adjacent = nullptr;
   }
-  if (before != nullptr) {
-    before->next_adjacent = nullptr;
+  if (b->address < from) {
+    b->size_bytes = from - b->address;
+    b->next_adjacent = nullptr;
+    index_.insert(b);
   } else {
     if (b->previous_adjacent != nullptr) b->previous_adjacent->next_adjacent = nullptr;
     all_blocks_.erase(b->address);
     delete b;
   }
-  if (before != nullptr) index_.insert(before);
   if (after != nullptr) index_.insert(after);
+}
 
-  memory_->decommit(chunk_address, c.size_bytes, c.token);
-  reserved_bytes_.fetch_sub(c.size_bytes, std::memory_order_acq_rel);
-  add_unmapped_locked(chunk_address, c.size_bytes);
-  return true;
+std::size_t pool::release_range_locked(std::uintptr_t from, std::uintptr_t to,
+                                       std::size_t limit_bytes) {
+  // Requires: [from, to) lies in one chunk and in one proven free block. Releases at most
+  // limit_bytes of it, from the high end, in whole granules (or the whole chunk).
+  auto it = std::prev(chunks_.upper_bound(from));
+  const std::uintptr_t chunk_start = it->first;
+  const chunk c = it->second;
+  const std::uintptr_t chunk_end = chunk_start + c.size_bytes;
+  if (!memory_->can_decommit_part()) {
+    if (from != chunk_start || to != chunk_end || c.size_bytes > limit_bytes) return 0;
+  } else {
+    from = round_up(from, granularity_bytes_);
+    to = to / granularity_bytes_ * granularity_bytes_;
+    if (to <= from) return 0;
+    const std::size_t limit = limit_bytes / granularity_bytes_ * granularity_bytes_;
+    if (to - from > limit) from = to - limit;
+    if (to <= from) return 0;
+  }
+  block* b = block_containing_locked(from);
+  carve_locked(b, from, to);
+  memory_->decommit(from, to - from, c.token, c.offset_bytes + (from - chunk_start));
+  chunks_.erase(it);
+  if (chunk_start < from) chunks_.emplace(chunk_start, chunk{from - chunk_start, c.token, c.offset_bytes});
+  if (to < chunk_end) {
+    chunks_.emplace(to, chunk{chunk_end - to, c.token, c.offset_bytes + (to - chunk_start)});
+  }
+  reserved_bytes_.fetch_sub(to - from, std::memory_order_acq_rel);
+  add_unmapped_locked(from, to - from);
+  return to - from;
 }
 
 void pool::release_locked(std::size_t keep_bytes) {
   drain_caches_locked();
   index_.promote(/*only_proven=*/true);
-  // Highest addresses first, so what stays is dense at the start of the reservation.
-  for (auto it = chunks_.end(); it != chunks_.begin();) {
-    if (reserved_bytes_.load(std::memory_order_relaxed) <= keep_bytes) return;
+  // Highest addresses first, so what stays is dense at the start of the reservation. The
+  // cursor walks down chunk by chunk; inside a chunk, free blocks from the top.
+  std::uintptr_t cursor = UINTPTR_MAX;
+  for (;;) {
+    const std::uint64_t reserved = reserved_bytes_.load(std::memory_order_relaxed);
+    if (reserved <= keep_bytes) return;
+    auto it = chunks_.lower_bound(cursor);
+    if (it == chunks_.begin()) return;
     --it;
-    const chunk c = it->second;
-    const std::uintptr_t address = it->first;
-    if (release_chunk_locked(address, c)) it = chunks_.erase(it);
+    const std::uintptr_t chunk_start = it->first;
+    std::uintptr_t top = chunk_start + it->second.size_bytes;
+    while (top > chunk_start) {
+      block* b = block_containing_locked(top - 1);
+      if (b == nullptr) break;
+      const std::uintptr_t from = std::max(b->address, chunk_start);
+      const bool free_and_proven = b->current_state() == block_state::indexed && b->stamp.timeline == nullptr;
+      if (free_and_proven) {
+        const std::uint64_t now = reserved_bytes_.load(std::memory_order_relaxed);
+        if (now <= keep_bytes) return;
+        release_range_locked(from, top, static_cast<std::size_t>(now - keep_bytes));
+      }
+      top = from;
+    }
+    cursor = chunk_start;
   }
 }
 

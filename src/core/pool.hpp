@@ -110,9 +110,10 @@ class pool {
   struct cache_segment {
     std::array<std::atomic<stream_cache*>, caches_per_segment> caches{};
   };
-  struct chunk {
+  struct chunk {  // one commit, or what is left of it after partial releases
     std::size_t size_bytes = 0;
     std::uint64_t token = 0;
+    std::size_t offset_bytes = 0;  // where this piece starts inside the commit
   };
   struct reservation {
     std::uintptr_t base = 0;
@@ -129,7 +130,8 @@ class pool {
                                               std::size_t size_bytes);
   void split_locked(block* b, std::size_t size_bytes);
   void release_locked(std::size_t keep_bytes);
-  bool release_chunk_locked(std::uintptr_t chunk_address, const chunk& c);
+  std::size_t release_range_locked(std::uintptr_t from, std::uintptr_t to, std::size_t limit_bytes);
+  void carve_locked(block* b, std::uintptr_t from, std::uintptr_t to);
   void add_unmapped_locked(std::uintptr_t address, std::size_t bytes);
   block* block_containing_locked(std::uintptr_t address) const;
   void raise_reserved(std::uint64_t bytes) noexcept;

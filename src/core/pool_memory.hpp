@@ -26,8 +26,14 @@ class pool_memory {
   /// device and to every device granted access. Returns a token for decommit. Failure:
   /// out_of_memory (the message names the device's figures), or the backend's error.
   virtual result<std::uint64_t> commit(std::uintptr_t address, std::size_t bytes) = 0;
-  /// Returns the range committed under token to the OS/driver; the addresses stay reserved.
-  virtual void decommit(std::uintptr_t address, std::size_t bytes, std::uint64_t token) = 0;
+  /// Returns [address, address + bytes) to the OS/driver; the addresses stay reserved.
+  /// offset_bytes is where the range starts inside the memory committed under token. Unless
+  /// can_decommit_part(), the range is always everything committed under token.
+  virtual void decommit(std::uintptr_t address, std::size_t bytes, std::uint64_t token,
+                        std::size_t offset_bytes) = 0;
+  /// Whether part of a commit can go back on its own (granule-level release). Without it the
+  /// pool releases whole commits only.
+  virtual bool can_decommit_part() const { return false; }
 };
 
 }  // namespace soma::detail

@@ -24,13 +24,22 @@ result<std::uint64_t> backend_pool_memory::commit(std::uintptr_t address, std::s
     platform_.release_physical(handle.value());
     return mapped;
   }
+  mapped_bytes_[handle.value()] = bytes;
   return handle;
 }
 
 void backend_pool_memory::decommit(std::uintptr_t address, std::size_t bytes,
-                                   std::uint64_t token) {
+                                   std::uint64_t token, std::size_t offset_bytes) {
   platform_.unmap(address, bytes);
-  platform_.release_physical(token);
+  auto it = mapped_bytes_.find(token);
+  if (it == mapped_bytes_.end() || it->second <= bytes) {
+    // The last mapped part: the physical allocation goes.
+    if (it != mapped_bytes_.end()) mapped_bytes_.erase(it);
+    platform_.release_physical(token);
+    return;
+  }
+  it->second -= bytes;
+  platform_.discard_physical_part(token, offset_bytes, bytes);
 }
 
 }  // namespace soma::detail

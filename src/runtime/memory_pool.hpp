@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 
 #include "backend/backend.hpp"
@@ -49,9 +50,12 @@ class backend_pool_memory final : public pool_memory {
   result<std::uintptr_t> reserve(std::size_t bytes) override;
   void free_reservation(std::uintptr_t base, std::size_t bytes) override;
   result<std::uint64_t> commit(std::uintptr_t address, std::size_t bytes) override;
-  void decommit(std::uintptr_t address, std::size_t bytes, std::uint64_t token) override;
+  void decommit(std::uintptr_t address, std::size_t bytes, std::uint64_t token,
+                std::size_t offset_bytes) override;
+  bool can_decommit_part() const override { return platform_.can_discard_physical_part(); }
 
  private:
+  std::map<std::uint64_t, std::size_t> mapped_bytes_;  // per physical handle; pool lock held
   backend::backend& platform_;
   const int device_;
   const unsigned export_handle_types_;

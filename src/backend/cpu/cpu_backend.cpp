@@ -132,7 +132,7 @@ result<std::uint64_t> cpu_backend::create_physical(int device, std::size_t bytes
     return fail("fallocate", error);
   }
   std::lock_guard lock(mutex_);
-  physicals_[fd] = physical{device, bytes, true};
+  physicals_[fd] = physical{.device = device, .bytes = bytes, .counts_against_device = true};
   return static_cast<std::uint64_t>(fd);
 }
 
@@ -148,8 +148,22 @@ void cpu_backend::release_physical(std::uint64_t handle) {
   }
   close(fd);
   if (released.counts_against_device) {
-    committed_[static_cast<std::size_t>(released.device)].fetch_sub(released.bytes,
-                                                                    std::memory_order_acq_rel);
+    committed_[static_cast<std::size_t>(released.device)].fetch_sub(
+        released.bytes - released.discarded_bytes, std::memory_order_acq_rel);
+  }
+}
+
+void cpu_backend::discard_physical_part(std::uint64_t handle, std::size_t offset, std::size_t bytes) {
+  const int fd = static_cast<int>(handle);
+  // Punching a hole frees the pages now; the memfd keeps its size for the pieces still mapped.
+  fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
+            static_cast<off_t>(bytes));
+  std::lock_guard lock(mutex_);
+  auto it = physicals_.find(fd);
+  if (it == physicals_.end()) return;
+  it->second.discarded_bytes += bytes;
+  if (it->second.counts_against_device) {
+    committed_[static_cast<std::size_t>(it->second.device)].fetch_sub(bytes, std::memory_order_acq_rel);
   }
 }
 
@@ -201,7 +215,7 @@ result<std::uint64_t> cpu_backend::import_physical(int device, int fd, std::size
     return status(error_code::unknown, "dup of imported descriptor failed (" + errno_text(errno) + ")");
   }
   std::lock_guard lock(mutex_);
-  physicals_[own] = physical{device, bytes, false};
+  physicals_[own] = physical{.device = device, .bytes = bytes, .counts_against_device = false};
   return static_cast<std::uint64_t>(own);
 }
 

@@ -11,6 +11,7 @@ namespace {
 
 // "256M", "4G", "65536", "64K" -> bytes; false on anything else.
 bool parse_bytes(const char* text, std::size_t* bytes) {
+  if (*text < '0' || *text > '9') return false;  // strtoull would accept "-1" as a huge value
   errno = 0;
   char* end = nullptr;
   const unsigned long long value = std::strtoull(text, &end, 10);

@@ -1,0 +1,353 @@
+// alloc_pairs_bench: soma (whatever backend is active, normally cpu) against the system
+// allocator (malloc/free), same scenarios, same process, same run; reports ns per
+// alloc+free pair for each and the ratio soma/system.
+//
+// Scenarios (docs/targets.md):
+//   pair        one allocation and its free on the same stream, per size
+//   64 live     64 allocations, then their 64 frees; time per pair
+//   threads     N threads, each with its own stream, pairs of 4 KiB; aggregate
+//   threshold 0 64 MiB alloc + free + stream synchronize on a pool that keeps nothing
+// The warm scenarios run on the default pool with the release threshold at UINT64_MAX, after a
+// warm-up and a synchronize, so that no synchronize cost is charged to the timed operations
+// (S12). Each figure is the median of several timed trials.
+//
+// Usage: alloc_pairs_bench [--quick]
+#include <soma/soma.h>
+
+#include <sys/utsname.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+constexpr std::size_t KiB = 1024;
+constexpr std::size_t MiB = 1024 * KiB;
+constexpr int kLiveCount = 64;
+
+struct settings {
+  double trial_seconds = 0.05;
+  int trials = 7;
+};
+
+[[noreturn]] void fail(const char* what, somaError_t status) {
+  std::fprintf(stderr, "alloc_pairs_bench: %s failed: %s: %s\n", what, somaGetErrorName(status),
+               somaGetLastErrorMessage());
+  std::exit(1);
+}
+
+#define SOMA_BENCH_CHECK(call)                                  \
+  do {                                                          \
+    const somaError_t soma_bench_status = (call);               \
+    if (soma_bench_status != somaSuccess) [[unlikely]]          \
+      fail(#call, soma_bench_status);                           \
+  } while (0)
+
+// Keeps the compiler from removing a malloc/free pair whose pointer is otherwise unused.
+inline void escape(void* ptr) { asm volatile("" : : "r"(ptr) : "memory"); }
+
+// ---- the two allocators, behind the same three calls ------------------------------------
+
+struct soma_allocator {
+  static constexpr const char* name = "soma";
+  somaStream_t stream;
+  somaMemPool_t pool;  // nullptr: the stream device's current pool (somaMallocAsync)
+  void* allocate(std::size_t bytes) {
+    void* ptr = nullptr;
+    const somaError_t status = pool == nullptr
+                                   ? somaMallocAsync(&ptr, bytes, stream)
+                                   : somaMallocFromPoolAsync(&ptr, bytes, pool, stream);
+    if (status != somaSuccess) [[unlikely]] fail("somaMallocAsync", status);
+    return ptr;
+  }
+  void deallocate(void* ptr) {
+    const somaError_t status = somaFreeAsync(ptr, stream);
+    if (status != somaSuccess) [[unlikely]] fail("somaFreeAsync", status);
+  }
+};
+
+struct system_allocator {
+  static constexpr const char* name = "system";
+  void* allocate(std::size_t bytes) {
+    void* ptr = std::malloc(bytes);
+    if (ptr == nullptr) [[unlikely]] {
+      std::fprintf(stderr, "alloc_pairs_bench: malloc(%zu) failed\n", bytes);
+      std::exit(1);
+    }
+    return ptr;
+  }
+  void deallocate(void* ptr) { std::free(ptr); }
+};
+
+// ---- timing -------------------------------------------------------------------------------
+
+double seconds_since(clock_type::time_point start) {
+  return std::chrono::duration<double>(clock_type::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// Runs batch() (which performs `pairs_per_batch` pairs) until trial_seconds pass; returns ns
+// per pair. The median over the trials is reported.
+template <class Batch>
+double time_pairs(const settings& config, long pairs_per_batch, Batch&& batch) {
+  std::vector<double> results;
+  for (int trial = 0; trial < config.trials; ++trial) {
+    long pairs = 0;
+    const clock_type::time_point start = clock_type::now();
+    double elapsed = 0;
+    do {
+      for (int i = 0; i < 16; ++i) batch();
+      pairs += 16 * pairs_per_batch;
+      elapsed = seconds_since(start);
+    } while (elapsed < config.trial_seconds);
+    results.push_back(elapsed * 1e9 / static_cast<double>(pairs));
+  }
+  return median(results);
+}
+
+template <class Allocator>
+double pair_ns(const settings& config, Allocator& allocator, std::size_t bytes) {
+  return time_pairs(config, 1, [&] {
+    void* ptr = allocator.allocate(bytes);
+    escape(ptr);
+    allocator.deallocate(ptr);
+  });
+}
+
+template <class Allocator>
+double live_ns(const settings& config, Allocator& allocator, std::size_t bytes) {
+  void* ptrs[kLiveCount];
+  return time_pairs(config, kLiveCount, [&] {
+    for (void*& ptr : ptrs) {
+      ptr = allocator.allocate(bytes);
+      escape(ptr);
+    }
+    for (void* ptr : ptrs) allocator.deallocate(ptr);
+  });
+}
+
+// N threads, each with its own allocator (for soma: its own stream), run pairs until main says
+// stop; returns aggregate ns per pair (wall time / all pairs of all threads).
+template <class Allocator>
+double threaded_ns(const settings& config, std::vector<Allocator>& allocators, std::size_t bytes) {
+  const int thread_count = static_cast<int>(allocators.size());
+  std::vector<double> results;
+  for (int trial = 0; trial < config.trials; ++trial) {
+    std::atomic<bool> stop{false};
+    std::vector<long> pairs(static_cast<std::size_t>(thread_count), 0);
+    std::barrier start_line(thread_count + 1);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < thread_count; ++t) {
+      threads.emplace_back([&, t] {
+        Allocator& allocator = allocators[static_cast<std::size_t>(t)];
+        for (int i = 0; i < 1000; ++i) allocator.deallocate(allocator.allocate(bytes));  // warm
+        start_line.arrive_and_wait();
+        long done = 0;
+        while (!stop.load(std::memory_order_relaxed)) {
+          for (int i = 0; i < 64; ++i) {
+            void* ptr = allocator.allocate(bytes);
+            escape(ptr);
+            allocator.deallocate(ptr);
+          }
+          done += 64;
+        }
+        pairs[static_cast<std::size_t>(t)] = done;
+      });
+    }
+    start_line.arrive_and_wait();
+    const clock_type::time_point start = clock_type::now();
+    std::this_thread::sleep_for(std::chrono::duration<double>(config.trial_seconds));
+    stop.store(true);
+    for (std::thread& thread : threads) thread.join();
+    const double elapsed = seconds_since(start);
+    long total = 0;
+    for (long count : pairs) total += count;
+    results.push_back(elapsed * 1e9 / static_cast<double>(total));
+  }
+  return median(results);
+}
+
+// ---- report ---------------------------------------------------------------------------------
+
+std::string size_name(std::size_t bytes) {
+  char text[32];
+  if (bytes >= MiB) {
+    std::snprintf(text, sizeof text, "%zu MiB", bytes / MiB);
+  } else if (bytes >= KiB) {
+    std::snprintf(text, sizeof text, "%zu KiB", bytes / KiB);
+  } else {
+    std::snprintf(text, sizeof text, "%zu B", bytes);
+  }
+  return text;
+}
+
+void print_header() {
+  std::printf("%-44s %12s %12s %10s %12s\n", "scenario", "soma ns", "system ns", "soma/sys",
+              "soma M/s");
+  std::printf("%s\n", std::string(94, '-').c_str());
+}
+
+void print_row(const std::string& scenario, double soma_ns, double system_ns) {
+  std::printf("%-44s %12.1f %12.1f %10.2f %12.2f\n", scenario.c_str(), soma_ns, system_ns,
+              soma_ns / system_ns, 1e3 / soma_ns);
+  std::fflush(stdout);
+}
+
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const std::size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "unknown";
+}
+
+void print_machine(const settings& config) {
+  const std::time_t now = std::time(nullptr);
+  char date[64];
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
+  utsname system_name{};
+  uname(&system_name);
+  const char* backend = "?";
+  SOMA_BENCH_CHECK(somaGetBackendName(&backend));
+  int granularity_kib = 0;
+  SOMA_BENCH_CHECK(somaDeviceGetAttribute(&granularity_kib, somaDevAttrAllocationGranularityKiB, 0));
+  std::printf("alloc_pairs_bench — soma vs the system allocator (malloc/free)\n");
+  std::printf("date        %s\n", date);
+  std::printf("cpu         %s (%u hardware threads)\n", cpu_model().c_str(),
+              std::thread::hardware_concurrency());
+  std::printf("kernel      %s %s %s\n", system_name.sysname, system_name.release,
+              system_name.machine);
+  std::printf("compiler    %s%s\n", __VERSION__,
+#ifdef NDEBUG
+              ", NDEBUG"
+#else
+              ", assertions ON (not a release build: figures are pessimistic)"
+#endif
+  );
+  std::printf("soma        backend %s, granularity %d KiB\n", backend, granularity_kib);
+  std::printf("method      median of %d trials of %.0f ms each; ns per alloc+free pair;\n"
+              "            warm pool, release threshold UINT64_MAX unless said (S12)\n\n",
+              config.trials, config.trial_seconds * 1e3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  settings config;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      config.trial_seconds = 0.01;
+      config.trials = 3;
+    } else {
+      std::fprintf(stderr, "usage: alloc_pairs_bench [--quick]\n");
+      return 2;
+    }
+  }
+  print_machine(config);
+
+  somaMemPool_t default_pool = nullptr;
+  SOMA_BENCH_CHECK(somaDeviceGetDefaultMemPool(&default_pool, 0));
+  std::uint64_t keep_everything = UINT64_MAX;
+  SOMA_BENCH_CHECK(
+      somaMemPoolSetAttribute(default_pool, somaMemPoolAttrReleaseThreshold, &keep_everything));
+
+  somaStream_t stream = nullptr;
+  SOMA_BENCH_CHECK(somaStreamCreate(&stream));
+  soma_allocator soma{stream, nullptr};
+  system_allocator system;
+
+  // Warm-up: every size once, and the 64-live shapes, then a synchronize, outside the timing.
+  const std::size_t pair_sizes[] = {256, 4 * KiB, 64 * KiB, 1 * MiB, 64 * MiB};
+  const std::size_t live_sizes[] = {256, 4 * KiB, 64 * KiB, 1 * MiB};
+  for (std::size_t bytes : live_sizes) {
+    void* ptrs[kLiveCount];
+    for (void*& ptr : ptrs) ptr = soma.allocate(bytes);
+    for (void* ptr : ptrs) soma.deallocate(ptr);
+  }
+  soma.deallocate(soma.allocate(64 * MiB));
+  SOMA_BENCH_CHECK(somaStreamSynchronize(stream));
+
+  // One discarded round, so that the first row does not pay for the CPU's ramp-up.
+  (void)pair_ns(config, soma, 256);
+  (void)pair_ns(config, system, 256);
+
+  print_header();
+  for (std::size_t bytes : pair_sizes) {
+    const double soma_ns = pair_ns(config, soma, bytes);
+    const double system_ns = pair_ns(config, system, bytes);
+    print_row("pair, same stream, " + size_name(bytes), soma_ns, system_ns);
+  }
+  for (std::size_t bytes : live_sizes) {
+    const double soma_ns = live_ns(config, soma, bytes);
+    const double system_ns = live_ns(config, system, bytes);
+    print_row("64 live then 64 frees, " + size_name(bytes) + ", per pair", soma_ns, system_ns);
+  }
+  SOMA_BENCH_CHECK(somaStreamSynchronize(stream));
+
+  for (int thread_count : {1, 2}) {
+    std::vector<soma_allocator> soma_threads;
+    std::vector<somaStream_t> streams;
+    for (int t = 0; t < thread_count; ++t) {
+      somaStream_t own = nullptr;
+      SOMA_BENCH_CHECK(somaStreamCreate(&own));
+      streams.push_back(own);
+      soma_threads.push_back(soma_allocator{own, nullptr});
+    }
+    std::vector<system_allocator> system_threads(static_cast<std::size_t>(thread_count));
+    const double soma_ns = threaded_ns(config, soma_threads, 4 * KiB);
+    const double system_ns = threaded_ns(config, system_threads, 4 * KiB);
+    print_row(std::to_string(thread_count) + " thread(s), own stream, 4 KiB, aggregate", soma_ns,
+              system_ns);
+    for (somaStream_t own : streams) {
+      SOMA_BENCH_CHECK(somaStreamSynchronize(own));
+      SOMA_BENCH_CHECK(somaStreamDestroy(own));
+    }
+  }
+
+  // Threshold 0: every synchronize gives the memory back, the next allocation maps it again.
+  somaMemPoolProps props{};
+  props.allocType = somaMemAllocationTypePinned;
+  props.location.type = somaMemLocationTypeDevice;
+  props.location.id = 0;
+  somaMemPool_t small_pool = nullptr;
+  SOMA_BENCH_CHECK(somaMemPoolCreate(&small_pool, &props));
+  soma_allocator cold{stream, small_pool};
+  const double soma_cold_ns = time_pairs(config, 1, [&] {
+    void* ptr = cold.allocate(64 * MiB);
+    escape(ptr);
+    cold.deallocate(ptr);
+    SOMA_BENCH_CHECK(somaStreamSynchronize(stream));
+  });
+  const double system_cold_ns = pair_ns(config, system, 64 * MiB);
+  print_row("threshold 0: 64 MiB pair + stream sync", soma_cold_ns, system_cold_ns);
+  std::printf("\nsoma ns / system ns: per alloc+free pair (aggregate rows: wall time / all "
+              "pairs);\nsoma/sys below 1 means soma is faster. soma M/s: million pairs per "
+              "second.\nThe threshold-0 row compares against plain malloc+free (no "
+              "synchronize exists there).\n");
+
+  SOMA_BENCH_CHECK(somaMemPoolDestroy(small_pool));
+  SOMA_BENCH_CHECK(somaStreamDestroy(stream));
+  return 0;
+}

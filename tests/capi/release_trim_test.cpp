@@ -1,0 +1,321 @@
+// Physical caching and release (S9) at synchronization points (S12), and somaMemPoolTrimTo.
+// reserved = committed physical bytes (whole granules); the device's free bytes
+// (somaMemGetInfo) rise when a pool gives memory back.
+#include <soma/soma.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include "soma_test_util.hpp"
+#include "stream_gate.hpp"
+
+namespace {
+
+using namespace soma_test;
+
+class S9_S12_Release : public capi_test {};
+class S9_Trim : public capi_test {};
+
+enum class sync_kind { stream, event, device };
+
+std::string sync_name(const ::testing::TestParamInfo<sync_kind>& info) {
+  switch (info.param) {
+    case sync_kind::stream: return "StreamSynchronize";
+    case sync_kind::event: return "EventSynchronize";
+    case sync_kind::device: return "DeviceSynchronize";
+  }
+  return "unknown";
+}
+
+somaError_t synchronize(sync_kind kind, somaStream_t stream) {
+  switch (kind) {
+    case sync_kind::stream: return somaStreamSynchronize(stream);
+    case sync_kind::event: {
+      somaEvent_t event = nullptr;
+      somaError_t status = somaEventCreate(&event);
+      if (status != somaSuccess) return status;
+      status = somaEventRecord(event, stream);
+      if (status == somaSuccess) status = somaEventSynchronize(event);
+      const somaError_t destroyed = somaEventDestroy(event);
+      return status != somaSuccess ? status : destroyed;
+    }
+    case sync_kind::device: return somaDeviceSynchronize();
+  }
+  return somaErrorUnknown;
+}
+
+class S9_S12_ReleaseAtSynchronize : public capi_test,
+                                    public ::testing::WithParamInterface<sync_kind> {};
+
+TEST_P(S9_S12_ReleaseAtSynchronize, ThresholdZeroReturnsFreedMemory) {
+  unique_stream stream;
+  unique_pool pool(0);
+  ASSERT_EQ(pool_u64(pool, somaMemPoolAttrReleaseThreshold), 0u) << "S9: default threshold 0";
+  SOMA_ASSERT_OK(somaDeviceSynchronize());
+  const std::size_t free_at_start = device_memory_info(0).free_bytes;
+
+  constexpr std::size_t size = 8 * MiB;
+  void* pointer = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, size, pool, stream));
+  const std::uint64_t reserved = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
+  EXPECT_GE(reserved, size);
+  EXPECT_EQ(reserved % granularity_bytes(0), 0u);
+  EXPECT_EQ(device_memory_info(0).free_bytes, free_at_start - reserved)
+      << "free bytes of the device = total - committed";
+  SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
+  SOMA_ASSERT_OK(synchronize(GetParam(), stream));
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), 0u);
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrUsedMemCurrent), 0u);
+  EXPECT_EQ(device_memory_info(0).free_bytes, free_at_start);
+}
+
+TEST_P(S9_S12_ReleaseAtSynchronize, MaxThresholdKeepsFreedMemory) {
+  unique_stream stream;
+  unique_pool pool(0);
+  SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrReleaseThreshold), UINT64_MAX);
+  constexpr std::size_t size = 8 * MiB;
+  void* pointer = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, size, pool, stream));
+  const std::uint64_t reserved = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
+  const std::size_t free_bytes = device_memory_info(0).free_bytes;
+  SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
+  SOMA_ASSERT_OK(synchronize(GetParam(), stream));
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), reserved);
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrUsedMemCurrent), 0u) << "S10: used vs reserved";
+  EXPECT_EQ(device_memory_info(0).free_bytes, free_bytes);
+
+  // The cached memory serves the next allocation without committing more.
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, size, pool, stream));
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), reserved);
+  SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
+  SOMA_ASSERT_OK(synchronize(GetParam(), stream));
+
+  // Lowering the threshold takes effect at the next synchronize.
+  SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, 0));
+  SOMA_ASSERT_OK(synchronize(GetParam(), stream));
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(SyncKinds, S9_S12_ReleaseAtSynchronize,
+                         ::testing::Values(sync_kind::stream, sync_kind::event,
+                                           sync_kind::device),
+                         sync_name);
+
+TEST_F(S9_S12_Release, ThresholdBoundsWhatStaysCached) {
+  unique_stream stream;
+  unique_pool pool(0);
+  constexpr std::uint64_t threshold = 4 * MiB;
+  SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, threshold));
+  void* pointer = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, 16 * MiB, pool, stream));
+  SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
+  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+  const std::uint64_t reserved = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
+  EXPECT_LE(reserved, threshold) << "memory beyond the threshold goes back";
+  EXPECT_GT(reserved, 0u) << "memory within the threshold stays cached";
+  EXPECT_EQ(reserved % granularity_bytes(0), 0u);
+}
+
+TEST_F(S9_S12_Release, LiveMemoryIsNeverReleased) {
+  unique_stream stream;
+  unique_pool pool(0);
+  constexpr std::size_t size = 2 * MiB;
+  void* live = nullptr;
+  void* freed = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&live, size, pool, stream));
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&freed, 6 * MiB, pool, stream));
+  SOMA_ASSERT_OK(somaMemsetAsync(live, 0x6D, size, stream));
+  SOMA_ASSERT_OK(somaFreeAsync(freed, stream));
+  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+  const std::uint64_t reserved = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
+  EXPECT_GE(reserved, size);
+  EXPECT_LT(reserved, size + 6 * MiB) << "the freed 6 MiB should have gone back";
+  const auto* bytes = static_cast<const unsigned char*>(live);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < size; ++i) wrong += bytes[i] != 0x6D ? 1 : 0;
+  EXPECT_EQ(wrong, 0u) << "release touched a live allocation";
+  SOMA_ASSERT_OK(somaFreeAsync(live, stream));
+  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), 0u);
+}
+
+TEST_F(S9_S12_Release, WholeGranulesOfAFreeBlockNextToLiveMemoryGoBack) {
+  // The freed block shares its last granule with a live allocation: every other granule of it
+  // lies in whole granules and must go back (api-behaviour.md, Release).
+  unique_stream stream;
+  unique_pool pool(0);
+  const std::size_t granule = granularity_bytes(0);
+  void* big = nullptr;
+  void* small = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&big, 16 * granule + 1000, pool, stream));
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&small, 1000, pool, stream));
+  SOMA_ASSERT_OK(somaFreeAsync(big, stream));
+  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+  EXPECT_LE(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), 2 * granule)
+      << "only the granules under the live 1000-byte allocation may stay";
+  SOMA_ASSERT_OK(somaMemPoolTrimTo(pool, 0));
+  EXPECT_LE(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), 2 * granule);
+  SOMA_ASSERT_OK(somaFreeAsync(small, stream));
+  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), 0u);
+}
+
+TEST_F(S9_S12_Release, ReuseThenFreeEverythingLeavesNothingReserved) {
+  // Found by the model test (seed 1): a block reused at the same address, then a release while
+  // a neighbour is live, then the last free. Every byte must come back.
+  unique_stream stream;
+  SOMA_ASSERT_OK(somaDeviceSynchronize());
+  const std::size_t free_at_start = device_memory_info(0).free_bytes;
+  {
+    unique_pool pool(0);
+    void* a = nullptr;
+    void* b = nullptr;
+    void* c = nullptr;
+    void* d = nullptr;
+    SOMA_ASSERT_OK(somaMallocFromPoolAsync(&a, 14861, pool, stream));
+    SOMA_ASSERT_OK(somaMallocFromPoolAsync(&b, 53945, pool, stream));
+    SOMA_ASSERT_OK(somaFreeAsync(b, stream));
+    SOMA_ASSERT_OK(somaFreeAsync(a, stream));
+    SOMA_ASSERT_OK(somaMallocFromPoolAsync(&c, 300104, pool, stream));
+    SOMA_ASSERT_OK(somaFreeAsync(c, stream));
+    SOMA_ASSERT_OK(somaMallocFromPoolAsync(&d, 1009, pool, stream));
+    SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+    SOMA_ASSERT_OK(somaFreeAsync(d, stream));
+    SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+    EXPECT_EQ(pool_u64(pool, somaMemPoolAttrUsedMemCurrent), 0u);
+    EXPECT_EQ(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), 0u)
+        << "everything was freed and synchronized at threshold 0";
+    SOMA_ASSERT_OK(somaMemPoolTrimTo(pool, 0));
+    EXPECT_EQ(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), 0u);
+  }  // pool destroyed
+  SOMA_ASSERT_OK(somaDeviceSynchronize());
+  EXPECT_EQ(device_memory_info(0).free_bytes, free_at_start) << "device memory was lost";
+}
+
+TEST_F(S9_S12_Release, IncompleteFreeIsNotReleasedBySynchronizingAnotherStream) {
+  unique_stream freeing;
+  unique_stream other;
+  unique_pool pool(0);
+  void* pointer = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, 4 * MiB, pool, freeing));
+  const std::uint64_t reserved = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
+  stream_gate gate;
+  SOMA_ASSERT_OK(gate.hold(freeing));
+  SOMA_ASSERT_OK(somaFreeAsync(pointer, freeing));
+  SOMA_ASSERT_OK(somaStreamSynchronize(other));
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), reserved)
+      << "memory whose free has not run was released";
+  gate.open();
+  SOMA_ASSERT_OK(somaStreamSynchronize(freeing));
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), 0u);
+}
+
+TEST_F(S9_S12_Release, DefaultPoolReleasesToo) {
+  unique_stream stream;
+  const somaMemPool_t pool = default_pool(0);
+  SOMA_ASSERT_OK(somaDeviceSynchronize());
+  const std::size_t free_at_start = device_memory_info(0).free_bytes;
+  void* pointer = nullptr;
+  SOMA_ASSERT_OK(somaMallocAsync(&pointer, 16 * MiB, stream));
+  EXPECT_LE(device_memory_info(0).free_bytes, free_at_start - 16 * MiB);
+  SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
+  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+  EXPECT_EQ(device_memory_info(0).free_bytes, free_at_start);
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), 0u);
+}
+
+// ---- TrimTo ---------------------------------------------------------------------------------
+
+struct cached_pool {
+  unique_stream stream;
+  unique_pool pool{0};
+
+  /// Leaves `bytes` of completed, cached frees in the pool (threshold at max).
+  void cache(std::size_t bytes) {
+    SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
+    void* pointer = nullptr;
+    SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, bytes, pool, stream));
+    SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
+    SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+    ASSERT_GE(reserved(), bytes);
+  }
+
+  std::uint64_t reserved() const { return pool_u64(pool, somaMemPoolAttrReservedMemCurrent); }
+};
+
+TEST_F(S9_Trim, TrimToZeroReleasesAllCompletedFrees) {
+  cached_pool setup;
+  ASSERT_NO_FATAL_FAILURE(setup.cache(16 * MiB));
+  const std::size_t free_before = device_memory_info(0).free_bytes;
+  SOMA_ASSERT_OK(somaMemPoolTrimTo(setup.pool, 0));
+  EXPECT_EQ(setup.reserved(), 0u);
+  EXPECT_GE(device_memory_info(0).free_bytes, free_before + 16 * MiB);
+}
+
+TEST_F(S9_Trim, TrimToKeepsAtMostTheRequestedBytes) {
+  cached_pool setup;
+  ASSERT_NO_FATAL_FAILURE(setup.cache(16 * MiB));
+  const std::uint64_t keep = 6 * MiB;
+  SOMA_ASSERT_OK(somaMemPoolTrimTo(setup.pool, keep));
+  const std::uint64_t reserved = setup.reserved();
+  EXPECT_LE(reserved, keep);
+  EXPECT_EQ(reserved % granularity_bytes(0), 0u);
+}
+
+TEST_F(S9_Trim, TrimAboveReservedIsANoOp) {
+  cached_pool setup;
+  ASSERT_NO_FATAL_FAILURE(setup.cache(4 * MiB));
+  const std::uint64_t reserved = setup.reserved();
+  SOMA_ASSERT_OK(somaMemPoolTrimTo(setup.pool, reserved + 64 * MiB));
+  EXPECT_EQ(setup.reserved(), reserved);
+}
+
+TEST_F(S9_Trim, TrimKeepsLiveMemoryAndItsContents) {
+  cached_pool setup;
+  SOMA_ASSERT_OK(set_pool_u64(setup.pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
+  constexpr std::size_t live_size = 3 * MiB;
+  void* live = nullptr;
+  void* freed = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&freed, 5 * MiB, setup.pool, setup.stream));
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&live, live_size, setup.pool, setup.stream));
+  SOMA_ASSERT_OK(somaMemsetAsync(live, 0x77, live_size, setup.stream));
+  SOMA_ASSERT_OK(somaFreeAsync(freed, setup.stream));
+  SOMA_ASSERT_OK(somaStreamSynchronize(setup.stream));
+  SOMA_ASSERT_OK(somaMemPoolTrimTo(setup.pool, 0));
+  const std::uint64_t reserved = setup.reserved();
+  EXPECT_GE(reserved, live_size);
+  EXPECT_LT(reserved, live_size + 5 * MiB);
+  EXPECT_EQ(pool_u64(setup.pool, somaMemPoolAttrUsedMemCurrent), live_size);
+  const auto* bytes = static_cast<const unsigned char*>(live);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < live_size; ++i) wrong += bytes[i] != 0x77 ? 1 : 0;
+  EXPECT_EQ(wrong, 0u);
+  SOMA_ASSERT_OK(somaFreeAsync(live, setup.stream));
+  SOMA_ASSERT_OK(somaStreamSynchronize(setup.stream));
+  SOMA_ASSERT_OK(somaMemPoolTrimTo(setup.pool, 0));
+  EXPECT_EQ(setup.reserved(), 0u);
+}
+
+TEST_F(S9_Trim, TrimLeavesFreesNotKnownCompleteAlone) {
+  cached_pool setup;
+  SOMA_ASSERT_OK(set_pool_u64(setup.pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
+  constexpr std::size_t size = 4 * MiB;
+  void* pointer = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, size, setup.pool, setup.stream));
+  stream_gate gate;
+  SOMA_ASSERT_OK(gate.hold(setup.stream));
+  SOMA_ASSERT_OK(somaFreeAsync(pointer, setup.stream));
+  SOMA_ASSERT_OK(somaMemPoolTrimTo(setup.pool, 0));
+  EXPECT_GE(setup.reserved(), size) << "trim released memory whose free had not run";
+  gate.open();
+  SOMA_ASSERT_OK(somaStreamSynchronize(setup.stream));
+  SOMA_ASSERT_OK(somaMemPoolTrimTo(setup.pool, 0));
+  EXPECT_EQ(setup.reserved(), 0u);
+}
+
+}  // namespace

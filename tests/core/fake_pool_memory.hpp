@@ -1,0 +1,204 @@
+// A fake soma::detail::pool_memory for core pool tests: synthetic addresses, no mapping.
+//
+// The pool never touches the memory it manages, so reserve hands out made-up, granule
+// aligned addresses and commit only records the range. The fake checks the pool's side of
+// the contract on every call (commits granule aligned, inside a live reservation, never
+// overlapping another commit; decommits inside one commit, and the whole of it unless partial
+// decommit is allowed) and reports violations as
+// gtest failures. It can be told to fail the N-th commit (out_of_memory), every reservation,
+// or reservations above a size (address_space_exhausted); allow_partial_decommit sets what
+// can_decommit_part() answers.
+//
+// The state lives in a shared fake_memory_state so a test keeps observing it while the pool
+// owns the fake (and after the pool is destroyed).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "core/pool_memory.hpp"
+#include "core/status.hpp"
+
+namespace soma_test {
+
+struct fake_memory_state {
+  struct range {
+    std::uintptr_t address = 0;
+    std::size_t bytes = 0;
+  };
+
+  std::size_t granularity_bytes = std::size_t{64} << 10;
+
+  // -- failure injection ----------------------------------------------------------------
+  /// Fails the commit with this 1-based number (counting every commit call); 0 = never.
+  std::size_t fail_commit_number = 0;
+  /// Every reserve call fails with address_space_exhausted.
+  bool fail_reservations = false;
+  /// Reserve calls for more than this many bytes fail with address_space_exhausted.
+  std::size_t max_reservation_bytes = std::numeric_limits<std::size_t>::max();
+  /// What can_decommit_part() answers: may part of a commit be released on its own.
+  bool allow_partial_decommit = false;
+
+  // -- observations -----------------------------------------------------------------------
+  std::size_t commit_calls = 0;
+  std::size_t reserve_calls = 0;
+  std::map<std::uintptr_t, range> reservations;    ///< live reservations by base
+  std::map<std::uintptr_t, std::size_t> committed; ///< committed ranges by address
+  std::map<std::uint64_t, range> tokens;           ///< commit token -> range
+  std::map<std::uint64_t, std::size_t> token_decommitted;  ///< token -> bytes released so far
+  std::vector<range> commits;                      ///< every successful commit, in order
+  std::vector<range> decommits;                    ///< every decommit, in order
+  std::uint64_t next_token = 1;
+  std::uintptr_t next_base = std::uintptr_t{0x100000000000};
+
+  std::size_t committed_bytes() const {
+    std::size_t total = 0;
+    for (const auto &[address, bytes] : committed)
+      total += bytes;
+    return total;
+  }
+  /// True if [address, address + bytes) lies inside one committed range.
+  bool is_committed(std::uintptr_t address, std::size_t bytes) const {
+    auto it = committed.upper_bound(address);
+    if (it == committed.begin())
+      return false;
+    --it;
+    // Adjacent commits (tail extension) form one contiguous range: follow them.
+    std::uintptr_t end = it->first + it->second;
+    if (address >= end)
+      return false;
+    while (end < address + bytes) {
+      auto next = committed.find(end);
+      if (next == committed.end())
+        return false;
+      end = next->first + next->second;
+    }
+    return true;
+  }
+};
+
+class fake_pool_memory final : public soma::detail::pool_memory {
+public:
+  explicit fake_pool_memory(std::shared_ptr<fake_memory_state> state) : state_(std::move(state)) {}
+
+  std::size_t granularity_bytes() const override { return state_->granularity_bytes; }
+
+  soma::detail::result<std::uintptr_t> reserve(std::size_t bytes) override {
+    using soma::detail::error_code;
+    fake_memory_state &s = *state_;
+    ++s.reserve_calls;
+    EXPECT_EQ(bytes % s.granularity_bytes, 0u) << "reservation size not granule aligned";
+    if (s.fail_reservations || bytes > s.max_reservation_bytes) {
+      return soma::detail::status(error_code::address_space_exhausted,
+                                  "fake address space limit hit reserving " +
+                                      std::to_string(bytes) + " B");
+    }
+    const std::uintptr_t base = s.next_base;
+    // Leave a gap of one granule so separate reservations are never contiguous.
+    s.next_base += bytes + s.granularity_bytes;
+    s.reservations[base] = {base, bytes};
+    return base;
+  }
+
+  void free_reservation(std::uintptr_t base, std::size_t bytes) override {
+    fake_memory_state &s = *state_;
+    auto it = s.reservations.find(base);
+    if (it == s.reservations.end()) {
+      ADD_FAILURE() << "free_reservation of unknown base " << std::hex << base;
+      return;
+    }
+    EXPECT_EQ(it->second.bytes, bytes) << "free_reservation with a different size";
+    // Nothing may stay committed inside a freed reservation.
+    for (const auto &[address, length] : s.committed) {
+      EXPECT_FALSE(address >= base && address < base + bytes)
+          << "reservation freed while still committed at " << std::hex << address;
+    }
+    s.reservations.erase(it);
+  }
+
+  soma::detail::result<std::uint64_t> commit(std::uintptr_t address, std::size_t bytes) override {
+    using soma::detail::error_code;
+    fake_memory_state &s = *state_;
+    ++s.commit_calls;
+    if (s.commit_calls == s.fail_commit_number) {
+      return soma::detail::status(error_code::out_of_memory,
+                                  "fake device out of memory committing " + std::to_string(bytes) +
+                                      " B");
+    }
+    EXPECT_GT(bytes, 0u);
+    EXPECT_EQ(address % s.granularity_bytes, 0u) << "commit address not granule aligned";
+    EXPECT_EQ(bytes % s.granularity_bytes, 0u) << "commit size not granule aligned";
+    bool inside = false;
+    for (const auto &[base, r] : s.reservations) {
+      inside = inside || (address >= base && address + bytes <= base + r.bytes);
+    }
+    EXPECT_TRUE(inside) << "commit outside every reservation at " << std::hex << address;
+    auto next = s.committed.lower_bound(address);
+    if (next != s.committed.end()) {
+      EXPECT_GE(next->first, address + bytes) << "commit overlaps a later committed range";
+    }
+    if (next != s.committed.begin()) {
+      auto previous = std::prev(next);
+      EXPECT_LE(previous->first + previous->second, address)
+          << "commit overlaps an earlier committed range";
+    }
+    s.committed[address] = bytes;
+    const std::uint64_t token = s.next_token++;
+    s.tokens[token] = {address, bytes};
+    s.commits.push_back({address, bytes});
+    return token;
+  }
+
+  void decommit(std::uintptr_t address, std::size_t bytes, std::uint64_t token,
+                std::size_t offset_bytes) override {
+    fake_memory_state &s = *state_;
+    auto t = s.tokens.find(token);
+    if (t == s.tokens.end()) {
+      ADD_FAILURE() << "decommit with unknown token " << token;
+      return;
+    }
+    const fake_memory_state::range whole = t->second;
+    EXPECT_EQ(address, whole.address + offset_bytes) << "offset does not match the commit";
+    EXPECT_LE(offset_bytes + bytes, whole.bytes) << "decommit beyond its commit";
+    if (!s.allow_partial_decommit) {
+      EXPECT_EQ(offset_bytes, 0u) << "part of a commit released without can_decommit_part()";
+      EXPECT_EQ(bytes, whole.bytes) << "part of a commit released without can_decommit_part()";
+    }
+    EXPECT_GT(bytes, 0u);
+    EXPECT_EQ(address % s.granularity_bytes, 0u) << "decommit address not granule aligned";
+    EXPECT_EQ(bytes % s.granularity_bytes, 0u) << "decommit size not granule aligned";
+    // The range must be committed now; what is left of its committed range stays committed.
+    auto it = s.committed.upper_bound(address);
+    if (it == s.committed.begin() || std::prev(it)->first + std::prev(it)->second < address + bytes) {
+      ADD_FAILURE() << "decommit of a range not committed at " << std::hex << address;
+      return;
+    }
+    --it;
+    const std::uintptr_t start = it->first;
+    const std::uintptr_t end = it->first + it->second;
+    s.committed.erase(it);
+    if (start < address) s.committed[start] = address - start;
+    if (address + bytes < end) s.committed[address + bytes] = end - (address + bytes);
+    s.token_decommitted[token] += bytes;
+    if (s.token_decommitted[token] >= whole.bytes) {
+      s.token_decommitted.erase(token);
+      s.tokens.erase(t);
+    }
+    s.decommits.push_back({address, bytes});
+  }
+
+  bool can_decommit_part() const override { return state_->allow_partial_decommit; }
+
+private:
+  std::shared_ptr<fake_memory_state> state_;
+};
+
+} // namespace soma_test

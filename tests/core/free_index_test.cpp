@@ -1,0 +1,209 @@
+// free_index: best fit by size, coalescing of interchangeable neighbours (S3, S9, S11).
+#include "core/free_index.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+namespace {
+
+using soma::detail::block;
+using soma::detail::block_state;
+using soma::detail::free_index;
+using soma::detail::free_stamp;
+using soma::detail::stream_timeline;
+
+constexpr std::uintptr_t kBase = 0x200000000000;
+
+class FreeIndex : public ::testing::Test {
+protected:
+  ~FreeIndex() override {
+    for (auto &[address, b] : all_blocks_)
+      delete b;
+  }
+
+  /// Adjacent blocks starting at kBase (or after the previous run), linked in address order,
+  /// registered in the block map, all detached (as a pool hands them to the index).
+  std::vector<block *> make_run(const std::vector<std::size_t> &sizes,
+                                std::uintptr_t base = kBase) {
+    std::vector<block *> run;
+    std::uintptr_t address = base;
+    for (std::size_t size : sizes) {
+      auto *b = new block();
+      b->address = address;
+      b->size_bytes = size;
+      if (!run.empty()) {
+        b->previous_adjacent = run.back();
+        run.back()->next_adjacent = b;
+      }
+      all_blocks_.emplace(address, b);
+      run.push_back(b);
+      address += size;
+    }
+    return run;
+  }
+
+  std::map<std::uintptr_t, block *> all_blocks_;
+  free_index index_{all_blocks_};
+  stream_timeline a_{0};
+  stream_timeline b_{1};
+};
+
+TEST_F(FreeIndex, S3_InsertMergesWithIndexedNeighbours) {
+  auto run = make_run({256, 512, 1024});
+  index_.insert(run[0]);
+  index_.insert(run[2]);
+  EXPECT_EQ(index_.block_count(), 2u);
+  EXPECT_EQ(index_.free_bytes(), 1280u);
+  block *merged = index_.insert(run[1]); // run[1] and run[2] are absorbed
+  EXPECT_EQ(merged->address, kBase);
+  EXPECT_EQ(merged->size_bytes, 1792u);
+  EXPECT_EQ(merged->current_state(), block_state::indexed);
+  EXPECT_EQ(merged->next_adjacent, nullptr);
+  EXPECT_EQ(index_.block_count(), 1u);
+  EXPECT_EQ(index_.free_bytes(), 1792u);
+  ASSERT_EQ(all_blocks_.size(), 1u);
+  EXPECT_EQ(all_blocks_.begin()->second, merged);
+}
+
+TEST_F(FreeIndex, S3_NoMergeWithLiveOrDetachedNeighbours) {
+  auto run = make_run({256, 256, 256});
+  run[0]->set_state(block_state::live);
+  // run[2] stays detached (being carved): not mergeable.
+  block *b = index_.insert(run[1]);
+  EXPECT_EQ(b, run[1]);
+  EXPECT_EQ(b->size_bytes, 256u);
+  EXPECT_EQ(index_.block_count(), 1u);
+  EXPECT_EQ(all_blocks_.size(), 3u);
+}
+
+TEST_F(FreeIndex, S11_PendingFreesOfDifferentStreamsDoNotMerge) {
+  a_.note_enqueued();
+  b_.note_enqueued();
+  auto run = make_run({256, 256, 256});
+  run[0]->stamp = free_stamp{&a_, 1};
+  run[1]->stamp = free_stamp{&b_, 1};
+  run[2]->stamp = {}; // proven free memory
+  index_.insert(run[0]);
+  index_.insert(run[1]);
+  index_.insert(run[2]);
+  EXPECT_EQ(index_.block_count(), 3u);
+  EXPECT_EQ(index_.free_bytes(), 768u);
+}
+
+TEST_F(FreeIndex, S11_PendingFreesOfOneStreamMergeKeepingTheLatestPosition) {
+  for (int i = 0; i < 7; ++i)
+    a_.note_enqueued();
+  auto run = make_run({256, 256});
+  run[0]->stamp = free_stamp{&a_, 7};
+  run[1]->stamp = free_stamp{&a_, 3};
+  index_.insert(run[0]);
+  block *merged = index_.insert(run[1]);
+  EXPECT_EQ(index_.block_count(), 1u);
+  EXPECT_EQ(merged->size_bytes, 512u);
+  EXPECT_EQ(merged->stamp.timeline, &a_);
+  EXPECT_EQ(merged->stamp.position, 7u);
+  // Merging never makes memory usable earlier than its parts: proving 3 is not enough.
+  a_.prove_completed(3);
+  index_.promote(/*only_proven=*/true);
+  EXPECT_EQ(index_.take_best_fit(256, &b_), nullptr);
+  a_.prove_completed(7);
+  EXPECT_EQ(index_.take_best_fit(256, &b_), merged);
+}
+
+TEST_F(FreeIndex, S11_ProvenStampIsClearedOnInsertAndMerges) {
+  a_.note_enqueued();
+  a_.prove_completed(1);
+  auto run = make_run({256, 256});
+  run[0]->stamp = free_stamp{&a_, 1}; // already proven
+  index_.insert(run[1]);
+  block *merged = index_.insert(run[0]);
+  EXPECT_EQ(merged->stamp.timeline, nullptr);
+  EXPECT_EQ(merged->size_bytes, 512u);
+  EXPECT_EQ(index_.block_count(), 1u);
+}
+
+TEST_F(FreeIndex, S3_BestFitTakesSmallestFittingThenLowestAddress) {
+  // Separate runs so nothing merges.
+  block *big = make_run({4096}, kBase)[0];
+  block *mid_high = make_run({1024}, kBase + 0x100000)[0];
+  block *mid_low = make_run({1024}, kBase + 0x80000)[0];
+  block *small = make_run({256}, kBase + 0x200000)[0];
+  for (block *b : {big, mid_high, mid_low, small})
+    index_.insert(b);
+  EXPECT_EQ(index_.take_best_fit(512, &a_), mid_low);
+  EXPECT_EQ(mid_low->current_state(), block_state::detached);
+  EXPECT_EQ(index_.take_best_fit(512, &a_), mid_high);
+  EXPECT_EQ(index_.take_best_fit(512, &a_), big);
+  EXPECT_EQ(index_.take_best_fit(512, &a_), nullptr);
+  EXPECT_EQ(index_.take_best_fit(256, &a_), small);
+  EXPECT_EQ(index_.block_count(), 0u);
+  EXPECT_EQ(index_.free_bytes(), 0u);
+}
+
+TEST_F(FreeIndex, S11_PendingFreeServesItsOwnStreamOnly) {
+  a_.note_enqueued();
+  block *freed = make_run({1024})[0];
+  freed->stamp = free_stamp{&a_, 1};
+  index_.insert(freed);
+  EXPECT_EQ(index_.take_best_fit(1024, &b_), nullptr);
+  a_.note_completed(1); // completed but not proven to the user: still not for b
+  EXPECT_EQ(index_.take_best_fit(1024, &b_), nullptr);
+  EXPECT_EQ(index_.take_best_fit(1024, &a_), freed);
+}
+
+TEST_F(FreeIndex, S9_PromoteMergesWhatBecameProven) {
+  a_.note_enqueued();
+  auto run = make_run({256, 256, 256});
+  run[1]->stamp = free_stamp{&a_, 1};
+  index_.insert(run[0]);
+  index_.insert(run[1]);
+  index_.insert(run[2]);
+  EXPECT_EQ(index_.block_count(), 3u);
+  index_.promote(/*only_proven=*/true);
+  EXPECT_EQ(index_.block_count(), 3u); // nothing proven yet
+  a_.note_completed(1);
+  index_.promote(/*only_proven=*/true);
+  EXPECT_EQ(index_.block_count(), 3u); // completed is not proven
+  a_.prove_completed(1);
+  index_.promote(/*only_proven=*/true);
+  EXPECT_EQ(index_.block_count(), 1u);
+  EXPECT_EQ(index_.free_bytes(), 768u);
+  ASSERT_EQ(all_blocks_.size(), 1u);
+  EXPECT_EQ(all_blocks_.begin()->second->stamp.timeline, nullptr);
+  EXPECT_EQ(index_.take_best_fit(768, &b_), all_blocks_.begin()->second);
+}
+
+TEST_F(FreeIndex, S9_PromoteWithCompletedMergesAtTeardown) {
+  a_.note_enqueued();
+  b_.note_enqueued();
+  auto run = make_run({256, 256});
+  run[0]->stamp = free_stamp{&a_, 1};
+  run[1]->stamp = free_stamp{&b_, 1};
+  index_.insert(run[0]);
+  index_.insert(run[1]);
+  a_.note_completed(1);
+  index_.promote(/*only_proven=*/false);
+  EXPECT_EQ(index_.block_count(), 2u); // b's free has not completed
+  b_.note_completed(1);
+  index_.promote(/*only_proven=*/false);
+  EXPECT_EQ(index_.block_count(), 1u);
+  EXPECT_EQ(index_.free_bytes(), 512u);
+}
+
+TEST_F(FreeIndex, S3_RemoveTakesASpecificBlock) {
+  block *one = make_run({256}, kBase)[0];
+  block *two = make_run({256}, kBase + 0x10000)[0];
+  index_.insert(one);
+  index_.insert(two);
+  index_.remove(one);
+  EXPECT_EQ(one->current_state(), block_state::detached);
+  EXPECT_EQ(index_.block_count(), 1u);
+  EXPECT_EQ(index_.free_bytes(), 256u);
+  EXPECT_EQ(index_.take_best_fit(256, &a_), two);
+  EXPECT_EQ(index_.take_best_fit(256, &a_), nullptr);
+}
+
+} // namespace

@@ -1,0 +1,166 @@
+// stream_cache: the per-stream fast path, exact-size bins (S11: same-stream reuse).
+#include "core/stream_cache.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using soma::detail::block;
+using soma::detail::stream_cache;
+
+std::unique_ptr<block> make_block(std::uintptr_t address, std::size_t size) {
+  auto b = std::make_unique<block>();
+  b->address = address;
+  b->size_bytes = size;
+  return b;
+}
+
+TEST(S11_StreamCache, EmptyCacheMisses) {
+  stream_cache cache;
+  EXPECT_EQ(cache.pop(256), nullptr);
+  EXPECT_EQ(cache.cached_bytes(), 0u);
+}
+
+TEST(S11_StreamCache, PopReturnsExactSizeOnly) {
+  stream_cache cache;
+  auto small = make_block(0x10000, 512);
+  auto large = make_block(0x20000, 1024);
+  ASSERT_TRUE(cache.push(small.get()));
+  ASSERT_TRUE(cache.push(large.get()));
+  EXPECT_EQ(cache.cached_bytes(), 1536u);
+  EXPECT_EQ(cache.pop(768), nullptr); // no best fit here: exact sizes only
+  EXPECT_EQ(cache.pop(256), nullptr);
+  EXPECT_EQ(cache.pop(1024), large.get());
+  EXPECT_EQ(cache.pop(1024), nullptr);
+  EXPECT_EQ(cache.pop(512), small.get());
+  EXPECT_EQ(cache.cached_bytes(), 0u);
+  EXPECT_EQ(small->next_in_bin, nullptr);
+  EXPECT_EQ(large->next_in_bin, nullptr);
+}
+
+TEST(S11_StreamCache, SameSizeIsLastInFirstOut) {
+  stream_cache cache;
+  auto a = make_block(0x10000, 256);
+  auto b = make_block(0x20000, 256);
+  auto c = make_block(0x30000, 256);
+  for (block *x : {a.get(), b.get(), c.get()})
+    ASSERT_TRUE(cache.push(x));
+  EXPECT_EQ(cache.pop(256), c.get());
+  EXPECT_EQ(cache.pop(256), b.get());
+  EXPECT_EQ(cache.pop(256), a.get());
+  EXPECT_EQ(cache.pop(256), nullptr);
+}
+
+TEST(S9_StreamCache, PushBeyondCapacityIsRefused) {
+  stream_cache cache(/*capacity_bytes=*/2048);
+  auto a = make_block(0x10000, 1024);
+  auto b = make_block(0x20000, 1024);
+  auto c = make_block(0x30000, 256);
+  EXPECT_TRUE(cache.push(a.get()));
+  EXPECT_TRUE(cache.push(b.get()));
+  EXPECT_FALSE(cache.push(c.get()));
+  EXPECT_EQ(cache.cached_bytes(), 2048u);
+  EXPECT_EQ(cache.pop(256), nullptr); // the refused block was not cached
+  ASSERT_EQ(cache.pop(1024), b.get());
+  EXPECT_TRUE(cache.push(c.get())); // room again
+  EXPECT_EQ(cache.cached_bytes(), 1280u);
+}
+
+TEST(S9_StreamCache, DrainTakesEverything) {
+  stream_cache cache;
+  std::vector<std::unique_ptr<block>> blocks;
+  std::set<block *> pushed;
+  for (std::size_t i = 0; i < 50; ++i) {
+    blocks.push_back(make_block(0x100000 + i * 0x10000, 256 * (1 + i % 7)));
+    ASSERT_TRUE(cache.push(blocks.back().get()));
+    pushed.insert(blocks.back().get());
+  }
+  std::vector<block *> out;
+  out.push_back(nullptr); // drain appends
+  cache.drain(out);
+  ASSERT_EQ(out.size(), 51u);
+  EXPECT_EQ(out.front(), nullptr);
+  EXPECT_EQ(std::set<block *>(out.begin() + 1, out.end()), pushed);
+  for (block *b : pushed)
+    EXPECT_EQ(b->next_in_bin, nullptr);
+  EXPECT_EQ(cache.cached_bytes(), 0u);
+  for (std::size_t i = 1; i <= 7; ++i)
+    EXPECT_EQ(cache.pop(256 * i), nullptr);
+}
+
+TEST(S11_StreamCache, ManyDistinctSizesSurviveBinGrowth) {
+  stream_cache cache;
+  std::vector<std::unique_ptr<block>> blocks;
+  constexpr std::size_t kSizes = 500; // far beyond the initial 32 bins
+  for (std::size_t i = 1; i <= kSizes; ++i) {
+    for (int copy = 0; copy < 2; ++copy) {
+      blocks.push_back(make_block(0x1000000 + blocks.size() * 0x100000, 256 * i));
+      ASSERT_TRUE(cache.push(blocks.back().get()));
+    }
+  }
+  for (std::size_t i = kSizes; i >= 1; --i) {
+    block *first = cache.pop(256 * i);
+    block *second = cache.pop(256 * i);
+    ASSERT_NE(first, nullptr) << "size " << 256 * i;
+    ASSERT_NE(second, nullptr) << "size " << 256 * i;
+    EXPECT_EQ(first->size_bytes, 256 * i);
+    EXPECT_EQ(second->size_bytes, 256 * i);
+    EXPECT_NE(first, second);
+    EXPECT_EQ(cache.pop(256 * i), nullptr);
+  }
+  EXPECT_EQ(cache.cached_bytes(), 0u);
+}
+
+TEST(S11_StreamCache, ConcurrentPushPopKeepsEveryBlock) {
+  stream_cache cache;
+  constexpr int kThreads = 4;
+  constexpr std::size_t kPerThread = 200;
+  std::vector<std::unique_ptr<block>> storage;
+  std::vector<std::vector<block *>> held(kThreads); // a thread pushes only what it holds
+  for (int t = 0; t < kThreads; ++t) {
+    for (std::size_t i = 0; i < kPerThread; ++i) {
+      storage.push_back(make_block(0x1000000 + (t * kPerThread + i) * 0x10000, 256 * (1 + i % 4)));
+      held[t].push_back(storage.back().get());
+    }
+  }
+  std::vector<int> misses(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 50; ++round) {
+        std::vector<std::size_t> sizes;
+        for (block *b : held[t]) {
+          sizes.push_back(b->size_bytes);
+          cache.push(b);
+        }
+        held[t].clear();
+        // Each pop follows this thread's own push of that size: it can never miss.
+        for (std::size_t size : sizes) {
+          block *b = cache.pop(size);
+          if (b == nullptr || b->size_bytes != size) {
+            ++misses[t];
+            continue;
+          }
+          held[t].push_back(b);
+        }
+      }
+    });
+  }
+  for (auto &th : threads)
+    th.join();
+  for (int t = 0; t < kThreads; ++t)
+    EXPECT_EQ(misses[t], 0) << "thread " << t;
+  EXPECT_EQ(cache.cached_bytes(), 0u);
+  std::set<block *> all;
+  for (auto &h : held)
+    all.insert(h.begin(), h.end());
+  EXPECT_EQ(all.size(), storage.size()); // no block lost or handed out twice
+}
+
+} // namespace

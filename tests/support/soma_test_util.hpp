@@ -1,0 +1,341 @@
+// Shared helpers for tests of the C API: status assertions that print the thread's last
+// message, pool statistics, RAII handles, device figures, message checks and the
+// capi_test fixture that leaves the process as it found it.
+//
+// Requires: the including binary links `soma` and GoogleTest.
+#pragma once
+
+#include <soma/soma.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <regex>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "cpu_test_config.hpp"
+#include "host_task.hpp"
+
+/// gtest prints somaError_t values by name (ADL finds this in the global namespace).
+inline void PrintTo(somaError_t error, std::ostream* out) {
+  const char* name = somaGetErrorName(error);
+  *out << (name != nullptr ? name : "(null name)") << " (" << static_cast<int>(error) << ")";
+}
+
+/// Asserts that a soma call succeeded; on failure prints the call, the code and the thread's
+/// last message. Accepts `<< "more"` like any gtest assertion.
+#define SOMA_ASSERT_OK(expr) ASSERT_PRED_FORMAT1(::soma_test::is_soma_success, expr)
+#define SOMA_EXPECT_OK(expr) EXPECT_PRED_FORMAT1(::soma_test::is_soma_success, expr)
+
+namespace soma_test {
+
+inline constexpr std::size_t KiB = std::size_t{1} << 10;
+inline constexpr std::size_t MiB = std::size_t{1} << 20;
+
+/// The calling thread's last failure message, copied (never null).
+inline std::string last_message() {
+  const char* message = somaGetLastErrorMessage();
+  return message != nullptr ? std::string(message) : std::string("(null message)");
+}
+
+/// Predicate formatter behind SOMA_ASSERT_OK / SOMA_EXPECT_OK.
+inline ::testing::AssertionResult is_soma_success(const char* expression, somaError_t status) {
+  if (status == somaSuccess) return ::testing::AssertionSuccess();
+  const char* name = somaGetErrorName(status);
+  return ::testing::AssertionFailure()
+         << expression << " returned " << (name != nullptr ? name : "(null name)") << " ("
+         << static_cast<int>(status) << ")\n  message: " << last_message();
+}
+
+inline bool contains(std::string_view haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string_view::npos;
+}
+
+inline bool contains_icase(std::string_view haystack, std::string_view needle) {
+  auto lower = [](std::string_view text) {
+    std::string result(text);
+    std::transform(result.begin(), result.end(), result.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return result;
+  };
+  return lower(haystack).find(lower(needle)) != std::string::npos;
+}
+
+/// True if `message` states the size `bytes`: as a decimal byte count ("13631488"), or in
+/// MiB/KiB units when bytes is a whole number of them ("13 MiB", "13.0 MiB", "13MiB").
+inline bool mentions_size(const std::string& message, std::uint64_t bytes) {
+  const std::regex exact("(^|[^0-9])" + std::to_string(bytes) + "([^0-9]|$)");
+  if (std::regex_search(message, exact)) return true;
+  auto in_unit = [&](std::uint64_t unit, const char* name) {
+    if (bytes < unit || bytes % unit != 0) return false;
+    const std::regex figure("(^|[^0-9.])" + std::to_string(bytes / unit) + "(\\.0+)? ?" + name);
+    return std::regex_search(message, figure);
+  };
+  return in_unit(MiB, "MiB") || in_unit(KiB, "KiB") || in_unit(std::uint64_t{1} << 30, "GiB");
+}
+
+// ---- pools ----------------------------------------------------------------------------
+
+struct pool_stats {
+  std::uint64_t reserved_current = 0;
+  std::uint64_t reserved_high = 0;
+  std::uint64_t used_current = 0;
+  std::uint64_t used_high = 0;
+  bool operator==(const pool_stats&) const = default;
+};
+
+inline void PrintTo(const pool_stats& stats, std::ostream* out) {
+  *out << "{reserved " << stats.reserved_current << " (high " << stats.reserved_high
+       << "), used " << stats.used_current << " (high " << stats.used_high << ")}";
+}
+
+inline std::uint64_t pool_u64(somaMemPool_t pool, somaMemPoolAttr attr) {
+  std::uint64_t value = 0;
+  const somaError_t status = somaMemPoolGetAttribute(pool, attr, &value);
+  EXPECT_EQ(status, somaSuccess) << "somaMemPoolGetAttribute(" << static_cast<int>(attr)
+                                 << "): " << last_message();
+  return value;
+}
+
+inline int pool_int(somaMemPool_t pool, somaMemPoolAttr attr) {
+  int value = -1;
+  const somaError_t status = somaMemPoolGetAttribute(pool, attr, &value);
+  EXPECT_EQ(status, somaSuccess) << "somaMemPoolGetAttribute(" << static_cast<int>(attr)
+                                 << "): " << last_message();
+  return value;
+}
+
+inline somaError_t set_pool_u64(somaMemPool_t pool, somaMemPoolAttr attr, std::uint64_t value) {
+  return somaMemPoolSetAttribute(pool, attr, &value);
+}
+
+inline somaError_t set_pool_int(somaMemPool_t pool, somaMemPoolAttr attr, int value) {
+  return somaMemPoolSetAttribute(pool, attr, &value);
+}
+
+inline pool_stats read_pool_stats(somaMemPool_t pool) {
+  pool_stats stats;
+  stats.reserved_current = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
+  stats.reserved_high = pool_u64(pool, somaMemPoolAttrReservedMemHigh);
+  stats.used_current = pool_u64(pool, somaMemPoolAttrUsedMemCurrent);
+  stats.used_high = pool_u64(pool, somaMemPoolAttrUsedMemHigh);
+  return stats;
+}
+
+inline somaMemPool_t default_pool(int device) {
+  somaMemPool_t pool = nullptr;
+  const somaError_t status = somaDeviceGetDefaultMemPool(&pool, device);
+  EXPECT_EQ(status, somaSuccess) << "somaDeviceGetDefaultMemPool: " << last_message();
+  return pool;
+}
+
+inline somaMemPool_t current_pool(int device) {
+  somaMemPool_t pool = nullptr;
+  const somaError_t status = somaDeviceGetMemPool(&pool, device);
+  EXPECT_EQ(status, somaSuccess) << "somaDeviceGetMemPool: " << last_message();
+  return pool;
+}
+
+/// Valid properties of an explicit pool on `device` (Pinned, no export, cap `max_size_bytes`).
+inline somaMemPoolProps pool_props(int device, std::size_t max_size_bytes = 0,
+                                   somaMemAllocationHandleType handle_types =
+                                       somaMemHandleTypeNone) {
+  somaMemPoolProps props;
+  std::memset(&props, 0, sizeof props);
+  props.allocType = somaMemAllocationTypePinned;
+  props.handleTypes = handle_types;
+  props.location.type = somaMemLocationTypeDevice;
+  props.location.id = device;
+  props.maxSize = max_size_bytes;
+  return props;
+}
+
+// ---- devices --------------------------------------------------------------------------
+
+inline int device_count() {
+  int count = 0;
+  const somaError_t status = somaGetDeviceCount(&count);
+  EXPECT_EQ(status, somaSuccess) << "somaGetDeviceCount: " << last_message();
+  return count;
+}
+
+inline int device_attribute(somaDeviceAttr attr, int device) {
+  int value = -1;
+  const somaError_t status = somaDeviceGetAttribute(&value, attr, device);
+  EXPECT_EQ(status, somaSuccess) << "somaDeviceGetAttribute(" << static_cast<int>(attr)
+                                 << ", " << device << "): " << last_message();
+  return value;
+}
+
+inline std::size_t device_memory_bytes(int device) {
+  return static_cast<std::size_t>(device_attribute(somaDevAttrTotalMemoryMiB, device)) * MiB;
+}
+
+inline std::size_t granularity_bytes(int device) {
+  return static_cast<std::size_t>(device_attribute(somaDevAttrAllocationGranularityKiB, device)) *
+         KiB;
+}
+
+struct memory_info {
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+};
+
+/// somaMemGetInfo of `device` (switches the calling thread's device and back).
+inline memory_info device_memory_info(int device) {
+  int previous = 0;
+  EXPECT_EQ(somaGetDevice(&previous), somaSuccess);
+  EXPECT_EQ(somaSetDevice(device), somaSuccess);
+  memory_info info;
+  const somaError_t status = somaMemGetInfo(&info.free_bytes, &info.total_bytes);
+  EXPECT_EQ(status, somaSuccess) << "somaMemGetInfo: " << last_message();
+  EXPECT_EQ(somaSetDevice(previous), somaSuccess);
+  return info;
+}
+
+/// somaDeviceSynchronize of `device` (switches the calling thread's device and back).
+inline somaError_t synchronize_device(int device) {
+  int previous = 0;
+  somaError_t status = somaGetDevice(&previous);
+  if (status != somaSuccess) return status;
+  status = somaSetDevice(device);
+  if (status != somaSuccess) return status;
+  status = somaDeviceSynchronize();
+  const somaError_t restore = somaSetDevice(previous);
+  return status != somaSuccess ? status : restore;
+}
+
+// ---- RAII handles (destroy errors are ignored: the test asserts what it needs) -----------
+
+class unique_stream {
+ public:
+  unique_stream() {
+    const somaError_t status = somaStreamCreate(&stream_);
+    EXPECT_EQ(status, somaSuccess) << "somaStreamCreate: " << last_message();
+  }
+  ~unique_stream() { reset(); }
+  unique_stream(const unique_stream&) = delete;
+  unique_stream& operator=(const unique_stream&) = delete;
+  somaStream_t get() const { return stream_; }
+  operator somaStream_t() const { return stream_; }  // NOLINT(google-explicit-constructor)
+  /// Gives up ownership (the test destroys it itself).
+  somaStream_t release() { return std::exchange(stream_, nullptr); }
+  void reset() {
+    if (stream_ != nullptr) (void)somaStreamDestroy(std::exchange(stream_, nullptr));
+  }
+
+ private:
+  somaStream_t stream_ = nullptr;
+};
+
+class unique_event {
+ public:
+  unique_event() {
+    const somaError_t status = somaEventCreate(&event_);
+    EXPECT_EQ(status, somaSuccess) << "somaEventCreate: " << last_message();
+  }
+  ~unique_event() { reset(); }
+  unique_event(const unique_event&) = delete;
+  unique_event& operator=(const unique_event&) = delete;
+  somaEvent_t get() const { return event_; }
+  operator somaEvent_t() const { return event_; }  // NOLINT(google-explicit-constructor)
+  somaEvent_t release() { return std::exchange(event_, nullptr); }
+  void reset() {
+    if (event_ != nullptr) (void)somaEventDestroy(std::exchange(event_, nullptr));
+  }
+
+ private:
+  somaEvent_t event_ = nullptr;
+};
+
+class unique_pool {
+ public:
+  explicit unique_pool(const somaMemPoolProps& props) {
+    const somaError_t status = somaMemPoolCreate(&pool_, &props);
+    EXPECT_EQ(status, somaSuccess) << "somaMemPoolCreate: " << last_message();
+  }
+  explicit unique_pool(int device, std::size_t max_size_bytes = 0)
+      : unique_pool(pool_props(device, max_size_bytes)) {}
+  ~unique_pool() { reset(); }
+  unique_pool(const unique_pool&) = delete;
+  unique_pool& operator=(const unique_pool&) = delete;
+  somaMemPool_t get() const { return pool_; }
+  operator somaMemPool_t() const { return pool_; }  // NOLINT(google-explicit-constructor)
+  somaMemPool_t release() { return std::exchange(pool_, nullptr); }
+  void reset() {
+    if (pool_ != nullptr) (void)somaMemPoolDestroy(std::exchange(pool_, nullptr));
+  }
+
+ private:
+  somaMemPool_t pool_ = nullptr;
+};
+
+// ---- behaviour checks -------------------------------------------------------------------
+
+/// Checks that `pool` still works: a 4 KiB allocation on `stream`, written and read back by
+/// a host task, freed; used returns to what it was.
+inline void expect_pool_usable(somaMemPool_t pool, somaStream_t stream) {
+  constexpr std::size_t size = 4096;
+  const std::uint64_t used_before = pool_u64(pool, somaMemPoolAttrUsedMemCurrent);
+  void* pointer = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, size, pool, stream));
+  ASSERT_NE(pointer, nullptr);
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrUsedMemCurrent), used_before + size);
+  auto round_trip_ok = std::make_shared<std::atomic<bool>>(false);
+  SOMA_ASSERT_OK(launch_host(stream, [pointer, round_trip_ok] {
+    auto* bytes = static_cast<unsigned char*>(pointer);
+    std::memset(bytes, 0x5a, size);
+    round_trip_ok->store(std::all_of(bytes, bytes + size, [](unsigned char b) { return b == 0x5a; }));
+  }));
+  SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
+  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+  EXPECT_TRUE(round_trip_ok->load()) << "host task did not read back what it wrote";
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrUsedMemCurrent), used_before);
+}
+
+/// After a rejected call: statistics are what they were and the pool still works.
+inline void expect_unchanged_and_usable(somaMemPool_t pool, const pool_stats& before,
+                                        somaStream_t stream) {
+  EXPECT_EQ(read_pool_stats(pool), before) << "a failed call changed the pool's statistics";
+  expect_pool_usable(pool, stream);
+}
+
+/// Fixture of the C API tests. SetUp checks that the test configuration took effect and
+/// starts on device 0; TearDown puts back what tests change (current device, current pools,
+/// release thresholds of default pools) and synchronizes every device so the next test (in
+/// the same process when the binary runs whole) starts clean.
+class capi_test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(detail::cpu_test_config_status, somaSuccess)
+        << "somaSetCpuBackendConfig before main failed: the runtime started too early";
+    SOMA_ASSERT_OK(somaSetDevice(0));
+  }
+
+  void TearDown() override {
+    int count = 0;
+    if (somaGetDeviceCount(&count) != somaSuccess) return;
+    for (int device = 0; device < count; ++device) {
+      somaMemPool_t pool = nullptr;
+      if (somaDeviceGetDefaultMemPool(&pool, device) != somaSuccess) continue;
+      (void)somaDeviceSetMemPool(device, pool);
+      (void)set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, 0);
+      (void)synchronize_device(device);
+    }
+    (void)somaSetDevice(0);
+  }
+
+  /// Test needs at least `count` devices; returns false (and the caller skips) otherwise.
+  static bool have_devices(int count) { return device_count() >= count; }
+};
+
+}  // namespace soma_test

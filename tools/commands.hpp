@@ -1,0 +1,20 @@
+// The subcommands of the soma program and the small helpers they share.
+#ifndef SOMA_TOOLS_COMMANDS_HPP
+#define SOMA_TOOLS_COMMANDS_HPP
+
+#include <cstdint>
+#include <string>
+
+namespace soma::tools {
+
+/** `soma info`: backend, devices, pools, environment. Returns the exit status. */
+int run_info(int argc, char** argv);
+/** `soma demo`: the producer/consumer/releaser story on two pools. Returns the exit status. */
+int run_demo(int argc, char** argv);
+
+/** "64 MiB", "1.50 MiB (1572864 B)", "unlimited" for UINT64_MAX. */
+std::string format_bytes(std::uint64_t bytes);
+
+}  // namespace soma::tools
+
+#endif  // SOMA_TOOLS_COMMANDS_HPP

@@ -208,6 +208,15 @@ SOMA_API somaError_t somaStreamQuery(somaStream_t stream);
 SOMA_API somaError_t somaStreamWaitEvent(somaStream_t stream, somaEvent_t event,
                                          unsigned int flags);
 SOMA_API somaError_t somaStreamGetDevice(somaStream_t stream, int* device);
+/** soma's own: a soma stream over an existing native stream of device (cuda backend: a
+ *  CUstream, e.g. PyTorch's current stream). The caller keeps owning the native stream and
+ *  must keep it alive until somaStreamDestroy; soma never destroys it. cpu backend:
+ *  somaErrorNotSupported. */
+SOMA_API somaError_t somaStreamCreateFromNative(somaStream_t* stream, void* nativeStream,
+                                                int device);
+/** soma's own: the native stream behind a soma stream (cuda: its CUstream, to launch your
+ *  own kernels on), or NULL on the cpu backend. */
+SOMA_API somaError_t somaStreamGetNative(somaStream_t stream, void** nativeStream);
 
 SOMA_API somaError_t somaEventCreate(somaEvent_t* event);
 SOMA_API somaError_t somaEventCreateWithFlags(somaEvent_t* event, unsigned int flags);

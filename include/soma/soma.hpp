@@ -18,6 +18,10 @@
 #ifndef SOMA_SOMA_HPP
 #define SOMA_SOMA_HPP
 
+#if !defined(__cplusplus) || __cplusplus < 202002L
+#error "soma.hpp needs C++20 (use soma.h from C or older C++)"
+#endif
+
 #include <soma/soma.h>
 
 #include <cstddef>
@@ -37,40 +41,39 @@ namespace soma {
 // ---- errors ------------------------------------------------------------------------------
 
 namespace detail {
-inline std::string compose_message(somaError_t code, const std::string& detail) {
-  const char* name = somaGetErrorName(code);
+inline std::string compose_message(somaError_t code, const std::string &detail) {
+  const char *name = somaGetErrorName(code);
   std::string text = name != nullptr ? name : "somaError";
   text += ": ";
   if (!detail.empty()) {
     text += detail;
   } else {
-    const char* description = somaGetErrorString(code);
+    const char *description = somaGetErrorString(code);
     text += description != nullptr ? description : "unknown error";
   }
   return text;
 }
 inline std::size_t detail_offset(somaError_t code) {
-  const char* name = somaGetErrorName(code);
+  const char *name = somaGetErrorName(code);
   return (name != nullptr ? std::char_traits<char>::length(name) : 9) + 2;
 }
-}  // namespace detail
+} // namespace detail
 
 /** A failed soma call. what() reads "<error name>: <detail>", where the detail is the
  *  thread's somaGetLastErrorMessage() at the failure (or the code's description). */
 class error : public std::runtime_error {
- public:
+public:
   /** Requires: code != somaSuccess. */
-  error(somaError_t code, const std::string& detail)
-      : std::runtime_error(detail::compose_message(code, detail)),
-        code_(code),
+  error(somaError_t code, const std::string &detail)
+      : std::runtime_error(detail::compose_message(code, detail)), code_(code),
         detail_offset_(detail::detail_offset(code)) {}
   somaError_t code() const noexcept { return code_; }
   /** The error's name, e.g. "somaErrorInvalidValue". */
-  const char* name() const noexcept { return somaGetErrorName(code_); }
+  const char *name() const noexcept { return somaGetErrorName(code_); }
   /** The message without the name: what failed, with the numbers. */
-  const char* detail() const noexcept { return what() + detail_offset_; }
+  const char *detail() const noexcept { return what() + detail_offset_; }
 
- private:
+private:
   somaError_t code_;
   std::size_t detail_offset_;
 };
@@ -78,28 +81,27 @@ class error : public std::runtime_error {
 /** Out of physical memory (somaErrorMemoryAllocation) or of address space
  *  (somaErrorAddressSpaceExhausted, S16). Catchable as std::bad_alloc. */
 class bad_alloc : public std::bad_alloc {
- public:
-  bad_alloc(somaError_t code, const std::string& detail)
-      : message_(detail::compose_message(code, detail)),
-        code_(code),
-        detail_offset_(detail::detail_offset(code)) {}
-  const char* what() const noexcept override { return message_.what(); }
+public:
+  bad_alloc(somaError_t code, const std::string &detail)
+      : message_(std::make_shared<const std::string>(detail::compose_message(code, detail))),
+        code_(code), detail_offset_(detail::detail_offset(code)) {}
+  const char *what() const noexcept override { return message_->c_str(); }
   somaError_t code() const noexcept { return code_; }
-  const char* name() const noexcept { return somaGetErrorName(code_); }
-  const char* detail() const noexcept { return what() + detail_offset_; }
+  const char *name() const noexcept { return somaGetErrorName(code_); }
+  const char *detail() const noexcept { return what() + detail_offset_; }
   /** True when the address reservation failed, not the physical memory (S16). */
   bool is_address_space_exhausted() const noexcept {
     return code_ == somaErrorAddressSpaceExhausted;
   }
 
- private:
-  std::runtime_error message_;  // a string with a noexcept copy, as exceptions need
+private:
+  std::shared_ptr<const std::string> message_; // shared: exceptions need a noexcept copy
   somaError_t code_;
   std::size_t detail_offset_;
 };
 
 /** Throws the exception for code with the given detail. Requires: code != somaSuccess. */
-[[noreturn]] inline void throw_error(somaError_t code, const std::string& detail) {
+[[noreturn]] inline void throw_error(somaError_t code, const std::string &detail) {
   if (code == somaErrorMemoryAllocation || code == somaErrorAddressSpaceExhausted) {
     throw bad_alloc(code, detail);
   }
@@ -110,7 +112,7 @@ class bad_alloc : public std::bad_alloc {
  *  thread's last-error message. Call it right after the failing call, on the same thread. */
 inline void check(somaError_t code) {
   if (code != somaSuccess) [[unlikely]] {
-    const char* message = somaGetLastErrorMessage();  // copied before any other soma call
+    const char *message = somaGetLastErrorMessage(); // copied before any other soma call
     throw_error(code, message != nullptr ? std::string(message) : std::string());
   }
 }
@@ -119,12 +121,12 @@ inline void check(somaError_t code) {
 
 /** Sets the cpu backend's devices, memory and granularity. Only before the runtime starts;
  *  afterwards NotPermitted. */
-inline void set_cpu_backend_config(const somaCpuBackendConfig& config) {
+inline void set_cpu_backend_config(const somaCpuBackendConfig &config) {
   check(somaSetCpuBackendConfig(&config));
 }
 /** "cpu" or "cuda"; starts the runtime. */
-inline const char* backend_name() {
-  const char* name = nullptr;
+inline const char *backend_name() {
+  const char *name = nullptr;
   check(somaGetBackendName(&name));
   return name;
 }
@@ -144,7 +146,7 @@ class pool;
 
 /** A device ordinal with its queries. A value type; it owns nothing. */
 class device {
- public:
+public:
   explicit constexpr device(int ordinal) noexcept : ordinal_(ordinal) {}
   /** The calling thread's current device (starts at 0). */
   static device current() {
@@ -184,7 +186,7 @@ class device {
   pool current_pool() const;
   friend constexpr bool operator==(device, device) noexcept = default;
 
- private:
+private:
   int ordinal_;
 };
 
@@ -199,7 +201,7 @@ inline void synchronize_device() { check(somaDeviceSynchronize()); }
 
 /** S14: attributes of ptr. For a pointer soma does not know, or a freed one, isLiveAllocation
  *  is 0 and no exception is thrown. */
-inline somaPointerAttributes pointer_attributes(const void* ptr) {
+inline somaPointerAttributes pointer_attributes(const void *ptr) {
   somaPointerAttributes attributes{};
   check(somaPointerGetAttributes(&attributes, ptr));
   return attributes;
@@ -210,8 +212,7 @@ inline somaPointerAttributes pointer_attributes(const void* ptr) {
 class event;
 
 namespace detail {
-template <class Task>
-somaError_t run_host_task(void* user_data) noexcept;
+template <class Task> somaError_t run_host_task(void *user_data) noexcept;
 }
 
 /**
@@ -223,11 +224,11 @@ somaError_t run_host_task(void* user_data) noexcept;
  * and launch() then throw soma::error with somaErrorLaunchFailure.
  */
 class stream_ref {
- public:
+public:
   constexpr stream_ref() noexcept = default;
-  constexpr stream_ref(somaStream_t handle) noexcept : handle_(handle) {}  // NOLINT: implicit
-  stream_ref(int) = delete;             // 0 is not a stream; say stream_ref{} for the default
-  stream_ref(std::nullptr_t) = delete;  // likewise
+  constexpr stream_ref(somaStream_t handle) noexcept : handle_(handle) {} // NOLINT: implicit
+  stream_ref(int) = delete;            // 0 is not a stream; say stream_ref{} for the default
+  stream_ref(std::nullptr_t) = delete; // likewise
 
   constexpr somaStream_t handle() const noexcept { return handle_; }
   /** Waits for all queued work; an observation point: completed frees become reusable by
@@ -236,12 +237,13 @@ class stream_ref {
   /** True if all queued work completed, false if some has not (NotReady). */
   bool query() const {
     const somaError_t status = somaStreamQuery(handle_);
-    if (status == somaErrorNotReady) return false;
+    if (status == somaErrorNotReady)
+      return false;
     check(status);
     return true;
   }
   /** Later work on this stream waits for the position recorded in e (S1, S2, S11). */
-  void wait(const event& e) const;
+  void wait(const event &e) const;
   void wait(somaEvent_t e) const { check(somaStreamWaitEvent(handle_, e, 0)); }
   /** The device the stream belongs to. */
   soma::device device() const {
@@ -261,16 +263,14 @@ class stream_ref {
    * and its copy is never destroyed (the C API gives no notice of skipped tasks), so
    * captures that own resources leak on a failed stream.
    */
-  template <class Task>
-  void launch(Task&& task) const {
+  template <class Task> void launch(Task &&task) const {
     check(try_launch(std::forward<Task>(task)));
   }
   /** As launch(), returning the enqueue status instead of throwing. */
-  template <class Task>
-  somaError_t try_launch(Task&& task) const noexcept {
+  template <class Task> somaError_t try_launch(Task &&task) const noexcept {
     using task_type = std::decay_t<Task>;
-    static_assert(std::is_invocable_v<task_type&>, "a host task takes no arguments");
-    task_type* owned = nullptr;
+    static_assert(std::is_invocable_v<task_type &>, "a host task takes no arguments");
+    task_type *owned = nullptr;
     try {
       owned = new task_type(std::forward<Task>(task));
     } catch (...) {
@@ -278,7 +278,8 @@ class stream_ref {
     }
     const somaError_t status =
         somaLaunchHostFuncWithStatus(handle_, &detail::run_host_task<task_type>, owned);
-    if (status != somaSuccess) delete owned;  // not enqueued: the task never runs
+    if (status != somaSuccess)
+      delete owned; // not enqueued: the task never runs
     return status;
   }
 
@@ -286,7 +287,7 @@ class stream_ref {
     return a.handle_ == b.handle_;
   }
 
- protected:
+protected:
   somaStream_t handle_ = nullptr;
 };
 
@@ -294,7 +295,7 @@ class stream_ref {
  *  queued still runs). Move-only; a moved-from stream must only be assigned or destroyed.
  *  Keep a stream alive while frees enqueued on it are pending. */
 class stream : public stream_ref {
- public:
+public:
   /** Creates a stream on the calling thread's current device. */
   explicit stream(unsigned flags = somaStreamDefault) {
     check(somaStreamCreateWithFlags(&handle_, flags));
@@ -302,16 +303,17 @@ class stream : public stream_ref {
   /** Creates a stream, or nothing on failure (see somaGetLastError/-Message). */
   static std::optional<stream> try_create(unsigned flags = somaStreamDefault) noexcept {
     somaStream_t handle = nullptr;
-    if (somaStreamCreateWithFlags(&handle, flags) != somaSuccess) return std::nullopt;
+    if (somaStreamCreateWithFlags(&handle, flags) != somaSuccess)
+      return std::nullopt;
     return std::optional<stream>(adopt(handle));
   }
   /** Takes ownership of a handle from somaStreamCreate. */
   static stream adopt(somaStream_t handle) noexcept { return stream(handle, adopt_tag{}); }
 
-  stream(const stream&) = delete;
-  stream& operator=(const stream&) = delete;
-  stream(stream&& other) noexcept : stream_ref(std::exchange(other.handle_, nullptr)) {}
-  stream& operator=(stream&& other) noexcept {
+  stream(const stream &) = delete;
+  stream &operator=(const stream &) = delete;
+  stream(stream &&other) noexcept : stream_ref(std::exchange(other.handle_, nullptr)) {}
+  stream &operator=(stream &&other) noexcept {
     if (this != &other) {
       destroy();
       handle_ = std::exchange(other.handle_, nullptr);
@@ -324,11 +326,12 @@ class stream : public stream_ref {
   somaStream_t release() noexcept { return std::exchange(handle_, nullptr); }
   stream_ref ref() const noexcept { return stream_ref(handle_); }
 
- private:
+private:
   struct adopt_tag {};
   stream(somaStream_t handle, adopt_tag) noexcept : stream_ref(handle) {}
   void destroy() noexcept {
-    if (handle_ != nullptr) somaStreamDestroy(handle_);
+    if (handle_ != nullptr)
+      somaStreamDestroy(handle_);
     handle_ = nullptr;
   }
 };
@@ -336,21 +339,22 @@ class stream : public stream_ref {
 /** An owned event: a position in a stream. Recording copies the stream's position;
  *  a stream that waits on it is ordered after everything before that position (S1, S11). */
 class event {
- public:
+public:
   explicit event(unsigned flags = somaEventDisableTiming) {
     check(somaEventCreateWithFlags(&handle_, flags));
   }
   static std::optional<event> try_create(unsigned flags = somaEventDisableTiming) noexcept {
     somaEvent_t handle = nullptr;
-    if (somaEventCreateWithFlags(&handle, flags) != somaSuccess) return std::nullopt;
+    if (somaEventCreateWithFlags(&handle, flags) != somaSuccess)
+      return std::nullopt;
     return std::optional<event>(adopt(handle));
   }
   static event adopt(somaEvent_t handle) noexcept { return event(handle, adopt_tag{}); }
 
-  event(const event&) = delete;
-  event& operator=(const event&) = delete;
-  event(event&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
-  event& operator=(event&& other) noexcept {
+  event(const event &) = delete;
+  event &operator=(const event &) = delete;
+  event(event &&other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  event &operator=(event &&other) noexcept {
     if (this != &other) {
       destroy();
       handle_ = std::exchange(other.handle_, nullptr);
@@ -367,58 +371,59 @@ class event {
   /** True if the recorded position completed, false if not yet (NotReady). */
   bool query() const {
     const somaError_t status = somaEventQuery(handle_);
-    if (status == somaErrorNotReady) return false;
+    if (status == somaErrorNotReady)
+      return false;
     check(status);
     return true;
   }
   somaEvent_t handle() const noexcept { return handle_; }
   somaEvent_t release() noexcept { return std::exchange(handle_, nullptr); }
 
- private:
+private:
   struct adopt_tag {};
   event(somaEvent_t handle, adopt_tag) noexcept : handle_(handle) {}
   void destroy() noexcept {
-    if (handle_ != nullptr) somaEventDestroy(handle_);
+    if (handle_ != nullptr)
+      somaEventDestroy(handle_);
     handle_ = nullptr;
   }
   somaEvent_t handle_ = nullptr;
 };
 
-inline void stream_ref::wait(const event& e) const { wait(e.handle()); }
+inline void stream_ref::wait(const event &e) const { wait(e.handle()); }
 
 namespace detail {
-template <class Task>
-somaError_t run_host_task(void* user_data) noexcept {
-  std::unique_ptr<Task> task(static_cast<Task*>(user_data));
+template <class Task> somaError_t run_host_task(void *user_data) noexcept {
+  std::unique_ptr<Task> task(static_cast<Task *>(user_data));
   try {
-    if constexpr (std::is_same_v<std::invoke_result_t<Task&>, somaError_t>) {
+    if constexpr (std::is_same_v<std::invoke_result_t<Task &>, somaError_t>) {
       return std::invoke(*task);
     } else {
       std::invoke(*task);
       return somaSuccess;
     }
-  } catch (const soma::error& e) {
+  } catch (const soma::error &e) {
     return e.code();
-  } catch (const soma::bad_alloc& e) {
+  } catch (const soma::bad_alloc &e) {
     return e.code();
-  } catch (const std::bad_alloc&) {
+  } catch (const std::bad_alloc &) {
     return somaErrorMemoryAllocation;
   } catch (...) {
     return somaErrorLaunchFailure;
   }
 }
-}  // namespace detail
+} // namespace detail
 
 // ---- pools (S3, S4, S5, S9, S10, S11) -------------------------------------------------------
 
 /** Creation-time choices of an explicit pool, translated into somaMemPoolProps plus the
  *  release threshold attribute and the name. */
 struct pool_options {
-  int device = 0;                          ///< the pool's device (S4, S5)
-  std::size_t max_size_bytes = 0;          ///< cap on reserved memory; 0 = the device's memory
-  std::uint64_t release_threshold_bytes = 0;  ///< S9; UINT64_MAX never releases at sync
-  bool exportable = false;                 ///< S7: POSIX file descriptor handles
-  std::string name;                        ///< used in messages; empty = soma's default
+  int device = 0;                            ///< the pool's device (S4, S5)
+  std::size_t max_size_bytes = 0;            ///< cap on reserved memory; 0 = the device's memory
+  std::uint64_t release_threshold_bytes = 0; ///< S9; UINT64_MAX never releases at sync
+  bool exportable = false;                   ///< S7: POSIX file descriptor handles
+  std::string name;                          ///< used in messages; empty = soma's default
 };
 
 /**
@@ -428,23 +433,25 @@ struct pool_options {
  * Move-only. Attribute calls are thread-safe.
  */
 class pool {
- public:
+public:
   /** S5: creates a pool on options.device. Throws soma::error for bad options (e.g. a bad
    *  device: somaErrorInvalidValue, as CUDA). */
-  explicit pool(const pool_options& options) : pool(props_for(options)) {
+  explicit pool(const pool_options &options) : pool(props_for(options)) {
     // Delegation completed construction, so a throw below destroys the pool.
     set_release_threshold(options.release_threshold_bytes);
-    if (!options.name.empty()) set_name(options.name.c_str());
+    if (!options.name.empty())
+      set_name(options.name.c_str());
   }
   /** S5: creates a pool from CUDA-style properties (every field is checked). */
-  explicit pool(const somaMemPoolProps& props) {
+  explicit pool(const somaMemPoolProps &props) {
     check(somaMemPoolCreate(&handle_, &props));
     device_ = props.location.id;
     owning_ = true;
   }
-  static std::optional<pool> try_create(const pool_options& options) noexcept {
+  static std::optional<pool> try_create(const pool_options &options) noexcept {
     somaMemPool_t handle = nullptr;
-    if (create(options, handle) != somaSuccess) return std::nullopt;
+    if (create(options, handle) != somaSuccess)
+      return std::nullopt;
     return std::optional<pool>(pool(handle, options.device, true));
   }
   /** S4: the default pool of device (non-owning; it cannot be destroyed). */
@@ -464,13 +471,12 @@ class pool {
     return pool(handle, device, owning);
   }
 
-  pool(const pool&) = delete;
-  pool& operator=(const pool&) = delete;
-  pool(pool&& other) noexcept
-      : handle_(std::exchange(other.handle_, nullptr)),
-        device_(other.device_),
+  pool(const pool &) = delete;
+  pool &operator=(const pool &) = delete;
+  pool(pool &&other) noexcept
+      : handle_(std::exchange(other.handle_, nullptr)), device_(other.device_),
         owning_(std::exchange(other.owning_, false)) {}
-  pool& operator=(pool&& other) noexcept {
+  pool &operator=(pool &&other) noexcept {
     if (this != &other) {
       destroy();
       handle_ = std::exchange(other.handle_, nullptr);
@@ -492,7 +498,7 @@ class pool {
   /** S4: makes this pool the one somaMallocAsync uses on its device. */
   void make_current() const { check(somaDeviceSetMemPool(device_, handle_)); }
   /** Gives the pool a name for messages ("pool 'tenant-a' on device 0"). */
-  void set_name(const char* name) const { check(somaMemPoolSetName(handle_, name)); }
+  void set_name(const char *name) const { check(somaMemPoolSetName(handle_, name)); }
 
   /** S9: bytes kept reserved across synchronizations; above it memory goes back. */
   std::uint64_t release_threshold() const { return get_u64(somaMemPoolAttrReleaseThreshold); }
@@ -537,11 +543,11 @@ class pool {
     set_int(somaMemPoolReuseAllowInternalDependencies, on ? 1 : 0);
   }
 
- private:
+private:
   pool(somaMemPool_t handle, int device, bool owning) noexcept
       : handle_(handle), device_(device), owning_(owning) {}
 
-  static somaMemPoolProps props_for(const pool_options& options) noexcept {
+  static somaMemPoolProps props_for(const pool_options &options) noexcept {
     somaMemPoolProps props{};
     props.allocType = somaMemAllocationTypePinned;
     props.handleTypes =
@@ -551,11 +557,12 @@ class pool {
     props.maxSize = options.max_size_bytes;
     return props;
   }
-  static somaError_t create(const pool_options& options, somaMemPool_t& out) noexcept {
+  static somaError_t create(const pool_options &options, somaMemPool_t &out) noexcept {
     const somaMemPoolProps props = props_for(options);
     somaMemPool_t handle = nullptr;
     somaError_t status = somaMemPoolCreate(&handle, &props);
-    if (status != somaSuccess) return status;
+    if (status != somaSuccess)
+      return status;
     std::uint64_t threshold = options.release_threshold_bytes;
     status = somaMemPoolSetAttribute(handle, somaMemPoolAttrReleaseThreshold, &threshold);
     if (status == somaSuccess && !options.name.empty()) {
@@ -585,7 +592,8 @@ class pool {
     check(somaMemPoolSetAttribute(handle_, attr, &value));
   }
   void destroy() noexcept {
-    if (owning_ && handle_ != nullptr) somaMemPoolDestroy(handle_);
+    if (owning_ && handle_ != nullptr)
+      somaMemPoolDestroy(handle_);
     handle_ = nullptr;
     owning_ = false;
   }
@@ -602,20 +610,20 @@ inline pool device::current_pool() const { return pool::current_for(ordinal_); }
 
 /** S1: bytes from the current pool of s's device, usable by later work on s; other streams
  *  need an event dependency. 0 bytes gives nullptr. Throws soma::bad_alloc when out of memory. */
-inline void* malloc_async(std::size_t bytes, stream_ref s) {
-  void* ptr = nullptr;
+inline void *malloc_async(std::size_t bytes, stream_ref s) {
+  void *ptr = nullptr;
   check(somaMallocAsync(&ptr, bytes, s.handle()));
   return ptr;
 }
 /** S1, S5: as malloc_async, from p (which may belong to another device than s). */
-inline void* malloc_async(std::size_t bytes, const pool& p, stream_ref s) {
-  void* ptr = nullptr;
+inline void *malloc_async(std::size_t bytes, const pool &p, stream_ref s) {
+  void *ptr = nullptr;
   check(somaMallocFromPoolAsync(&ptr, bytes, p.handle(), s.handle()));
   return ptr;
 }
 /** S2: releases ptr after all earlier work on s. Throws soma::error for a pointer that is
  *  not a live allocation (double free, foreign pointer, interior pointer). */
-inline void free_async(void* ptr, stream_ref s) { check(somaFreeAsync(ptr, s.handle())); }
+inline void free_async(void *ptr, stream_ref s) { check(somaFreeAsync(ptr, s.handle())); }
 
 // ---- unique_async_ptr ---------------------------------------------------------------------
 
@@ -626,25 +634,23 @@ inline void free_async(void* ptr, stream_ref s) { check(somaFreeAsync(ptr, s.han
  * that used it last. The stream must outlive the pointer. The memory holds no constructed
  * objects (it may be device memory), so T must be trivially copyable. Move-only.
  */
-template <class T>
-class unique_async_ptr {
+template <class T> class unique_async_ptr {
   static_assert(std::is_trivially_copyable_v<T> && !std::is_array_v<T>,
                 "stream-ordered memory holds raw elements: T must be trivially copyable");
 
- public:
+public:
   using element_type = T;
 
   constexpr unique_async_ptr() noexcept = default;
   /** Adopts ptr (from somaMallocAsync) holding count elements, to be freed on s. */
-  unique_async_ptr(T* ptr, std::size_t count, stream_ref s) noexcept
+  unique_async_ptr(T *ptr, std::size_t count, stream_ref s) noexcept
       : ptr_(ptr), count_(count), stream_(s) {}
-  unique_async_ptr(const unique_async_ptr&) = delete;
-  unique_async_ptr& operator=(const unique_async_ptr&) = delete;
-  unique_async_ptr(unique_async_ptr&& other) noexcept
-      : ptr_(std::exchange(other.ptr_, nullptr)),
-        count_(std::exchange(other.count_, 0)),
+  unique_async_ptr(const unique_async_ptr &) = delete;
+  unique_async_ptr &operator=(const unique_async_ptr &) = delete;
+  unique_async_ptr(unique_async_ptr &&other) noexcept
+      : ptr_(std::exchange(other.ptr_, nullptr)), count_(std::exchange(other.count_, 0)),
         stream_(other.stream_) {}
-  unique_async_ptr& operator=(unique_async_ptr&& other) noexcept {
+  unique_async_ptr &operator=(unique_async_ptr &&other) noexcept {
     if (this != &other) {
       reset();
       ptr_ = std::exchange(other.ptr_, nullptr);
@@ -655,7 +661,7 @@ class unique_async_ptr {
   }
   ~unique_async_ptr() { reset(); }
 
-  T* get() const noexcept { return ptr_; }
+  T *get() const noexcept { return ptr_; }
   std::size_t size() const noexcept { return count_; }
   std::size_t size_bytes() const noexcept { return count_ * sizeof(T); }
   stream_ref stream() const noexcept { return stream_; }
@@ -664,7 +670,7 @@ class unique_async_ptr {
   /** The stream the eventual free goes on. */
   void set_stream(stream_ref s) noexcept { stream_ = s; }
   /** Gives up ownership; the caller frees the pointer. */
-  T* release() noexcept {
+  T *release() noexcept {
     count_ = 0;
     return std::exchange(ptr_, nullptr);
   }
@@ -672,72 +678,72 @@ class unique_async_ptr {
   void reset() noexcept { reset(stream_); }
   /** S2: enqueues the free on s (the stream that used the memory last) and becomes empty. */
   void reset(stream_ref s) noexcept {
-    if (ptr_ != nullptr) somaFreeAsync(ptr_, s.handle());
+    if (ptr_ != nullptr)
+      somaFreeAsync(ptr_, s.handle());
     ptr_ = nullptr;
     count_ = 0;
   }
-  void swap(unique_async_ptr& other) noexcept {
+  void swap(unique_async_ptr &other) noexcept {
     std::swap(ptr_, other.ptr_);
     std::swap(count_, other.count_);
     std::swap(stream_, other.stream_);
   }
 
- private:
-  T* ptr_ = nullptr;
+private:
+  T *ptr_ = nullptr;
   std::size_t count_ = 0;
   stream_ref stream_;
 };
 
 namespace detail {
-template <class T>
-somaError_t bytes_for(std::size_t count, std::size_t& bytes) noexcept {
-  if (count > std::numeric_limits<std::size_t>::max() / sizeof(T)) return somaErrorMemoryAllocation;
+template <class T> somaError_t bytes_for(std::size_t count, std::size_t &bytes) noexcept {
+  if (count > std::numeric_limits<std::size_t>::max() / sizeof(T))
+    return somaErrorMemoryAllocation;
   bytes = count * sizeof(T);
   return somaSuccess;
 }
-template <class T>
-[[noreturn]] void throw_count_overflow(std::size_t count) {
-  throw bad_alloc(somaErrorMemoryAllocation,
-                  std::to_string(count) + " elements of " + std::to_string(sizeof(T)) +
-                      " bytes overflow size_t");
+template <class T> [[noreturn]] void throw_count_overflow(std::size_t count) {
+  throw bad_alloc(somaErrorMemoryAllocation, std::to_string(count) + " elements of " +
+                                                 std::to_string(sizeof(T)) +
+                                                 " bytes overflow size_t");
 }
-}  // namespace detail
+} // namespace detail
 
 /** S1: count elements from the current pool of s's device, freed on s by the owner. */
-template <class T>
-unique_async_ptr<T> make_unique_async(std::size_t count, stream_ref s) {
+template <class T> unique_async_ptr<T> make_unique_async(std::size_t count, stream_ref s) {
   std::size_t bytes = 0;
-  if (detail::bytes_for<T>(count, bytes) != somaSuccess) detail::throw_count_overflow<T>(count);
-  return unique_async_ptr<T>(static_cast<T*>(malloc_async(bytes, s)), count, s);
+  if (detail::bytes_for<T>(count, bytes) != somaSuccess)
+    detail::throw_count_overflow<T>(count);
+  return unique_async_ptr<T>(static_cast<T *>(malloc_async(bytes, s)), count, s);
 }
 /** S1, S5: count elements from p, freed on s by the owner. */
 template <class T>
-unique_async_ptr<T> make_unique_async(std::size_t count, stream_ref s, const pool& p) {
+unique_async_ptr<T> make_unique_async(std::size_t count, stream_ref s, const pool &p) {
   std::size_t bytes = 0;
-  if (detail::bytes_for<T>(count, bytes) != somaSuccess) detail::throw_count_overflow<T>(count);
-  return unique_async_ptr<T>(static_cast<T*>(malloc_async(bytes, p, s)), count, s);
+  if (detail::bytes_for<T>(count, bytes) != somaSuccess)
+    detail::throw_count_overflow<T>(count);
+  return unique_async_ptr<T>(static_cast<T *>(malloc_async(bytes, p, s)), count, s);
 }
 /** As make_unique_async; an empty pointer on failure (see somaGetLastError/-Message). */
 template <class T>
 unique_async_ptr<T> try_make_unique_async(std::size_t count, stream_ref s) noexcept {
   std::size_t bytes = 0;
-  void* ptr = nullptr;
+  void *ptr = nullptr;
   if (detail::bytes_for<T>(count, bytes) != somaSuccess ||
       somaMallocAsync(&ptr, bytes, s.handle()) != somaSuccess) {
     return {};
   }
-  return unique_async_ptr<T>(static_cast<T*>(ptr), count, s);
+  return unique_async_ptr<T>(static_cast<T *>(ptr), count, s);
 }
 template <class T>
-unique_async_ptr<T> try_make_unique_async(std::size_t count, stream_ref s,
-                                          const pool& p) noexcept {
+unique_async_ptr<T> try_make_unique_async(std::size_t count, stream_ref s, const pool &p) noexcept {
   std::size_t bytes = 0;
-  void* ptr = nullptr;
+  void *ptr = nullptr;
   if (detail::bytes_for<T>(count, bytes) != somaSuccess ||
       somaMallocFromPoolAsync(&ptr, bytes, p.handle(), s.handle()) != somaSuccess) {
     return {};
   }
-  return unique_async_ptr<T>(static_cast<T*>(ptr), count, s);
+  return unique_async_ptr<T>(static_cast<T *>(ptr), count, s);
 }
 
 // ---- memory_resource (CCCL cuda::mr shape) --------------------------------------------------
@@ -754,11 +760,11 @@ struct device_accessible {};
  * back through the other). Thread-safe.
  */
 class memory_resource {
- public:
+public:
   /** soma aligns every allocation to this many bytes. */
   static constexpr std::size_t default_alignment = 256;
 
-  explicit memory_resource(const pool& p) noexcept : pool_(p.handle()) {}
+  explicit memory_resource(const pool &p) noexcept : pool_(p.handle()) {}
   explicit memory_resource(somaMemPool_t handle) noexcept : pool_(handle) {}
   /** The pool that is current on device now (S4); later changes of it are not followed. */
   static memory_resource current_for(int device) {
@@ -772,24 +778,27 @@ class memory_resource {
    * Throws soma::bad_alloc when out of memory or address space, soma::error with
    * somaErrorInvalidValue when alignment is not a power of two or exceeds 256.
    */
-  void* allocate(stream_ref s, std::size_t bytes, std::size_t alignment = default_alignment) {
-    if (!is_supported_alignment(alignment)) throw_bad_alignment(alignment);
-    void* ptr = nullptr;
+  void *allocate(stream_ref s, std::size_t bytes, std::size_t alignment = default_alignment) {
+    if (!is_supported_alignment(alignment))
+      throw_bad_alignment(alignment);
+    void *ptr = nullptr;
     check(somaMallocFromPoolAsync(&ptr, bytes, pool_, s.handle()));
     return ptr;
   }
   /** As allocate; nullptr on failure (see somaGetLastError/-Message). */
-  void* try_allocate(stream_ref s, std::size_t bytes,
+  void *try_allocate(stream_ref s, std::size_t bytes,
                      std::size_t alignment = default_alignment) noexcept {
-    if (!is_supported_alignment(alignment)) return nullptr;
-    void* ptr = nullptr;
-    if (somaMallocFromPoolAsync(&ptr, bytes, pool_, s.handle()) != somaSuccess) return nullptr;
+    if (!is_supported_alignment(alignment))
+      return nullptr;
+    void *ptr = nullptr;
+    if (somaMallocFromPoolAsync(&ptr, bytes, pool_, s.handle()) != somaSuccess)
+      return nullptr;
     return ptr;
   }
   /** S2: releases ptr after all earlier work on s; s must be ordered after every use of ptr.
    *  bytes and alignment are those given to allocate (soma does not need them). Errors such
    *  as a double free are not reported here; use soma::free_async to see them. */
-  void deallocate(stream_ref s, void* ptr, std::size_t bytes,
+  void deallocate(stream_ref s, void *ptr, std::size_t bytes,
                   std::size_t alignment = default_alignment) noexcept {
     (void)bytes;
     (void)alignment;
@@ -798,11 +807,11 @@ class memory_resource {
 
   /** Memory usable at return by any stream: allocates on the current device's default
    *  stream and synchronizes it. */
-  void* allocate_sync(std::size_t bytes, std::size_t alignment = default_alignment) {
-    void* ptr = allocate(stream_ref{}, bytes, alignment);
+  void *allocate_sync(std::size_t bytes, std::size_t alignment = default_alignment) {
+    void *ptr = allocate(stream_ref{}, bytes, alignment);
     const somaError_t status = somaStreamSynchronize(nullptr);
     if (status != somaSuccess) {
-      const char* message = somaGetLastErrorMessage();
+      const char *message = somaGetLastErrorMessage();
       std::string detail = message != nullptr ? message : "";
       somaFreeAsync(ptr, nullptr);
       throw_error(status, detail);
@@ -811,22 +820,21 @@ class memory_resource {
   }
   /** Frees ptr, whose every use has completed, on the current device's default stream and
    *  synchronizes it: the memory is reusable by every stream at return (S9, S12). */
-  void deallocate_sync(void* ptr, std::size_t bytes,
+  void deallocate_sync(void *ptr, std::size_t bytes,
                        std::size_t alignment = default_alignment) noexcept {
     deallocate(stream_ref{}, ptr, bytes, alignment);
     somaStreamSynchronize(nullptr);
   }
 
   somaMemPool_t pool_handle() const noexcept { return pool_; }
-  friend bool operator==(const memory_resource& a, const memory_resource& b) noexcept {
+  friend bool operator==(const memory_resource &a, const memory_resource &b) noexcept {
     return a.pool_ == b.pool_;
   }
-  friend void get_property(const memory_resource&, device_accessible) noexcept {}
+  friend void get_property(const memory_resource &, device_accessible) noexcept {}
 
- private:
+private:
   static constexpr bool is_supported_alignment(std::size_t alignment) noexcept {
-    return alignment != 0 && (alignment & (alignment - 1)) == 0 &&
-           alignment <= default_alignment;
+    return alignment != 0 && (alignment & (alignment - 1)) == 0 && alignment <= default_alignment;
   }
   [[noreturn]] static void throw_bad_alignment(std::size_t alignment) {
     throw error(somaErrorInvalidValue, "alignment " + std::to_string(alignment) +
@@ -836,6 +844,6 @@ class memory_resource {
   somaMemPool_t pool_;
 };
 
-}  // namespace soma
+} // namespace soma
 
-#endif  // SOMA_SOMA_HPP
+#endif // SOMA_SOMA_HPP

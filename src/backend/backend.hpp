@@ -64,12 +64,17 @@ class stream {
   virtual status enqueue_memcpy(void* destination, const void* source, std::size_t bytes) = 0;
   /// Later work waits until the event's captured work has completed.
   virtual status enqueue_wait(event& e) = 0;
+  /// Later work waits until `other` has completed `position` (S11 internal dependencies:
+  /// the allocator orders a stream after the free of the block it hands it).
+  virtual status enqueue_wait_for(stream& other, std::uint64_t position) = 0;
   virtual status synchronize() = 0;
   /// success when all enqueued work completed, not_ready otherwise; the sticky error if any.
   virtual status query() = 0;
   /// The first asynchronous failure on this stream, or success.
   virtual status sticky_error() = 0;
   virtual int device() const = 0;
+  /// The platform's own stream (cuda: the CUstream) for users' kernels; nullptr on cpu.
+  virtual void* native_handle() const = 0;
 };
 
 /// The platform. One instance per process, created by the runtime.
@@ -121,6 +126,10 @@ class backend {
   /// A new stream on device that reports its progress into timeline (which outlives it).
   virtual result<std::unique_ptr<stream>> create_stream(int device,
                                                         stream_timeline& timeline) = 0;
+  /// A stream over an existing native stream (cuda: a CUstream from PyTorch, say), which the
+  /// caller keeps owning. not_supported where streams have no native form.
+  virtual result<std::unique_ptr<stream>> adopt_stream(int device, void* native,
+                                                       stream_timeline& timeline) = 0;
   virtual result<std::unique_ptr<event>> create_event() = 0;
 };
 

@@ -49,6 +49,16 @@ status store(result<T> value, Out* out) {
 
 std::uintptr_t handle_of(const void* handle) { return reinterpret_cast<std::uintptr_t>(handle); }
 
+// C callers may pass any int where the API names an enum. Reading such a value as the C++
+// enum type is undefined when it lies outside the enum's range, so enums are read as ints.
+template <typename Enum>
+int raw_value(const Enum& value) noexcept {
+  static_assert(sizeof(Enum) == sizeof(int), "C enums of the API are int-sized");
+  int raw = 0;
+  std::memcpy(&raw, &value, sizeof raw);
+  return raw;
+}
+
 }  // namespace
 
 extern "C" {
@@ -56,7 +66,7 @@ extern "C" {
 // ---- errors --------------------------------------------------------------------------------
 
 const char* somaGetErrorName(somaError_t error) {
-  switch (error) {
+  switch (raw_value(error)) {
     case somaSuccess: return "somaSuccess";
     case somaErrorInvalidValue: return "somaErrorInvalidValue";
     case somaErrorMemoryAllocation: return "somaErrorMemoryAllocation";
@@ -76,7 +86,7 @@ const char* somaGetErrorName(somaError_t error) {
 }
 
 const char* somaGetErrorString(somaError_t error) {
-  switch (error) {
+  switch (raw_value(error)) {
     case somaSuccess: return "no error";
     case somaErrorInvalidValue: return "invalid argument";
     case somaErrorMemoryAllocation: return "out of memory";
@@ -149,7 +159,7 @@ somaError_t somaDeviceGetAttribute(int* value, somaDeviceAttr attr, int device) 
   return with_runtime([&](runtime& rt) -> status {
     if (value == nullptr) return null_argument("somaDeviceGetAttribute", "value");
     result<int> read =
-        rt.device_attribute(static_cast<soma::detail::device_attribute>(attr), device);
+        rt.device_attribute(static_cast<soma::detail::device_attribute>(raw_value(attr)), device);
     return store(std::move(read), value);
   });
 }
@@ -215,6 +225,20 @@ somaError_t somaStreamGetDevice(somaStream_t stream, int* device) {
   });
 }
 
+somaError_t somaStreamCreateFromNative(somaStream_t* stream, void* nativeStream, int device) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (stream == nullptr) return null_argument("somaStreamCreateFromNative", "stream");
+    return store(rt.adopt_native_stream(nativeStream, device), stream);
+  });
+}
+
+somaError_t somaStreamGetNative(somaStream_t stream, void** nativeStream) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (nativeStream == nullptr) return null_argument("somaStreamGetNative", "nativeStream");
+    return store(rt.native_stream(handle_of(stream)), nativeStream);
+  });
+}
+
 somaError_t somaEventCreate(somaEvent_t* event) { return somaEventCreateWithFlags(event, 0); }
 
 somaError_t somaEventCreateWithFlags(somaEvent_t* event, unsigned int flags) {
@@ -272,9 +296,10 @@ somaError_t somaMemsetAsync(void* devPtr, int value, size_t count, somaStream_t 
 somaError_t somaMemcpyAsync(void* dst, const void* src, size_t count, somaMemcpyKind kind,
                             somaStream_t stream) {
   return with_runtime([&](runtime& rt) -> status {
-    if (kind < somaMemcpyHostToHost || kind > somaMemcpyDefault) {
+    const int raw_kind = raw_value(kind);
+    if (raw_kind < somaMemcpyHostToHost || raw_kind > somaMemcpyDefault) {
       return status(error_code::invalid_value,
-                    "somaMemcpyAsync: kind " + std::to_string(static_cast<int>(kind)) +
+                    "somaMemcpyAsync: kind " + std::to_string(raw_kind) +
                         " is not a somaMemcpyKind");
     }
     return rt.memcpy_async(dst, src, count, handle_of(stream));
@@ -309,9 +334,9 @@ somaError_t somaMemPoolCreate(somaMemPool_t* memPool, const somaMemPoolProps* po
     if (memPool == nullptr) return null_argument("somaMemPoolCreate", "memPool");
     if (poolProps == nullptr) return null_argument("somaMemPoolCreate", "poolProps");
     soma::detail::raw_pool_properties raw;
-    raw.allocation_type = static_cast<int>(poolProps->allocType);
-    raw.handle_types = static_cast<unsigned>(poolProps->handleTypes);
-    raw.location_type = static_cast<int>(poolProps->location.type);
+    raw.allocation_type = raw_value(poolProps->allocType);
+    raw.handle_types = static_cast<unsigned>(raw_value(poolProps->handleTypes));
+    raw.location_type = raw_value(poolProps->location.type);
     raw.location_id = poolProps->location.id;
     raw.has_win32_security_attributes = poolProps->win32SecurityAttributes != nullptr;
     raw.max_size_bytes = poolProps->maxSize;
@@ -346,14 +371,14 @@ somaError_t somaDeviceGetMemPool(somaMemPool_t* memPool, int device) {
 somaError_t somaMemPoolSetAttribute(somaMemPool_t memPool, somaMemPoolAttr attr, void* value) {
   return with_runtime([&](runtime& rt) {
     return rt.set_pool_attribute(handle_of(memPool),
-                                 static_cast<soma::detail::pool_attribute>(attr), value);
+                                 static_cast<soma::detail::pool_attribute>(raw_value(attr)), value);
   });
 }
 
 somaError_t somaMemPoolGetAttribute(somaMemPool_t memPool, somaMemPoolAttr attr, void* value) {
   return with_runtime([&](runtime& rt) {
     return rt.get_pool_attribute(handle_of(memPool),
-                                 static_cast<soma::detail::pool_attribute>(attr), value);
+                                 static_cast<soma::detail::pool_attribute>(raw_value(attr)), value);
   });
 }
 

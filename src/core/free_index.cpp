@@ -60,12 +60,17 @@ block* free_index::insert(block* freed) {
 }
 
 block* free_index::take_best_fit(std::size_t size_bytes, const stream_timeline* stream) {
+  return take_best_fit(size_bytes, [stream](const block* b) { return is_usable_by(b, stream); });
+}
+
+block* free_index::take_best_fit(std::size_t size_bytes,
+                                 const std::function<bool(const block*)>& usable) {
   block probe;
   probe.size_bytes = size_bytes;
   probe.address = 0;
   for (auto it = by_size_.lower_bound(&probe); it != by_size_.end(); ++it) {
     block* candidate = *it;
-    if (!is_usable_by(candidate, stream)) continue;
+    if (!usable(candidate)) continue;
     erase(candidate);
     return candidate;
   }

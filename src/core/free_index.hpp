@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -28,6 +29,8 @@ class free_index {
   /// Removes and returns the smallest block of at least size_bytes that `stream` may use
   /// now: freed on `stream` itself or proven complete. nullptr if none.
   block* take_best_fit(std::size_t size_bytes, const stream_timeline* stream);
+  /// Same, with the caller deciding which stamped blocks are usable (reuse policies).
+  block* take_best_fit(std::size_t size_bytes, const std::function<bool(const block*)>& usable);
   /// Removes a specific indexed block.
   void remove(block* indexed);
   /// Clears the stamps of frees now proven complete (or, with only_proven false, complete

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/block.hpp"
+#include "core/spin_lock.hpp"
 
 namespace soma::detail {
 
@@ -31,8 +32,8 @@ class pointer_table {
  private:
   static constexpr std::size_t shard_count = 64;
 
-  struct shard {
-    mutable std::mutex mutex;
+  struct alignas(64) shard {  // own cache line: threads on different shards do not meet
+    mutable spin_lock mutex;
     std::vector<block*> slots;  // nullptr = empty; capacity is a power of two
     std::size_t used = 0;
 

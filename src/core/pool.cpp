@@ -82,7 +82,8 @@ void pool::make_live(block* b, std::size_t requested_bytes, const stream_timelin
   }
 }
 
-result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline& stream) {
+result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline& stream,
+                              required_wait* wait) {
   if (requested_bytes > config_.max_size_bytes) {  // also keeps the roundings below from wrapping
     return status(error_code::out_of_memory,
                   describe() + ": out of memory allocating " + format_bytes(requested_bytes) +
@@ -95,7 +96,7 @@ result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline
       return hit;
     }
   }
-  result<block*> taken = allocate_slow(size_bytes, stream);
+  result<block*> taken = allocate_slow(size_bytes, stream, wait);
   if (taken.ok()) make_live(taken.value(), requested_bytes, stream);
   return taken;
 }
@@ -111,21 +112,47 @@ void pool::free(block* live, const stream_timeline& stream) {
 
 // ---- slow path ---------------------------------------------------------------------------
 
-result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline& stream) {
+bool pool::usable_without_waiting(const block* b, const stream_timeline& stream) const {
+  const free_stamp& stamp = b->stamp;
+  if (stamp.timeline == nullptr || stamp.timeline == &stream || stamp.is_proven_complete())
+    return true;  // same stream, or a synchronize proved it: always (S11, S12)
+  if (reuse_policy(1) && stream.is_ordered_after(stamp.timeline, stamp.position))
+    return true;  // follow event dependencies: the stream already waits on the free
+  if (reuse_policy(2) && stamp.timeline->has_completed(stamp.position))
+    return true;  // opportunistic: the free already ran; adds no ordering
+  return false;
+}
+
+result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline& stream,
+                                   required_wait* wait) {
   std::lock_guard lock(mutex_);
-  block* b = index_.take_best_fit(size_bytes, &stream);
+  auto usable = [&](const block* b) { return usable_without_waiting(b, stream); };
+  block* b = index_.take_best_fit(size_bytes, usable);
   if (b == nullptr) {
     // Memory cached by any stream, and frees proven since, may serve this request.
     drain_caches_locked();
     index_.promote(/*only_proven=*/true);
-    b = index_.take_best_fit(size_bytes, &stream);
+    b = index_.take_best_fit(size_bytes, usable);
   }
   if (b == nullptr) {
-    if (status grown = grow_locked(size_bytes); !grown.ok()) return grown;
-    b = index_.take_best_fit(size_bytes, &stream);
-    assert(b != nullptr && "growth must provide a usable block");
-    if (b == nullptr) {
-      return status(error_code::unknown, describe() + ": internal error after growth");
+    // Growing beats waiting: new memory serializes no stream. Only when the pool cannot grow
+    // does it order this stream after another stream's pending free (internal dependencies).
+    status grown = grow_locked(size_bytes);
+    if (grown.ok()) {
+      b = index_.take_best_fit(size_bytes, usable);
+      assert(b != nullptr && "growth must provide a usable block");
+      if (b == nullptr) {
+        return status(error_code::unknown, describe() + ": internal error after growth");
+      }
+    } else if (grown.code() == error_code::out_of_memory && wait != nullptr && reuse_policy(3)) {
+      b = index_.take_best_fit(size_bytes, [&](const block* candidate) {
+        return candidate->stamp.timeline != nullptr && candidate->stamp.timeline->accepts_waits();
+      });
+      if (b == nullptr) return grown;
+      wait->stream = b->stamp.timeline;
+      wait->position = b->stamp.position;
+    } else {
+      return grown;
     }
   }
   split_locked(b, size_bytes);

@@ -42,6 +42,13 @@ struct address_diagnosis {
   std::size_t block_bytes = 0;  ///< requested bytes for live blocks
 };
 
+/// An ordering the allocator must add before handing a block to a stream (S11 internal
+/// dependencies): the stream waits until `stream` has completed `position`.
+struct required_wait {
+  const stream_timeline* stream = nullptr;  ///< nullptr: nothing to wait for
+  std::uint64_t position = 0;
+};
+
 /// The allocation logic of design §2 "The flow of one allocation".
 /// Thread-safe. The fast path (allocate/free on a stream whose cache holds a block of the
 /// size) takes only that stream's cache lock; everything else takes the pool lock.
@@ -55,7 +62,11 @@ class pool {
 
   /// Allocates requested_bytes (> 0) for use on stream (S1). The block is not yet in any
   /// pointer table: the caller publishes it.
-  result<block*> allocate(std::size_t requested_bytes, const stream_timeline& stream);
+  /// With `wait` given, the pool may, when it cannot grow, hand out a block whose free is
+  /// still pending on another stream and ask the caller to order the stream after it
+  /// (internal dependencies); without it, it never does.
+  result<block*> allocate(std::size_t requested_bytes, const stream_timeline& stream,
+                          required_wait* wait = nullptr);
   /// Frees a live block on stream (S2): reusable at once by stream, by other streams once
   /// the free is proven complete. Requires: the block is live and was removed from the
   /// pointer table by the caller.
@@ -87,9 +98,9 @@ class pool {
     return used_bytes_.load(std::memory_order_acquire) != 0;
   }
 
-  /// S11 policy flags (1 follow events, 2 opportunistic, 3 internal dependencies); all on
-  /// by default. Until the policies are implemented, cross-stream reuse waits for a
-  /// synchronize whatever they say.
+  /// S11 policy flags (1 follow event dependencies, 2 opportunistic, 3 internal
+  /// dependencies); all on by default. Same-stream reuse and frees proven by a synchronize
+  /// are always allowed, whatever the flags say.
   bool reuse_policy(int policy) const noexcept {
     return reuse_policies_[static_cast<std::size_t>(policy - 1) % 3].load(std::memory_order_relaxed);
   }
@@ -122,7 +133,10 @@ class pool {
 
   stream_cache* cache_for(const stream_timeline& stream);
   stream_cache* create_cache(std::uint32_t slot);
-  result<block*> allocate_slow(std::size_t size_bytes, const stream_timeline& stream);
+  result<block*> allocate_slow(std::size_t size_bytes, const stream_timeline& stream,
+                               required_wait* wait);
+  /// S11: may `stream` use b now without any added ordering?
+  bool usable_without_waiting(const block* b, const stream_timeline& stream) const;
   void make_live(block* b, std::size_t requested_bytes, const stream_timeline& stream);
   void drain_caches_locked();
   status grow_locked(std::size_t size_bytes);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/block.hpp"
+#include "core/spin_lock.hpp"
 
 namespace soma::detail {
 
@@ -39,7 +40,7 @@ class stream_cache {
 
   bin* find_bin(std::size_t size_bytes, bool create);
 
-  mutable std::mutex mutex_;
+  mutable spin_lock mutex_;
   std::vector<bin> bins_;  // open addressing by size; power-of-two capacity
   std::size_t bins_used_ = 0;
   std::size_t cached_bytes_ = 0;

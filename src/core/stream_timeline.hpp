@@ -4,8 +4,22 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
+
+#include "core/vector_clock.hpp"
 
 namespace soma::detail {
+
+/// Lets a backend whose completion is learned by asking (the cuda backend: event queries)
+/// advance a timeline on demand. A backend that advances `completed` as work finishes (the
+/// cpu backend's workers) needs none.
+class completion_poller {
+ public:
+  virtual ~completion_poller() = default;
+  /// Advances the timeline's completed position as far as the backend knows now, and
+  /// arranges to learn about `position` later if it cannot tell yet. Thread-safe.
+  virtual void poll(std::uint64_t position) = 0;
+};
 
 /// Counts the operations enqueued on a stream and how far they are known to have run.
 ///
@@ -36,7 +50,47 @@ class stream_timeline {
     return enqueued_.fetch_add(1, std::memory_order_acq_rel) + 1;
   }
   void note_completed(std::uint64_t position) noexcept { raise(completed_, position); }
+  /// True if the operations up to position have run, asking the poller if needed.
+  bool has_completed(std::uint64_t position) const {
+    if (completed_position() >= position) return true;
+    if (completion_poller* p = poller_.load(std::memory_order_acquire)) p->poll(position);
+    return completed_position() >= position;
+  }
+  /// Requires: the poller outlives its registration (set nullptr before destroying it).
+  void set_poller(completion_poller* poller) noexcept {
+    poller_.store(poller, std::memory_order_release);
+  }
   void prove_completed(std::uint64_t position) noexcept { raise(proven_, position); }
+
+  // -- happens-before (S11) ---------------------------------------------------------------
+  /// This stream's clock with its own tail included: what an event recorded now captures.
+  vector_clock capture_clock() const {
+    std::lock_guard lock(clock_mutex_);
+    vector_clock captured = clock_;
+    captured.raise(this, enqueued_position());
+    return captured;
+  }
+  /// Later work on this stream is ordered after everything `happened_before` covers.
+  void merge_clock(const vector_clock& happened_before) {
+    std::lock_guard lock(clock_mutex_);
+    clock_.merge(happened_before);
+  }
+  void order_after(const stream_timeline* other, std::uint64_t position) {
+    std::lock_guard lock(clock_mutex_);
+    clock_.raise(other, position);
+  }
+  /// True if position of other is known to happen before this stream's next operation.
+  bool is_ordered_after(const stream_timeline* other, std::uint64_t position) const {
+    std::lock_guard lock(clock_mutex_);
+    return clock_.position_of(other) >= position;
+  }
+
+  /// False once the stream is destroyed: no new waits on it can be enqueued.
+  bool accepts_waits() const noexcept { return accepts_waits_.load(std::memory_order_acquire); }
+  void stop_accepting_waits() noexcept { accepts_waits_.store(false, std::memory_order_release); }
+  /// The runtime's object for this stream (opaque to core).
+  void* owner() const noexcept { return owner_; }
+  void set_owner(void* owner) noexcept { owner_ = owner; }
 
   /// Slot of this stream's cache in every pool; reused after the stream is destroyed.
   std::uint32_t cache_slot() const noexcept { return cache_slot_; }
@@ -53,6 +107,11 @@ class stream_timeline {
   std::atomic<std::uint64_t> enqueued_{0};
   std::atomic<std::uint64_t> completed_{0};
   std::atomic<std::uint64_t> proven_{0};
+  std::atomic<completion_poller*> poller_{nullptr};
+  std::atomic<bool> accepts_waits_{true};
+  mutable std::mutex clock_mutex_;
+  vector_clock clock_;
+  void* owner_ = nullptr;
   std::uint32_t cache_slot_;
 };
 
@@ -65,8 +124,8 @@ struct free_stamp {
   bool is_proven_complete() const noexcept {
     return timeline == nullptr || timeline->proven_position() >= position;
   }
-  bool is_complete() const noexcept {
-    return timeline == nullptr || timeline->completed_position() >= position;
+  bool is_complete() const {
+    return timeline == nullptr || timeline->has_completed(position);
   }
 };
 

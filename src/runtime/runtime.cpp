@@ -7,7 +7,8 @@ namespace {
 
 std::mutex start_mutex;
 backend::cpu_settings configured_cpu_settings;
-runtime* started_runtime = nullptr;  // never destroyed: worker threads may outlive main
+// Never destroyed: worker threads may outlive main. Read without the lock once set.
+std::atomic<runtime*> started_runtime{nullptr};
 status start_failure;
 bool start_attempted = false;
 thread_local int current_device_index = 0;
@@ -26,8 +27,10 @@ status runtime::configure_cpu(const backend::cpu_settings& settings) {
 }
 
 result<runtime*> runtime::instance() {
+  // Every API call comes here: after start it is one acquire load, no lock.
+  if (runtime* ready = started_runtime.load(std::memory_order_acquire)) return ready;
   std::lock_guard lock(start_mutex);
-  if (started_runtime != nullptr) return started_runtime;
+  if (runtime* ready = started_runtime.load(std::memory_order_acquire)) return ready;
   if (start_attempted) return start_failure;
   start_attempted = true;
   result<std::unique_ptr<backend::backend>> platform = backend::create_backend(configured_cpu_settings);
@@ -40,8 +43,8 @@ result<runtime*> runtime::instance() {
     start_failure = started;
     return start_failure;  // the half-started runtime is kept alive on purpose
   }
-  started_runtime = created;
-  return started_runtime;
+  started_runtime.store(created, std::memory_order_release);
+  return created;
 }
 
 runtime::runtime(std::unique_ptr<backend::backend> platform) : backend_(std::move(platform)) {}

@@ -83,6 +83,8 @@ class runtime {
   status query_stream(std::uintptr_t handle);
   status stream_wait_event(std::uintptr_t stream_handle, std::uintptr_t event_handle);
   result<int> stream_device(std::uintptr_t handle);
+  result<std::uintptr_t> adopt_native_stream(void* native, int device);
+  result<void*> native_stream(std::uintptr_t handle);
   result<std::uintptr_t> create_event(unsigned flags);
   status destroy_event(std::uintptr_t handle);
   status record_event(std::uintptr_t event_handle, std::uintptr_t stream_handle);
@@ -126,10 +128,12 @@ class runtime {
   result<event_object*> resolve_event(std::uintptr_t handle) const;
   result<memory_pool*> resolve_pool(std::uintptr_t handle) const;
   status check_device(int device) const;
-  result<stream_object*> new_stream(int device, unsigned flags, bool is_default);
+  result<stream_object*> new_stream(int device, unsigned flags, bool is_default,
+                                    void* adopt_native = nullptr);
   result<memory_pool*> new_pool(const pool_properties& properties, bool is_default,
                                 std::string name);
   result<void*> allocate_in(memory_pool& pool, std::size_t bytes, stream_object& stream);
+  void order_after_free(stream_object& stream, const required_wait& wait);
   status explain_unknown_pointer(std::uintptr_t address, const char* action) const;
   status check_range(const void* pointer, std::size_t bytes, const char* what) const;
   /// A synchronize or successful query showed stream complete up to position (S12).

@@ -1,13 +1,37 @@
 // Stream-ordered allocation and free (S1, S2), pointer attributes (S14).
+#include <thread>
+
 #include "runtime/runtime.hpp"
 
 namespace soma::detail {
 
 result<void*> runtime::allocate_in(memory_pool& pool, std::size_t bytes, stream_object& stream) {
-  result<block*> taken = pool.allocate(bytes, stream.timeline);
+  required_wait wait;
+  result<block*> taken = pool.allocate(bytes, stream.timeline, &wait);
   if (!taken.ok()) return taken.take_error();
+  if (wait.stream != nullptr) order_after_free(stream, wait);
   pointers_.insert(taken.value());
   return reinterpret_cast<void*>(taken.value()->address);
+}
+
+void runtime::order_after_free(stream_object& stream, const required_wait& wait) {
+  // S11 internal dependencies: the pool handed this stream a block whose free is pending on
+  // another stream; make the stream's later work wait for that free.
+  auto* freeing = static_cast<stream_object*>(wait.stream->owner());
+  std::shared_ptr<backend::stream> freeing_queue;
+  {
+    std::lock_guard lock(registry_mutex_);
+    freeing_queue = freeing->queue;
+  }
+  status waited = freeing_queue != nullptr
+                      ? stream.queue->enqueue_wait_for(*freeing_queue, wait.position)
+                      : status(error_code::invalid_handle, "freeing stream destroyed");
+  if (!waited.ok()) {
+    // The freeing stream was destroyed meanwhile (its queue still drains) or this stream
+    // failed: wait on the host instead, so the block is never handed out early.
+    while (!wait.stream->has_completed(wait.position)) std::this_thread::yield();
+  }
+  stream.timeline.order_after(wait.stream, wait.position);
 }
 
 result<void*> runtime::allocate(std::size_t bytes, std::uintptr_t stream_handle) {

@@ -26,7 +26,8 @@ result<event_object*> runtime::resolve_event(std::uintptr_t handle) const {
   return e;
 }
 
-result<stream_object*> runtime::new_stream(int device, unsigned flags, bool is_default) {
+result<stream_object*> runtime::new_stream(int device, unsigned flags, bool is_default,
+                                           void* adopt_native) {
   std::uint32_t slot = 0;
   // The cache slot is the handle's dense slot; default streams use slots too.
   auto object = std::make_unique<stream_object>(device, 0);
@@ -39,9 +40,12 @@ result<stream_object*> runtime::new_stream(int device, unsigned flags, bool is_d
                                                  ")");
   }
   s->timeline.set_cache_slot(slot);
+  s->timeline.set_owner(s);
   s->flags = flags;
   s->handle = is_default ? 0 : handle;
-  result<std::unique_ptr<backend::stream>> queue = backend_->create_stream(device, s->timeline);
+  result<std::unique_ptr<backend::stream>> queue =
+      adopt_native != nullptr ? backend_->adopt_stream(device, adopt_native, s->timeline)
+                              : backend_->create_stream(device, s->timeline);
   if (!queue.ok()) {
     streams_.remove(handle);
     return queue.take_error();
@@ -66,6 +70,22 @@ result<std::uintptr_t> runtime::create_stream(unsigned flags) {
   return created.value()->handle;
 }
 
+result<std::uintptr_t> runtime::adopt_native_stream(void* native, int device) {
+  if (status checked = check_device(device); !checked.ok()) return checked;
+  if (native == nullptr) {
+    return status(error_code::invalid_value, "somaStreamCreateFromNative: nativeStream is NULL");
+  }
+  result<stream_object*> created = new_stream(device, 0, false, native);
+  if (!created.ok()) return created.take_error();
+  return created.value()->handle;
+}
+
+result<void*> runtime::native_stream(std::uintptr_t handle) {
+  result<stream_object*> s = resolve_stream(handle);
+  if (!s.ok()) return s.take_error();
+  return s.value()->queue->native_handle();
+}
+
 status runtime::destroy_stream(std::uintptr_t handle) {
   if (handle == 0) {
     return status(error_code::invalid_handle, "the default stream (NULL) cannot be destroyed");
@@ -80,6 +100,7 @@ status runtime::destroy_stream(std::uintptr_t handle) {
     std::lock_guard lock(registry_mutex_);
     live_streams_.erase(std::remove(live_streams_.begin(), live_streams_.end(), s),
                         live_streams_.end());
+    s->timeline.stop_accepting_waits();
     queue = std::move(s->queue);
     for (const auto& p : all_pools_) pools.push_back(p.get());
     // Blocks cached for this stream go to each pool's index (stamped with this stream),
@@ -117,8 +138,14 @@ status runtime::stream_wait_event(std::uintptr_t stream_handle, std::uintptr_t e
   if (!s.ok()) return s.take_error();
   result<event_object*> e = resolve_event(event_handle);
   if (!e.ok()) return e.take_error();
-  if (e.value()->recorded_stream == nullptr) return status::success();  // nothing to wait for
-  return s.value()->queue->enqueue_wait(*e.value()->backend_event);
+  event_object& recorded = *e.value();
+  if (recorded.recorded_stream == nullptr) return status::success();  // nothing to wait for
+  if (status waited = s.value()->queue->enqueue_wait(*recorded.backend_event); !waited.ok())
+    return waited;
+  // Later work on the stream happens after everything before the record (S11: follow event
+  // dependencies reads this).
+  s.value()->timeline.merge_clock(recorded.clock);
+  return status::success();
 }
 
 result<int> runtime::stream_device(std::uintptr_t handle) {
@@ -161,6 +188,7 @@ status runtime::record_event(std::uintptr_t event_handle, std::uintptr_t stream_
   if (status failed = s.value()->queue->sticky_error(); !failed.ok()) return failed;
   e.value()->recorded_stream = s.value();
   e.value()->recorded_position = s.value()->timeline.enqueued_position();
+  e.value()->clock = s.value()->timeline.capture_clock();
   return e.value()->backend_event->record(*s.value()->queue);
 }
 

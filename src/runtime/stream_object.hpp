@@ -6,6 +6,7 @@
 
 #include "backend/backend.hpp"
 #include "core/stream_timeline.hpp"
+#include "core/vector_clock.hpp"
 
 namespace soma::detail {
 
@@ -27,6 +28,7 @@ struct event_object {
   std::unique_ptr<backend::event> backend_event;
   stream_object* recorded_stream = nullptr;  // null until recorded
   std::uint64_t recorded_position = 0;
+  vector_clock clock;  // what happened before the recorded point (S11)
   unsigned flags = 0;
 };
 

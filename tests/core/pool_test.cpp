@@ -81,8 +81,11 @@ TEST(S11_Pool, SameStreamReuseReturnsTheSameBlockAtOnce) {
   p.the_pool->free(rounded, a);
 }
 
-TEST(S11_Pool, OtherStreamWaitsUntilTheFreeIsProven) {
+// With the opportunistic policy off, a completed free is not enough: it must be proven (or
+// covered by b's clock, which never happens here).
+TEST(S11_Pool, WithoutOpportunisticOtherStreamWaitsUntilTheFreeIsProven) {
   pool_under_test p;
+  p.the_pool->set_reuse_policy(2, false);
   stream_timeline a(0);
   stream_timeline b(1);
   block *on_a = p.allocate(kGranule, a); // fills one chunk exactly
@@ -104,6 +107,25 @@ TEST(S11_Pool, OtherStreamWaitsUntilTheFreeIsProven) {
   EXPECT_EQ(reused->address, freed_address) << "a proven free must serve another stream";
   EXPECT_EQ(p.memory->commit_calls, 3u); // no fourth chunk was needed
   for (block *x : {on_b, still_not, reused})
+    p.the_pool->free(x, b);
+}
+
+// Opportunistic (on by default): a free the backend reports complete serves another stream
+// without any synchronize.
+TEST(S11_Pool, OpportunisticReusesACompletedFree) {
+  pool_under_test p;
+  stream_timeline a(0);
+  stream_timeline b(1);
+  block *on_a = p.allocate(kGranule, a);
+  const std::uintptr_t freed_address = on_a->address;
+  p.free_pending(on_a, a);
+  const std::uint64_t free_position = a.enqueued_position();
+  block *before = p.allocate(kGranule, b);
+  EXPECT_NE(before->address, freed_address) << "pending free reused without any ordering";
+  a.note_completed(free_position);
+  block *reused = p.allocate(kGranule, b);
+  EXPECT_EQ(reused->address, freed_address);
+  for (block *x : {before, reused})
     p.the_pool->free(x, b);
 }
 

@@ -223,6 +223,11 @@ result<std::unique_ptr<stream>> cpu_backend::create_stream(int device, stream_ti
   return std::unique_ptr<stream>(std::make_unique<cpu_stream>(device, timeline));
 }
 
+result<std::unique_ptr<stream>> cpu_backend::adopt_stream(int, void*, stream_timeline&) {
+  return status(error_code::not_supported,
+                "the cpu backend has no native streams to adopt; use somaStreamCreate");
+}
+
 result<std::unique_ptr<event>> cpu_backend::create_event() {
   return std::unique_ptr<event>(std::make_unique<cpu_event>());
 }

@@ -48,6 +48,8 @@ class cpu_backend final : public backend {
   result<std::uint64_t> import_physical(int device, int fd, std::size_t bytes) override;
 
   result<std::unique_ptr<stream>> create_stream(int device, stream_timeline& timeline) override;
+  result<std::unique_ptr<stream>> adopt_stream(int device, void* native,
+                                               stream_timeline& timeline) override;
   result<std::unique_ptr<event>> create_event() override;
 
  private:

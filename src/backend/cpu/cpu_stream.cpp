@@ -56,8 +56,9 @@ void cpu_stream::serve(std::shared_ptr<stream_state> state) {
                                    " of the stream failed: " + outcome.message());
       }
       state->completed = op.position;
+      // Inside the lock: whoever wakes from `progress` sees the timeline advanced too.
+      state->timeline.note_completed(op.position);
     }
-    state->timeline.note_completed(op.position);
     state->progress.notify_all();
   }
 }
@@ -97,6 +98,15 @@ status cpu_stream::enqueue_wait(event& e) {
     status waited = source->wait_for(position);
     // A failure upstream is the upstream stream's error; the waiting stream carries on.
     (void)waited;
+    return status::success();
+  });
+}
+
+status cpu_stream::enqueue_wait_for(stream& other, std::uint64_t position) {
+  std::shared_ptr<stream_state> source = static_cast<cpu_stream&>(other).state();
+  if (source == state_) return status::success();  // in-order already
+  return enqueue_host_task([source, position] {
+    (void)source->wait_for(position);  // an upstream failure stays the upstream's error
     return status::success();
   });
 }

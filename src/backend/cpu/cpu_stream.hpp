@@ -49,10 +49,12 @@ class cpu_stream final : public stream {
   status enqueue_memset(void* destination, int value, std::size_t bytes) override;
   status enqueue_memcpy(void* destination, const void* source, std::size_t bytes) override;
   status enqueue_wait(event& e) override;
+  status enqueue_wait_for(stream& other, std::uint64_t position) override;
   status synchronize() override;
   status query() override;
   status sticky_error() override;
   int device() const override { return state_->device; }
+  void* native_handle() const override { return nullptr; }
 
   const std::shared_ptr<stream_state>& state() const noexcept { return state_; }
 

@@ -1,0 +1,121 @@
+// The cuda backend: the driver's virtual memory API behind soma's pools, CUstreams and
+// CUevents behind its streams and events (design §2 "Backends", "Physical memory").
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "backend/cuda/completion_tracker.hpp"
+#include "backend/cuda/driver_api.hpp"
+
+namespace soma::detail::backend::cuda {
+
+/// success when the process's driver loads, cuInit succeeds and a device exists; else the
+/// reason (no_device: "libcuda.so.1 not found: ...", "cuInit failed: CUDA_ERROR_NO_DEVICE").
+/// What SOMA_BACKEND=auto asks before choosing cuda.
+status probe();
+
+/// The backend over the process's driver (process_driver()).
+result<std::unique_ptr<backend>> open_backend();
+
+/// Each device is used through its primary context (the one the CUDA runtime and PyTorch
+/// use), retained for the backend's life. Every driver call runs with the right context
+/// made current and the caller's context restored afterwards (context_scope), so the
+/// runtime needs no per-thread setup. Nothing here runs on the allocation fast path.
+///
+/// Memory: reserve_address = cuMemAddressReserve aligned to the granularity (2 MiB on H200);
+/// create_physical = cuMemCreate (pinned, on the device); map = cuMemMap + cuMemSetAccess for
+/// the device and every device granted access to the reservation; unmap = cuMemUnmap (which
+/// does not wait for the GPU: the pool unmaps only memory whose frees completed).
+/// committed_bytes counts what this backend created, not other users of the device.
+///
+/// Requires: streams and events are destroyed before the backend, and no timeline is polled
+/// after it (the runtime keeps its backend for the life of the process).
+class cuda_backend final : public backend {
+ public:
+  /// Retains every device's primary context and reads its properties.
+  static result<std::unique_ptr<cuda_backend>> create(const driver_api& driver);
+  ~cuda_backend() override;
+
+  std::string name() const override { return "cuda"; }
+  int device_count() const override { return static_cast<int>(devices_.size()); }
+  device_properties properties(int device) const override;
+  std::size_t committed_bytes(int device) const override;
+  bool can_access_peer(int device, int peer) const override;
+
+  result<std::uintptr_t> reserve_address(int device, std::size_t bytes) override;
+  void free_address(std::uintptr_t base, std::size_t bytes) override;
+  result<std::uint64_t> create_physical(int device, std::size_t bytes,
+                                        unsigned export_handle_types) override;
+  void release_physical(std::uint64_t handle) override;
+  /// cuMemCreate allocations go back whole only.
+  bool can_discard_physical_part() const override { return false; }
+  void discard_physical_part(std::uint64_t, std::size_t, std::size_t) override {}
+  status map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
+             int device) override;
+  void unmap(std::uintptr_t address, std::size_t bytes) override;
+  /// Applies to the mapped pieces inside the range and is remembered for the reservation:
+  /// later maps anywhere in it grant the same access (pool-wide access, S6).
+  status set_access(std::uintptr_t address, std::size_t bytes, int device,
+                    access_flags flags) override;
+  result<int> export_physical(std::uint64_t handle) override;
+  result<std::uint64_t> import_physical(int device, int fd, std::size_t bytes) override;
+
+  result<std::unique_ptr<stream>> create_stream(int device, stream_timeline& timeline) override;
+  /// native is a CUstream of the device's primary context; it is never destroyed by soma.
+  result<std::unique_ptr<stream>> adopt_stream(int device, void* native,
+                                               stream_timeline& timeline) override;
+  result<std::unique_ptr<event>> create_event() override;
+
+  /// Called by a stream's destructor: the tracker keeps serving its timeline until drained.
+  void retire_tracker(completion_tracker& tracker);
+  /// Trackers in use or retired and not yet drained (for tests).
+  std::size_t busy_trackers() const;
+
+ private:
+  struct device_state {
+    CUdevice handle = 0;
+    CUcontext context = nullptr;  // primary, retained
+    device_properties properties;
+    std::vector<bool> can_access_peer;  // by peer ordinal
+    std::atomic<std::size_t> committed_bytes{0};
+  };
+  struct physical {
+    int device = 0;
+    std::size_t bytes = 0;
+    bool counts_against_device = true;  // imports belong to the exporter's budget
+    int references = 1;                 // an import of the same memory again adds one
+  };
+  /// One cuMemAddressReserve: what is mapped in it and who else may access it.
+  struct reservation {
+    int device = 0;
+    std::size_t bytes = 0;  // as reserved (rounded up to the granularity)
+    std::mutex mutex;       // held across a map or set_access, so neither misses the other
+    std::map<std::uintptr_t, std::size_t> mapped_bytes;  // by address
+    std::map<int, access_flags> granted;                 // peers, by device
+  };
+
+  cuda_backend(const driver_api& driver, std::vector<std::unique_ptr<device_state>> devices);
+  status check_device(int device) const;
+  reservation* find_reservation(std::uintptr_t address, std::size_t bytes);
+  result<completion_tracker*> take_tracker(int device);
+  std::string explain_out_of_memory(int device, std::size_t bytes, CUresult created) const;
+
+  const driver_api& driver_;
+  std::vector<std::unique_ptr<device_state>> devices_;
+
+  std::mutex memory_mutex_;  // the two maps below (not held across driver calls)
+  std::map<std::uintptr_t, std::unique_ptr<reservation>> reservations_;  // by base
+  std::map<std::uint64_t, physical> physicals_;                          // by handle
+
+  mutable std::mutex trackers_mutex_;  // the three lists below
+  std::vector<std::unique_ptr<completion_tracker>> trackers_;  // all, for their lifetime
+  std::vector<completion_tracker*> retired_;  // streams destroyed, markers pending
+  std::vector<completion_tracker*> spare_;    // drained, ready for a new stream
+};
+
+}  // namespace soma::detail::backend::cuda

@@ -1,0 +1,67 @@
+#include "backend/cuda/cuda_event.hpp"
+
+#include "backend/cuda/cuda_stream.hpp"
+
+namespace soma::detail::backend::cuda {
+
+cuda_event::~cuda_event() {
+  std::lock_guard lock(mutex_);
+  if (event_ == nullptr && retired_.empty()) return;
+  context_scope scope(driver_, context_);
+  // cuEventDestroy of a pending event returns at once; the driver frees it on completion.
+  if (event_ != nullptr) driver_.cuEventDestroy(event_);
+  for (CUevent old : retired_) driver_.cuEventDestroy(old);
+}
+
+status cuda_event::record(stream& s) {
+  auto& target = static_cast<cuda_stream&>(s);
+  // The stream's issue lock first (the order enqueue_wait uses too): an operation whose
+  // position was taken is then also in the driver's hands, so the event captures every
+  // position the runtime read before calling here.
+  std::lock_guard issuing(target.issue_mutex());
+  std::lock_guard lock(mutex_);
+  context_scope scope(driver_, target.context());
+  if (!scope.entered().ok()) return scope.entered();
+  if (event_ != nullptr && context_ != target.context()) {
+    retired_.push_back(event_);
+    event_ = nullptr;
+  }
+  if (event_ == nullptr) {
+    if (const CUresult made = driver_.cuEventCreate(&event_, CU_EVENT_DISABLE_TIMING);
+        made != CUDA_SUCCESS) {
+      event_ = nullptr;
+      return driver_.check(made, "cuEventCreate", "creating an event on device " +
+                                                      std::to_string(target.device()));
+    }
+    context_ = target.context();
+  }
+  return driver_.check(driver_.cuEventRecord(event_, target.native()), "cuEventRecord");
+}
+
+status cuda_event::query() {
+  std::lock_guard lock(mutex_);
+  if (event_ == nullptr) return status::success();  // never recorded: nothing to wait for
+  context_scope scope(driver_, context_);
+  const CUresult state = driver_.cuEventQuery(event_);
+  if (state == CUDA_ERROR_NOT_READY) {
+    return status(error_code::not_ready, "the work the event captured has not completed yet");
+  }
+  return driver_.check(state, "cuEventQuery");
+}
+
+status cuda_event::synchronize() {
+  CUevent waited = nullptr;
+  CUcontext context = nullptr;
+  {
+    // Not held while blocking: a record or a stream wait on this event must not stall
+    // behind a host wait. retired_ keeps the handle valid if a record replaces it.
+    std::lock_guard lock(mutex_);
+    waited = event_;
+    context = context_;
+  }
+  if (waited == nullptr) return status::success();
+  context_scope scope(driver_, context);
+  return driver_.check(driver_.cuEventSynchronize(waited), "cuEventSynchronize");
+}
+
+}  // namespace soma::detail::backend::cuda

@@ -1,0 +1,45 @@
+// A cuda backend event: a CUevent created with CU_EVENT_DISABLE_TIMING.
+#pragma once
+
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "backend/cuda/driver_api.hpp"
+
+namespace soma::detail::backend::cuda {
+
+/// backend::create_event() names no device, and a CUevent belongs to one context, so the
+/// CUevent is created at the first record, in the recording stream's context. A record on
+/// another device's stream moves to a new CUevent; the old one is kept until this event is
+/// destroyed, because a synchronize on another thread may still be using it.
+/// A never-recorded event is complete (query and synchronize succeed). Thread-safe.
+class cuda_event final : public event {
+ public:
+  explicit cuda_event(const driver_api& driver) noexcept : driver_(driver) {}
+  ~cuda_event() override;
+  cuda_event(const cuda_event&) = delete;
+  cuda_event& operator=(const cuda_event&) = delete;
+
+  /// Captures the work issued to s so far (s must be a cuda_stream).
+  status record(stream& s) override;
+  status query() override;
+  status synchronize() override;
+
+  /// Runs use(event, context) with the latest recorded CUevent (nullptr if never recorded)
+  /// under this event's lock, so a concurrent record cannot change it meanwhile.
+  template <typename Use>
+  status with_recorded(Use&& use) {
+    std::lock_guard lock(mutex_);
+    return use(event_, context_);
+  }
+
+ private:
+  const driver_api& driver_;
+  std::mutex mutex_;
+  CUevent event_ = nullptr;       // null until the first record
+  CUcontext context_ = nullptr;   // the context event_ belongs to
+  std::vector<CUevent> retired_;  // earlier contexts' events, destroyed with this one
+};
+
+}  // namespace soma::detail::backend::cuda

@@ -1,0 +1,196 @@
+#include "backend/cuda/cuda_stream.hpp"
+
+#include "backend/cuda/cuda_backend.hpp"
+#include "backend/cuda/cuda_event.hpp"
+
+namespace soma::detail::backend::cuda {
+namespace {
+
+/// What cuLaunchHostFunc carries to the driver thread; the callback owns and frees it.
+struct host_call {
+  std::shared_ptr<sticky_state> sticky;
+  host_task task;
+  stream_timeline* timeline;  // outlives the stream (backend.hpp), so also this call
+  std::uint64_t position;
+};
+
+void run_host_call(void* data) {
+  std::unique_ptr<host_call> call(static_cast<host_call*>(data));
+  bool skip = false;
+  {
+    std::lock_guard lock(call->sticky->mutex);
+    skip = !call->sticky->failure.ok();  // after a failure later host tasks are skipped
+  }
+  status outcome;
+  if (!skip) {
+    try {
+      outcome = call->task();
+    } catch (...) {  // nothing may unwind into the driver's thread
+      outcome = status(error_code::unknown, "the host task threw an exception");
+    }
+  }
+  if (!outcome.ok()) {
+    std::lock_guard lock(call->sticky->mutex);
+    if (call->sticky->failure.ok()) {
+      call->sticky->failure = status(error_code::launch_failure,
+                                     "asynchronous work at position " +
+                                         std::to_string(call->position) +
+                                         " of the stream failed: " + outcome.message());
+    }
+  }
+  // A host function runs after everything before it on the stream: its position is done.
+  call->timeline->note_completed(call->position);
+}
+
+CUdeviceptr device_pointer(const void* pointer) {
+  return static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(pointer));
+}
+
+}  // namespace
+
+cuda_stream::cuda_stream(cuda_backend& owner, const driver_api& driver, int device,
+                         CUcontext context, CUstream native, bool owns_native,
+                         stream_timeline& timeline, completion_tracker& tracker)
+    : owner_(owner),
+      driver_(driver),
+      device_(device),
+      context_(context),
+      native_(native),
+      owns_native_(owns_native),
+      timeline_(timeline),
+      tracker_(tracker),
+      sticky_(std::make_shared<sticky_state>()) {}
+
+cuda_stream::~cuda_stream() {
+  // The final marker goes on the stream before it is destroyed; the tracker keeps serving
+  // the timeline, so blocks freed here become reusable once the stream's work is done.
+  tracker_.retire();
+  if (owns_native_) {
+    context_scope scope(driver_, context_);
+    driver_.cuStreamDestroy(native_);  // returns at once; pending work still completes
+  }
+  owner_.retire_tracker(tracker_);
+}
+
+template <typename Issue>
+status cuda_stream::issue_one(Issue&& issue) {
+  if (status failed = sticky_error(); !failed.ok()) return failed;
+  context_scope scope(driver_, context_);
+  if (!scope.entered().ok()) return scope.entered();
+  std::lock_guard lock(tracker_.issue_mutex());
+  // A position taken for a call the driver then refuses stays unused; markers recorded
+  // later cover it, so the timeline remains correct.
+  return issue(timeline_.note_enqueued());
+}
+
+status cuda_stream::enqueue_host_task(host_task task) {
+  return issue_one([&](std::uint64_t position) {
+    auto call = std::make_unique<host_call>(host_call{sticky_, std::move(task), &timeline_, position});
+    const CUresult launched = driver_.cuLaunchHostFunc(native_, &run_host_call, call.get());
+    if (launched != CUDA_SUCCESS) return driver_.check(launched, "cuLaunchHostFunc");
+    call.release();  // run_host_call frees it (unless the context fails first: then it leaks)
+    return status::success();
+  });
+}
+
+status cuda_stream::enqueue_memset(void* destination, int value, std::size_t bytes) {
+  return issue_one([&](std::uint64_t) {
+    return driver_.check(
+        driver_.cuMemsetD8Async(device_pointer(destination), static_cast<unsigned char>(value),
+                                bytes, native_),
+        "cuMemsetD8Async",
+        format_bytes(bytes) + " at " + format_address(reinterpret_cast<std::uintptr_t>(destination)));
+  });
+}
+
+status cuda_stream::enqueue_memcpy(void* destination, const void* source, std::size_t bytes) {
+  // Unlike the cpu backend's memmove, overlapping ranges are undefined (as in cudaMemcpyAsync).
+  return issue_one([&](std::uint64_t) {
+    return driver_.check(driver_.cuMemcpyAsync(device_pointer(destination), device_pointer(source),
+                                               bytes, native_),
+                         "cuMemcpyAsync",
+                         format_bytes(bytes) + " from " +
+                             format_address(reinterpret_cast<std::uintptr_t>(source)) + " to " +
+                             format_address(reinterpret_cast<std::uintptr_t>(destination)));
+  });
+}
+
+status cuda_stream::enqueue_wait(event& e) {
+  auto& awaited = static_cast<cuda_event&>(e);
+  if (status failed = sticky_error(); !failed.ok()) return failed;
+  context_scope scope(driver_, context_);
+  if (!scope.entered().ok()) return scope.entered();
+  std::lock_guard lock(tracker_.issue_mutex());
+  return awaited.with_recorded([&](CUevent recorded, CUcontext) {
+    if (recorded == nullptr) return status::success();  // never recorded: nothing to wait for
+    timeline_.note_enqueued();
+    return driver_.check(driver_.cuStreamWaitEvent(native_, recorded, CU_EVENT_WAIT_DEFAULT),
+                         "cuStreamWaitEvent");
+  });
+}
+
+status cuda_stream::enqueue_wait_for(stream& other, std::uint64_t position) {
+  auto& source = static_cast<cuda_stream&>(other);
+  if (&source == this) return status::success();  // in order already
+  if (status failed = sticky_error(); !failed.ok()) return failed;
+  context_scope scope(driver_, context_);
+  if (!scope.entered().ok()) return scope.entered();
+  // Both issue locks, taken deadlock-free: two streams may wait for each other at once.
+  std::scoped_lock both(tracker_.issue_mutex(), source.tracker_.issue_mutex());
+  if (source.timeline_.completed_position() >= position) return status::success();
+  result<CUevent> marker = source.tracker_.marker_covering_locked(position);
+  if (!marker.ok()) return marker.take_error();
+  timeline_.note_enqueued();
+  return driver_.check(driver_.cuStreamWaitEvent(native_, marker.value(), CU_EVENT_WAIT_DEFAULT),
+                       "cuStreamWaitEvent",
+                       "ordering after position " + std::to_string(position) +
+                           " of a stream on device " + std::to_string(source.device_));
+}
+
+status cuda_stream::synchronize() {
+  std::uint64_t position = 0;
+  {
+    std::lock_guard lock(tracker_.issue_mutex());
+    position = timeline_.enqueued_position();  // everything up to it is in the driver's hands
+  }
+  context_scope scope(driver_, context_);
+  if (!scope.entered().ok()) return scope.entered();
+  const CUresult done = driver_.cuStreamSynchronize(native_);
+  if (done != CUDA_SUCCESS) return note_failure(driver_.check(done, "cuStreamSynchronize"));
+  timeline_.note_completed(position);
+  return sticky_error();
+}
+
+status cuda_stream::query() {
+  context_scope scope(driver_, context_);
+  if (!scope.entered().ok()) return scope.entered();
+  std::uint64_t position = 0;
+  CUresult state = CUDA_SUCCESS;
+  {
+    std::lock_guard lock(tracker_.issue_mutex());
+    position = timeline_.enqueued_position();
+    state = driver_.cuStreamQuery(native_);
+  }
+  if (state == CUDA_ERROR_NOT_READY) return status(error_code::not_ready, "stream busy");
+  if (state != CUDA_SUCCESS) return note_failure(driver_.check(state, "cuStreamQuery"));
+  timeline_.note_completed(position);
+  return sticky_error();
+}
+
+status cuda_stream::sticky_error() {
+  std::lock_guard lock(sticky_->mutex);
+  return sticky_->failure;
+}
+
+status cuda_stream::note_failure(status failure) {
+  // Only faults of asynchronous work stick; a bad argument concerns one call.
+  const bool asynchronous = failure.code() == error_code::launch_failure ||
+                            failure.code() == error_code::illegal_address;
+  if (asynchronous) {
+    std::lock_guard lock(sticky_->mutex);
+    if (sticky_->failure.ok()) sticky_->failure = failure;
+  }
+  return failure;
+}
+
+}  // namespace soma::detail::backend::cuda

@@ -1,0 +1,79 @@
+// A cuda backend stream: a CUstream (created, or adopted from the application) plus the
+// bookkeeping that keeps its timeline honest.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "backend/backend.hpp"
+#include "backend/cuda/completion_tracker.hpp"
+#include "backend/cuda/driver_api.hpp"
+
+namespace soma::detail::backend::cuda {
+
+class cuda_backend;
+
+/// The first failure of asynchronous work on a stream, shared with host tasks still in the
+/// driver's hands, so a task that fails after its stream was destroyed has somewhere to go.
+struct sticky_state {
+  std::mutex mutex;
+  status failure;  ///< success until something failed
+};
+
+/// Every enqueue advances the timeline by exactly one (note_enqueued), as on the cpu
+/// backend, under the completion tracker's issue lock. `completed` advances through marker
+/// events (completion_tracker), synchronize, successful queries and host tasks (a host
+/// function starts only after everything before it ran).
+///
+/// Host tasks run on a driver thread (cuLaunchHostFunc); they must not call CUDA or soma
+/// functions that enqueue work or wait on streams. A failing task becomes the stream's
+/// sticky error (launch_failure) and later host tasks of the stream are skipped; device
+/// work already enqueued (memset, memcpy, the application's kernels) cannot be skipped and
+/// still runs. After a failure, new enqueues return the sticky error.
+///
+/// Destruction returns at once: the tracker is retired (a final marker keeps the timeline
+/// learning), and an owned CUstream is destroyed, which the driver does once its work is
+/// done. An adopted CUstream is never destroyed. Requires: the backend outlives the stream.
+class cuda_stream final : public stream {
+ public:
+  cuda_stream(cuda_backend& owner, const driver_api& driver, int device, CUcontext context,
+              CUstream native, bool owns_native, stream_timeline& timeline,
+              completion_tracker& tracker);
+  ~cuda_stream() override;
+
+  status enqueue_host_task(host_task task) override;
+  status enqueue_memset(void* destination, int value, std::size_t bytes) override;
+  status enqueue_memcpy(void* destination, const void* source, std::size_t bytes) override;
+  status enqueue_wait(event& e) override;
+  status enqueue_wait_for(stream& other, std::uint64_t position) override;
+  status synchronize() override;
+  status query() override;
+  status sticky_error() override;
+  int device() const override { return device_; }
+  void* native_handle() const override { return native_; }
+
+  CUcontext context() const noexcept { return context_; }
+  CUstream native() const noexcept { return native_; }
+  /// The lock under which work is issued; held by events recording on this stream.
+  std::mutex& issue_mutex() noexcept { return tracker_.issue_mutex(); }
+
+ private:
+  /// Takes the next position and runs issue() under the issue lock, in the stream's context.
+  template <typename Issue>
+  status issue_one(Issue&& issue);
+  /// Keeps a device fault seen by a synchronize or query as the sticky error.
+  status note_failure(status failure);
+
+  cuda_backend& owner_;
+  const driver_api& driver_;
+  const int device_;
+  const CUcontext context_;
+  const CUstream native_;
+  const bool owns_native_;
+  stream_timeline& timeline_;
+  completion_tracker& tracker_;  // owned by the backend: it outlives this stream
+  std::shared_ptr<sticky_state> sticky_;
+};
+
+}  // namespace soma::detail::backend::cuda

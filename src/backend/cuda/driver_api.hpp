@@ -1,0 +1,115 @@
+// The CUDA driver, loaded at run time: dlopen("libcuda.so.1") and every entry point soma
+// calls, resolved through cuGetProcAddress (dlsym where that fails). One build then runs on
+// machines with and without a GPU (design §2 "Backends"). Driver results are translated
+// here, once, into soma codes with the driver's own name in the message (style: Errors).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/cuda/driver_types.hpp"
+#include "core/status.hpp"
+
+namespace soma::detail::backend::cuda {
+
+/// The driver's entry points with their CUDA 12.0 signatures, plus the translation of their
+/// results. All pointers are set once load_driver succeeds; a test may fill them with fakes.
+struct driver_api {
+  CUresult (*cuInit)(unsigned flags) = nullptr;
+  CUresult (*cuDriverGetVersion)(int* version) = nullptr;
+  CUresult (*cuGetErrorName)(CUresult error, const char** name) = nullptr;
+  CUresult (*cuGetErrorString)(CUresult error, const char** text) = nullptr;
+  // devices and contexts
+  CUresult (*cuDeviceGetCount)(int* count) = nullptr;
+  CUresult (*cuDeviceGet)(CUdevice* device, int ordinal) = nullptr;
+  CUresult (*cuDeviceGetName)(char* name, int length, CUdevice device) = nullptr;
+  CUresult (*cuDeviceTotalMem)(std::size_t* bytes, CUdevice device) = nullptr;
+  CUresult (*cuDeviceGetAttribute)(int* value, int attribute, CUdevice device) = nullptr;
+  CUresult (*cuDeviceCanAccessPeer)(int* can_access, CUdevice device, CUdevice peer) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext* context, CUdevice device) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice device) = nullptr;
+  CUresult (*cuCtxGetCurrent)(CUcontext* context) = nullptr;
+  CUresult (*cuCtxSetCurrent)(CUcontext context) = nullptr;
+  // virtual memory management
+  CUresult (*cuMemGetInfo)(std::size_t* free_bytes, std::size_t* total_bytes) = nullptr;
+  CUresult (*cuMemGetAllocationGranularity)(std::size_t* granularity,
+                                            const CUmemAllocationProp* prop, int option) = nullptr;
+  CUresult (*cuMemAddressReserve)(CUdeviceptr* address, std::size_t bytes, std::size_t alignment,
+                                  CUdeviceptr hint, unsigned long long flags) = nullptr;
+  CUresult (*cuMemAddressFree)(CUdeviceptr address, std::size_t bytes) = nullptr;
+  CUresult (*cuMemCreate)(CUmemGenericAllocationHandle* handle, std::size_t bytes,
+                          const CUmemAllocationProp* prop, unsigned long long flags) = nullptr;
+  CUresult (*cuMemRelease)(CUmemGenericAllocationHandle handle) = nullptr;
+  CUresult (*cuMemMap)(CUdeviceptr address, std::size_t bytes, std::size_t offset,
+                       CUmemGenericAllocationHandle handle, unsigned long long flags) = nullptr;
+  CUresult (*cuMemUnmap)(CUdeviceptr address, std::size_t bytes) = nullptr;
+  CUresult (*cuMemSetAccess)(CUdeviceptr address, std::size_t bytes, const CUmemAccessDesc* desc,
+                             std::size_t count) = nullptr;
+  CUresult (*cuMemExportToShareableHandle)(void* shareable, CUmemGenericAllocationHandle handle,
+                                           int handle_type, unsigned long long flags) = nullptr;
+  CUresult (*cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle* handle,
+                                             void* os_handle, int handle_type) = nullptr;
+  // streams, events, work
+  CUresult (*cuStreamCreate)(CUstream* stream, unsigned flags) = nullptr;
+  CUresult (*cuStreamDestroy)(CUstream stream) = nullptr;
+  CUresult (*cuStreamGetCtx)(CUstream stream, CUcontext* context) = nullptr;
+  CUresult (*cuStreamSynchronize)(CUstream stream) = nullptr;
+  CUresult (*cuStreamQuery)(CUstream stream) = nullptr;
+  CUresult (*cuStreamWaitEvent)(CUstream stream, CUevent event, unsigned flags) = nullptr;
+  CUresult (*cuLaunchHostFunc)(CUstream stream, CUhostFn function, void* user_data) = nullptr;
+  CUresult (*cuMemsetD8Async)(CUdeviceptr destination, unsigned char value, std::size_t bytes,
+                              CUstream stream) = nullptr;
+  CUresult (*cuMemcpyAsync)(CUdeviceptr destination, CUdeviceptr source, std::size_t bytes,
+                            CUstream stream) = nullptr;
+  CUresult (*cuEventCreate)(CUevent* event, unsigned flags) = nullptr;
+  CUresult (*cuEventDestroy)(CUevent event) = nullptr;
+  CUresult (*cuEventRecord)(CUevent event, CUstream stream) = nullptr;
+  CUresult (*cuEventQuery)(CUevent event) = nullptr;
+  CUresult (*cuEventSynchronize)(CUevent event) = nullptr;
+
+  std::string library_name;  ///< what was opened, for messages
+  int driver_version = 0;    ///< cuDriverGetVersion, e.g. 13000
+
+  /// "CUDA_ERROR_OUT_OF_MEMORY: out of memory": the driver's names, or a built-in table
+  /// where the driver cannot say (the toolkit's stub library answers nothing).
+  std::string describe(CUresult result) const;
+  /// success for CUDA_SUCCESS, else translate(result) with "<call> failed (<describe>)",
+  /// followed by ": <detail>" when detail is not empty.
+  status check(CUresult result, const char* call, const std::string& detail = {}) const;
+};
+
+/// The soma code for a driver result (CUDA_ERROR_NOT_READY -> not_ready, kernel faults ->
+/// launch_failure, CUDA_ERROR_STUB_LIBRARY -> no_device, ...; unknown results -> unknown).
+error_code translate(CUresult result);
+
+/// Opens library_name, resolves every entry point, calls cuInit(0) and checks the driver
+/// version. Failures: no_device ("libcuda.so.1 not found: <dlerror>", "cuInit failed:
+/// CUDA_ERROR_NO_DEVICE ..."), initialization_error (an entry point is missing, or the
+/// driver is older than CUDA 12.0). A loaded library is never closed: driver threads may run
+/// callbacks until the process exits.
+result<std::unique_ptr<driver_api>> load_driver(const char* library_name = "libcuda.so.1");
+
+/// The process's driver, loaded once on first use; a failure is remembered and repeated.
+/// Thread-safe.
+result<const driver_api*> process_driver();
+
+/// Makes a context current on the calling thread for its lifetime and restores the previous
+/// one afterwards, so soma never changes which device the application's own CUDA runtime
+/// calls go to. Costs one cuCtxGetCurrent when the context is already current.
+class context_scope {
+ public:
+  context_scope(const driver_api& driver, CUcontext context) noexcept;
+  ~context_scope();
+  context_scope(const context_scope&) = delete;
+  context_scope& operator=(const context_scope&) = delete;
+  /// The result of making the context current (a broken driver, a destroyed context).
+  const status& entered() const noexcept { return entered_; }
+
+ private:
+  const driver_api& driver_;
+  CUcontext previous_ = nullptr;
+  bool switched_ = false;
+  status entered_;
+};
+
+}  // namespace soma::detail::backend::cuda

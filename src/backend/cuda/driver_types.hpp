@@ -1,0 +1,105 @@
+// The slice of the CUDA driver's ABI (cuda.h, CUDA 12.0 and later) that soma calls, declared
+// here so that the build never needs the toolkit: the driver is loaded at run time
+// (driver_api.hpp). Names and values copy cuda.h on purpose, so each line can be checked
+// against it; tests/backend/cuda_driver_abi_test.cpp does that where the toolkit is installed.
+// Signatures are those current at CUDA 12.0: driver_api asks cuGetProcAddress for that
+// version, so a newer driver hands back entry points with exactly these types.
+#pragma once
+
+#include <cstddef>
+
+namespace soma::detail::backend::cuda {
+
+// ---- handles and scalars ------------------------------------------------------------------
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+using CUmemGenericAllocationHandle = unsigned long long;
+using cuuint64_t = unsigned long long;
+struct CUctx_st;
+using CUcontext = CUctx_st*;
+struct CUstream_st;
+using CUstream = CUstream_st*;
+struct CUevent_st;
+using CUevent = CUevent_st*;
+using CUhostFn = void (*)(void* user_data);
+
+// ---- results (CUresult) -------------------------------------------------------------------
+inline constexpr CUresult CUDA_SUCCESS = 0;
+inline constexpr CUresult CUDA_ERROR_INVALID_VALUE = 1;
+inline constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
+inline constexpr CUresult CUDA_ERROR_NOT_INITIALIZED = 3;
+inline constexpr CUresult CUDA_ERROR_DEINITIALIZED = 4;
+inline constexpr CUresult CUDA_ERROR_STUB_LIBRARY = 34;
+inline constexpr CUresult CUDA_ERROR_INSUFFICIENT_DRIVER = 35;
+inline constexpr CUresult CUDA_ERROR_DEVICE_UNAVAILABLE = 46;
+inline constexpr CUresult CUDA_ERROR_NO_DEVICE = 100;
+inline constexpr CUresult CUDA_ERROR_INVALID_DEVICE = 101;
+inline constexpr CUresult CUDA_ERROR_INVALID_CONTEXT = 201;
+inline constexpr CUresult CUDA_ERROR_INVALID_HANDLE = 400;
+inline constexpr CUresult CUDA_ERROR_NOT_FOUND = 500;
+inline constexpr CUresult CUDA_ERROR_NOT_READY = 600;
+inline constexpr CUresult CUDA_ERROR_ILLEGAL_ADDRESS = 700;
+inline constexpr CUresult CUDA_ERROR_CONTEXT_IS_DESTROYED = 709;
+inline constexpr CUresult CUDA_ERROR_ASSERT = 710;
+inline constexpr CUresult CUDA_ERROR_HARDWARE_STACK_ERROR = 714;
+inline constexpr CUresult CUDA_ERROR_ILLEGAL_INSTRUCTION = 715;
+inline constexpr CUresult CUDA_ERROR_MISALIGNED_ADDRESS = 716;
+inline constexpr CUresult CUDA_ERROR_INVALID_ADDRESS_SPACE = 717;
+inline constexpr CUresult CUDA_ERROR_INVALID_PC = 718;
+inline constexpr CUresult CUDA_ERROR_LAUNCH_FAILED = 719;
+inline constexpr CUresult CUDA_ERROR_NOT_PERMITTED = 800;
+inline constexpr CUresult CUDA_ERROR_NOT_SUPPORTED = 801;
+inline constexpr CUresult CUDA_ERROR_SYSTEM_DRIVER_MISMATCH = 803;
+inline constexpr CUresult CUDA_ERROR_UNKNOWN = 999;
+
+// ---- flags and enumerations ---------------------------------------------------------------
+inline constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
+inline constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;
+inline constexpr unsigned CU_EVENT_WAIT_DEFAULT = 0x0;
+inline constexpr cuuint64_t CU_GET_PROC_ADDRESS_DEFAULT = 0;
+/// The ABI version soma asks cuGetProcAddress for (CUDA 12.0).
+inline constexpr int soma_driver_abi_version = 12000;
+
+inline constexpr int CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41;
+inline constexpr int CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102;
+inline constexpr int CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115;
+inline constexpr int CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES = 119;
+
+inline constexpr int CU_MEM_ALLOCATION_TYPE_PINNED = 0x1;
+inline constexpr int CU_MEM_LOCATION_TYPE_DEVICE = 0x1;
+inline constexpr int CU_MEM_HANDLE_TYPE_NONE = 0x0;
+inline constexpr int CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 0x1;
+inline constexpr int CU_MEM_ACCESS_FLAGS_PROT_NONE = 0x0;
+inline constexpr int CU_MEM_ACCESS_FLAGS_PROT_READ = 0x1;
+inline constexpr int CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 0x3;
+inline constexpr int CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0;
+inline constexpr int CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 0x1;
+
+// ---- structures (layouts of cuda.h's *_v1 structs) ------------------------------------------
+struct CUmemLocation {
+  int type = 0;  ///< CU_MEM_LOCATION_TYPE_*
+  int id = 0;    ///< device ordinal for CU_MEM_LOCATION_TYPE_DEVICE
+};
+
+struct CUmemAllocationProp {
+  int type = 0;                  ///< CU_MEM_ALLOCATION_TYPE_*
+  int requestedHandleTypes = 0;  ///< CU_MEM_HANDLE_TYPE_* bits
+  CUmemLocation location;
+  void* win32HandleMetaData = nullptr;
+  struct {
+    unsigned char compressionType = 0;
+    unsigned char gpuDirectRDMACapable = 0;
+    unsigned short usage = 0;
+    unsigned char reserved[4] = {};
+  } allocFlags;
+};
+static_assert(sizeof(CUmemAllocationProp) == 32, "cuda.h's CUmemAllocationProp_v1 is 32 bytes");
+
+struct CUmemAccessDesc {
+  CUmemLocation location;
+  int flags = 0;  ///< CU_MEM_ACCESS_FLAGS_PROT_*
+};
+static_assert(sizeof(CUmemAccessDesc) == 12, "cuda.h's CUmemAccessDesc_v1 is 12 bytes");
+
+}  // namespace soma::detail::backend::cuda

@@ -44,53 +44,54 @@ struct settings {
   int trials = 7;
 };
 
-[[noreturn]] void fail(const char* what, somaError_t status) {
+[[noreturn]] void fail(const char *what, somaError_t status) {
   std::fprintf(stderr, "alloc_pairs_bench: %s failed: %s: %s\n", what, somaGetErrorName(status),
                somaGetLastErrorMessage());
   std::exit(1);
 }
 
-#define SOMA_BENCH_CHECK(call)                                  \
-  do {                                                          \
-    const somaError_t soma_bench_status = (call);               \
-    if (soma_bench_status != somaSuccess) [[unlikely]]          \
-      fail(#call, soma_bench_status);                           \
+#define SOMA_BENCH_CHECK(call)                                                                     \
+  do {                                                                                             \
+    const somaError_t soma_bench_status = (call);                                                  \
+    if (soma_bench_status != somaSuccess) [[unlikely]]                                             \
+      fail(#call, soma_bench_status);                                                              \
   } while (0)
 
 // Keeps the compiler from removing a malloc/free pair whose pointer is otherwise unused.
-inline void escape(void* ptr) { asm volatile("" : : "r"(ptr) : "memory"); }
+inline void escape(void *ptr) { asm volatile("" : : "r"(ptr) : "memory"); }
 
 // ---- the two allocators, behind the same three calls ------------------------------------
 
 struct soma_allocator {
-  static constexpr const char* name = "soma";
+  static constexpr const char *name = "soma";
   somaStream_t stream;
-  somaMemPool_t pool;  // nullptr: the stream device's current pool (somaMallocAsync)
-  void* allocate(std::size_t bytes) {
-    void* ptr = nullptr;
-    const somaError_t status = pool == nullptr
-                                   ? somaMallocAsync(&ptr, bytes, stream)
-                                   : somaMallocFromPoolAsync(&ptr, bytes, pool, stream);
-    if (status != somaSuccess) [[unlikely]] fail("somaMallocAsync", status);
+  somaMemPool_t pool; // nullptr: the stream device's current pool (somaMallocAsync)
+  void *allocate(std::size_t bytes) {
+    void *ptr = nullptr;
+    const somaError_t status = pool == nullptr ? somaMallocAsync(&ptr, bytes, stream)
+                                               : somaMallocFromPoolAsync(&ptr, bytes, pool, stream);
+    if (status != somaSuccess) [[unlikely]]
+      fail("somaMallocAsync", status);
     return ptr;
   }
-  void deallocate(void* ptr) {
+  void deallocate(void *ptr) {
     const somaError_t status = somaFreeAsync(ptr, stream);
-    if (status != somaSuccess) [[unlikely]] fail("somaFreeAsync", status);
+    if (status != somaSuccess) [[unlikely]]
+      fail("somaFreeAsync", status);
   }
 };
 
 struct system_allocator {
-  static constexpr const char* name = "system";
-  void* allocate(std::size_t bytes) {
-    void* ptr = std::malloc(bytes);
+  static constexpr const char *name = "system";
+  void *allocate(std::size_t bytes) {
+    void *ptr = std::malloc(bytes);
     if (ptr == nullptr) [[unlikely]] {
       std::fprintf(stderr, "alloc_pairs_bench: malloc(%zu) failed\n", bytes);
       std::exit(1);
     }
     return ptr;
   }
-  void deallocate(void* ptr) { std::free(ptr); }
+  void deallocate(void *ptr) { std::free(ptr); }
 };
 
 // ---- timing -------------------------------------------------------------------------------
@@ -107,14 +108,15 @@ double median(std::vector<double> values) {
 // Runs batch() (which performs `pairs_per_batch` pairs) until trial_seconds pass; returns ns
 // per pair. The median over the trials is reported.
 template <class Batch>
-double time_pairs(const settings& config, long pairs_per_batch, Batch&& batch) {
+double time_pairs(const settings &config, long pairs_per_batch, Batch &&batch) {
   std::vector<double> results;
   for (int trial = 0; trial < config.trials; ++trial) {
     long pairs = 0;
     const clock_type::time_point start = clock_type::now();
     double elapsed = 0;
     do {
-      for (int i = 0; i < 16; ++i) batch();
+      for (int i = 0; i < 16; ++i)
+        batch();
       pairs += 16 * pairs_per_batch;
       elapsed = seconds_since(start);
     } while (elapsed < config.trial_seconds);
@@ -124,30 +126,31 @@ double time_pairs(const settings& config, long pairs_per_batch, Batch&& batch) {
 }
 
 template <class Allocator>
-double pair_ns(const settings& config, Allocator& allocator, std::size_t bytes) {
+double pair_ns(const settings &config, Allocator &allocator, std::size_t bytes) {
   return time_pairs(config, 1, [&] {
-    void* ptr = allocator.allocate(bytes);
+    void *ptr = allocator.allocate(bytes);
     escape(ptr);
     allocator.deallocate(ptr);
   });
 }
 
 template <class Allocator>
-double live_ns(const settings& config, Allocator& allocator, std::size_t bytes) {
-  void* ptrs[kLiveCount];
+double live_ns(const settings &config, Allocator &allocator, std::size_t bytes) {
+  void *ptrs[kLiveCount];
   return time_pairs(config, kLiveCount, [&] {
-    for (void*& ptr : ptrs) {
+    for (void *&ptr : ptrs) {
       ptr = allocator.allocate(bytes);
       escape(ptr);
     }
-    for (void* ptr : ptrs) allocator.deallocate(ptr);
+    for (void *ptr : ptrs)
+      allocator.deallocate(ptr);
   });
 }
 
 // N threads, each with its own allocator (for soma: its own stream), run pairs until main says
 // stop; returns aggregate ns per pair (wall time / all pairs of all threads).
 template <class Allocator>
-double threaded_ns(const settings& config, std::vector<Allocator>& allocators, std::size_t bytes) {
+double threaded_ns(const settings &config, std::vector<Allocator> &allocators, std::size_t bytes) {
   const int thread_count = static_cast<int>(allocators.size());
   std::vector<double> results;
   for (int trial = 0; trial < config.trials; ++trial) {
@@ -155,15 +158,17 @@ double threaded_ns(const settings& config, std::vector<Allocator>& allocators, s
     std::vector<long> pairs(static_cast<std::size_t>(thread_count), 0);
     std::barrier start_line(thread_count + 1);
     std::vector<std::thread> threads;
+    threads.reserve(static_cast<std::size_t>(thread_count));
     for (int t = 0; t < thread_count; ++t) {
       threads.emplace_back([&, t] {
-        Allocator& allocator = allocators[static_cast<std::size_t>(t)];
-        for (int i = 0; i < 1000; ++i) allocator.deallocate(allocator.allocate(bytes));  // warm
+        Allocator &allocator = allocators[static_cast<std::size_t>(t)];
+        for (int i = 0; i < 1000; ++i)
+          allocator.deallocate(allocator.allocate(bytes)); // warm
         start_line.arrive_and_wait();
         long done = 0;
         while (!stop.load(std::memory_order_relaxed)) {
           for (int i = 0; i < 64; ++i) {
-            void* ptr = allocator.allocate(bytes);
+            void *ptr = allocator.allocate(bytes);
             escape(ptr);
             allocator.deallocate(ptr);
           }
@@ -176,10 +181,12 @@ double threaded_ns(const settings& config, std::vector<Allocator>& allocators, s
     const clock_type::time_point start = clock_type::now();
     std::this_thread::sleep_for(std::chrono::duration<double>(config.trial_seconds));
     stop.store(true);
-    for (std::thread& thread : threads) thread.join();
+    for (std::thread &thread : threads)
+      thread.join();
     const double elapsed = seconds_since(start);
     long total = 0;
-    for (long count : pairs) total += count;
+    for (long count : pairs)
+      total += count;
     results.push_back(elapsed * 1e9 / static_cast<double>(total));
   }
   return median(results);
@@ -205,7 +212,7 @@ void print_header() {
   std::printf("%s\n", std::string(94, '-').c_str());
 }
 
-void print_row(const std::string& scenario, double soma_ns, double system_ns) {
+void print_row(const std::string &scenario, double soma_ns, double system_ns) {
   std::printf("%-44s %12.1f %12.1f %10.2f %12.2f\n", scenario.c_str(), soma_ns, system_ns,
               soma_ns / system_ns, 1e3 / soma_ns);
   std::fflush(stdout);
@@ -217,22 +224,24 @@ std::string cpu_model() {
   while (std::getline(cpuinfo, line)) {
     if (line.rfind("model name", 0) == 0) {
       const std::size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(colon + 2);
+      if (colon != std::string::npos)
+        return line.substr(colon + 2);
     }
   }
   return "unknown";
 }
 
-void print_machine(const settings& config) {
+void print_machine(const settings &config) {
   const std::time_t now = std::time(nullptr);
   char date[64];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
   utsname system_name{};
   uname(&system_name);
-  const char* backend = "?";
+  const char *backend = "?";
   SOMA_BENCH_CHECK(somaGetBackendName(&backend));
   int granularity_kib = 0;
-  SOMA_BENCH_CHECK(somaDeviceGetAttribute(&granularity_kib, somaDevAttrAllocationGranularityKiB, 0));
+  SOMA_BENCH_CHECK(
+      somaDeviceGetAttribute(&granularity_kib, somaDevAttrAllocationGranularityKiB, 0));
   std::printf("alloc_pairs_bench — soma vs the system allocator (malloc/free)\n");
   std::printf("date        %s\n", date);
   std::printf("cpu         %s (%u hardware threads)\n", cpu_model().c_str(),
@@ -252,9 +261,9 @@ void print_machine(const settings& config) {
               config.trials, config.trial_seconds * 1e3);
 }
 
-}  // namespace
+} // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char **argv) {
   settings config;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
@@ -282,9 +291,11 @@ int main(int argc, char** argv) {
   const std::size_t pair_sizes[] = {256, 4 * KiB, 64 * KiB, 1 * MiB, 64 * MiB};
   const std::size_t live_sizes[] = {256, 4 * KiB, 64 * KiB, 1 * MiB};
   for (std::size_t bytes : live_sizes) {
-    void* ptrs[kLiveCount];
-    for (void*& ptr : ptrs) ptr = soma.allocate(bytes);
-    for (void* ptr : ptrs) soma.deallocate(ptr);
+    void *ptrs[kLiveCount];
+    for (void *&ptr : ptrs)
+      ptr = soma.allocate(bytes);
+    for (void *ptr : ptrs)
+      soma.deallocate(ptr);
   }
   soma.deallocate(soma.allocate(64 * MiB));
   SOMA_BENCH_CHECK(somaStreamSynchronize(stream));
@@ -335,7 +346,7 @@ int main(int argc, char** argv) {
   SOMA_BENCH_CHECK(somaMemPoolCreate(&small_pool, &props));
   soma_allocator cold{stream, small_pool};
   const double soma_cold_ns = time_pairs(config, 1, [&] {
-    void* ptr = cold.allocate(64 * MiB);
+    void *ptr = cold.allocate(64 * MiB);
     escape(ptr);
     cold.deallocate(ptr);
     SOMA_BENCH_CHECK(somaStreamSynchronize(stream));

@@ -88,6 +88,9 @@ class backend {
   virtual device_properties properties(int device) const = 0;
   /// Bytes committed on the device by all pools of this process.
   virtual std::size_t committed_bytes(int device) const = 0;
+  /// Free and total bytes of the device as its platform sees them (cudaMemGetInfo); cpu:
+  /// the device's budget minus what the pools committed.
+  virtual void memory_info(int device, std::size_t* free_bytes, std::size_t* total_bytes) const = 0;
   virtual bool can_access_peer(int device, int peer) const = 0;
 
   // -- address space and physical memory (S3, S9, S16) --------------------------------

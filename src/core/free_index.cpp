@@ -13,7 +13,11 @@ bool free_index::is_usable_by(const block* b, const stream_timeline* stream) noe
 
 bool free_index::can_merge(const block* a, const block* b) noexcept {
   if (b == nullptr || b->current_state() != block_state::indexed) return false;
-  return a->stamp.timeline == b->stamp.timeline;
+  // Pending frees merge only when they are the same point of the same stream: a merged
+  // block carries one stamp, and a later stamp would hide an earlier free that another
+  // stream may already use (its clock covers it, or it completed). Proven blocks merge
+  // freely; pending neighbours merge once a synchronize proves them.
+  return a->stamp.timeline == b->stamp.timeline && a->stamp.position == b->stamp.position;
 }
 
 void free_index::add(block* b) {

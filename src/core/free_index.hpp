@@ -13,8 +13,8 @@ namespace soma::detail {
 
 /// Free blocks of one pool, ordered by (size, address) for best fit. A block enters with
 /// its free stamp; neighbours merge only when they are interchangeable (both proven
-/// complete, or both freed on the same stream), so merging never makes memory usable
-/// earlier than its parts were. Not thread-safe: the owning pool's lock guards it.
+/// complete, or freed at the same point of the same stream), so merging never makes memory
+/// usable earlier or later than its parts were. Not thread-safe: the owning pool's lock guards it.
 class free_index {
  public:
   /// all_blocks: the pool's map of every block by address; merges keep it current.

@@ -1,6 +1,7 @@
 #include "runtime/runtime.hpp"
 
 #include <algorithm>
+#include <thread>
 
 namespace soma::detail {
 namespace {
@@ -111,11 +112,7 @@ result<bool> runtime::can_access_peer(int device, int peer) const {
 }
 
 status runtime::memory_info(std::size_t* free_bytes, std::size_t* total_bytes) const {
-  const int device = current_device();
-  const std::size_t total = devices_[static_cast<std::size_t>(device)]->properties.total_memory_bytes;
-  const std::size_t committed = backend_->committed_bytes(device);
-  *total_bytes = total;
-  *free_bytes = committed >= total ? 0 : total - committed;
+  backend_->memory_info(current_device(), free_bytes, total_bytes);
   return status::success();
 }
 
@@ -162,6 +159,25 @@ status runtime::synchronize_device() {
     for (stream_object* s : live_streams_) {
       if (s->device == device) streams.emplace_back(s, s->queue);
     }
+  }
+  // A destroyed stream's queued work still runs; the device synchronize waits for it too
+  // and so proves the frees made on it (nothing else can: its handle is gone).
+  std::vector<stream_object*> retired;
+  {
+    std::lock_guard lock(registry_mutex_);
+    for (auto it = retired_streams_.begin(); it != retired_streams_.end();) {
+      if ((*it)->device == device) {
+        retired.push_back(*it);
+        it = retired_streams_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (stream_object* s : retired) {
+    const std::uint64_t position = s->timeline.enqueued_position();
+    while (!s->timeline.has_completed(position)) std::this_thread::yield();
+    proven(*s, position);
   }
   status first_failure;
   for (auto& [s, queue] : streams) {

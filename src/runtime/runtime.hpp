@@ -152,6 +152,7 @@ class runtime {
   mutable std::mutex registry_mutex_;  // the lists below
   std::vector<std::unique_ptr<stream_object>> all_streams_;  // live and destroyed
   std::vector<stream_object*> live_streams_;
+  std::vector<stream_object*> retired_streams_;  // destroyed, frees not yet proven
   std::vector<std::unique_ptr<memory_pool>> all_pools_;  // live and destroyed-but-busy
 };
 

@@ -102,6 +102,7 @@ status runtime::destroy_stream(std::uintptr_t handle) {
                         live_streams_.end());
     s->timeline.stop_accepting_waits();
     queue = std::move(s->queue);
+    retired_streams_.push_back(s);  // a device synchronize proves its last frees
     for (const auto& p : all_pools_) pools.push_back(p.get());
     // Blocks cached for this stream go to each pool's index (stamped with this stream),
     // so the cache slot can serve the next stream.

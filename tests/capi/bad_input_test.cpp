@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "c_caller.h"
 #include "host_task.hpp"
 #include "soma_test_util.hpp"
 
@@ -203,6 +204,8 @@ void expect_stream_rejected(somaStream_t bad, void* live, somaEvent_t event,
   EXPECT_EQ(somaStreamQuery(bad), somaErrorInvalidResourceHandle);
   EXPECT_EQ(somaStreamWaitEvent(bad, event, 0), somaErrorInvalidResourceHandle);
   EXPECT_EQ(somaStreamGetDevice(bad, &device), somaErrorInvalidResourceHandle);
+  void* native = nullptr;
+  EXPECT_EQ(somaStreamGetNative(bad, &native), somaErrorInvalidResourceHandle);
   EXPECT_EQ(somaEventRecord(event, bad), somaErrorInvalidResourceHandle);
   EXPECT_EQ(somaLaunchHostFunc(bad, noop_host_function, nullptr),
             somaErrorInvalidResourceHandle);
@@ -364,7 +367,7 @@ std::vector<props_case> bad_props_cases() {
        somaErrorInvalidValue},
       {"AllocTypeManaged", [](props& p) { p.allocType = somaMemAllocationTypeManaged; },
        somaErrorNotSupported},
-      {"AllocTypeUnknown", [](props& p) { p.allocType = static_cast<somaMemAllocationType>(7); },
+      {"AllocTypeUnknown", [](props& p) { p.allocType = static_cast<somaMemAllocationType>(3); },
        somaErrorInvalidValue},
       {"LocationHost", [](props& p) { p.location.type = somaMemLocationTypeHost; },
        somaErrorNotSupported},
@@ -373,7 +376,7 @@ std::vector<props_case> bad_props_cases() {
       {"LocationInvalid", [](props& p) { p.location.type = somaMemLocationTypeInvalid; },
        somaErrorInvalidValue},
       {"LocationUnknown",
-       [](props& p) { p.location.type = static_cast<somaMemLocationType>(42); },
+       [](props& p) { p.location.type = static_cast<somaMemLocationType>(7); },
        somaErrorInvalidValue},
       {"DeviceNegative", [](props& p) { p.location.id = -1; }, somaErrorInvalidValue},
       {"DeviceOutOfRange", [](props& p) { p.location.id = 1000; }, somaErrorInvalidValue},
@@ -383,15 +386,6 @@ std::vector<props_case> bad_props_cases() {
        somaErrorNotSupported},
       {"HandleFabric", [](props& p) { p.handleTypes = somaMemHandleTypeFabric; },
        somaErrorNotSupported},
-      {"HandleUnknownBit",
-       [](props& p) { p.handleTypes = static_cast<somaMemAllocationHandleType>(16); },
-       somaErrorInvalidValue},
-      {"HandleUnknownHighBit",
-       [](props& p) { p.handleTypes = static_cast<somaMemAllocationHandleType>(0x100); },
-       somaErrorInvalidValue},
-      {"HandlePosixPlusUnknownBit",
-       [](props& p) { p.handleTypes = static_cast<somaMemAllocationHandleType>(1 | 32); },
-       somaErrorInvalidValue},
       {"Win32SecurityAttributesSet",
        [](props& p) { p.win32SecurityAttributes = reinterpret_cast<void*>(0x10); },
        somaErrorInvalidValue},
@@ -418,6 +412,65 @@ TEST_F(S5_BadHandles, NullPropsOrResultIsInvalidValue) {
   somaMemPool_t pool = nullptr;
   EXPECT_EQ(somaMemPoolCreate(&pool, nullptr), somaErrorInvalidValue);
   EXPECT_EQ(somaMemPoolCreate(nullptr, &props), somaErrorInvalidValue);
+}
+
+// ---- values only a C caller can pass (c_caller.c) ---------------------------------------------
+
+class S5_BadPoolPropsFromC : public capi_test {};
+class S1_BadInputFromC : public capi_test {};
+
+TEST_F(S5_BadPoolPropsFromC, UnknownValuesAndBitsAreInvalidValue) {
+  unique_stream stream;
+  const somaMemPool_t pool = default_pool(0);
+  SOMA_ASSERT_OK(somaDeviceSynchronize());
+  const pool_stats before = read_pool_stats(pool);
+  const std::size_t free_before = device_memory_info(0).free_bytes;
+  somaMemPool_t created = nullptr;
+  SOMA_ASSERT_OK(c_caller_pool_create(&created, 0, somaMemAllocationTypePinned,
+                                      somaMemLocationTypeDevice, somaMemHandleTypeNone))
+      << "the helper builds valid props";
+  SOMA_ASSERT_OK(somaMemPoolDestroy(created));
+  const struct {
+    const char* name;
+    int alloc_type;
+    int location_type;
+    int handle_types;
+  } cases[] = {
+      {"allocType 7", 7, somaMemLocationTypeDevice, 0},
+      {"allocType -1", -1, somaMemLocationTypeDevice, 0},
+      {"location.type 42", somaMemAllocationTypePinned, 42, 0},
+      {"location.type -3", somaMemAllocationTypePinned, -3, 0},
+      {"handleTypes 16", somaMemAllocationTypePinned, somaMemLocationTypeDevice, 16},
+      {"handleTypes 0x100", somaMemAllocationTypePinned, somaMemLocationTypeDevice, 0x100},
+      {"handleTypes Posix|32", somaMemAllocationTypePinned, somaMemLocationTypeDevice, 1 | 32},
+      {"handleTypes -1", somaMemAllocationTypePinned, somaMemLocationTypeDevice, -1},
+  };
+  for (const auto& bad : cases) {
+    created = nullptr;
+    const somaError_t status = c_caller_pool_create(&created, 0, bad.alloc_type,
+                                                    bad.location_type, bad.handle_types);
+    EXPECT_EQ(status, somaErrorInvalidValue) << bad.name;
+    if (status == somaSuccess) (void)somaMemPoolDestroy(created);
+  }
+  EXPECT_EQ(device_memory_info(0).free_bytes, free_before);
+  expect_unchanged_and_usable(pool, before, stream);
+}
+
+TEST_F(S1_BadInputFromC, UnknownAttributesAreInvalidValue) {
+  unique_stream stream;
+  unique_pool pool(0);
+  const pool_stats before = read_pool_stats(pool);
+  std::uint64_t value = 0;
+  for (int attr : {-1, 16, 99, 1 << 20}) {
+    EXPECT_EQ(c_caller_pool_get_attribute(pool, attr, &value), somaErrorInvalidValue) << attr;
+    EXPECT_EQ(c_caller_pool_set_attribute(pool, attr, &value), somaErrorInvalidValue) << attr;
+  }
+  int device_value = 0;
+  for (int attr : {-1, 40000, 1 << 20}) {
+    EXPECT_EQ(c_caller_device_get_attribute(&device_value, attr, 0), somaErrorInvalidValue)
+        << attr;
+  }
+  expect_unchanged_and_usable(pool, before, stream);
 }
 
 // ---- attributes (S9, S10, S11) ----------------------------------------------------------------
@@ -474,7 +527,7 @@ TEST_F(S9_S10_BadAttributes, NullValueOrUnknownAttributeIsInvalidValue) {
   EXPECT_EQ(somaMemPoolSetAttribute(pool, somaMemPoolAttrReleaseThreshold, nullptr),
             somaErrorInvalidValue);
   std::uint64_t value = 0;
-  for (int attr : {0, 9, 13, 99, -1}) {
+  for (int attr : {0, 9, 13, 15}) {  // unknown, within the C++ enum's range
     EXPECT_EQ(somaMemPoolGetAttribute(pool, static_cast<somaMemPoolAttr>(attr), &value),
               somaErrorInvalidValue)
         << attr;
@@ -548,6 +601,7 @@ TEST_F(S8_BadInput, NullOutputPointersAreInvalidValue) {
   EXPECT_EQ(somaStreamCreate(nullptr), somaErrorInvalidValue);
   EXPECT_EQ(somaEventCreate(nullptr), somaErrorInvalidValue);
   EXPECT_EQ(somaStreamGetDevice(stream, nullptr), somaErrorInvalidValue);
+  EXPECT_EQ(somaStreamGetNative(stream, nullptr), somaErrorInvalidValue);
   EXPECT_EQ(somaDeviceGetDefaultMemPool(nullptr, 0), somaErrorInvalidValue);
   EXPECT_EQ(somaDeviceGetMemPool(nullptr, 0), somaErrorInvalidValue);
   EXPECT_EQ(somaPointerGetAttributes(nullptr, &bytes), somaErrorInvalidValue);

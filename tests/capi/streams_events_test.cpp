@@ -132,6 +132,16 @@ TEST_F(S1_Streams, DefaultStreamDoesNotSynchronizeWithOtherStreams) {
   SOMA_EXPECT_OK(somaStreamSynchronize(stream));
 }
 
+TEST_F(S1_Streams, NativeStreamsOnTheCpuBackend) {
+  unique_stream stream;
+  void* native = &stream;  // anything but NULL
+  SOMA_ASSERT_OK(somaStreamGetNative(stream, &native));
+  EXPECT_EQ(native, nullptr) << "cpu backend: no native stream behind a soma stream";
+  somaStream_t adopted = nullptr;
+  int not_a_native_stream = 0;
+  EXPECT_EQ(somaStreamCreateFromNative(&adopted, &not_a_native_stream, 0), somaErrorNotSupported);
+}
+
 TEST_F(S1_Streams, StreamBelongsToDeviceCurrentAtCreation) {
   if (!have_devices(2)) GTEST_SKIP() << "needs 2 devices";
   SOMA_ASSERT_OK(somaSetDevice(1));

@@ -93,24 +93,41 @@ TEST_F(FreeIndex, S11_PendingFreesOfDifferentStreamsDoNotMerge) {
   EXPECT_EQ(index_.free_bytes(), 768u);
 }
 
-TEST_F(FreeIndex, S11_PendingFreesOfOneStreamMergeKeepingTheLatestPosition) {
+// Pending frees of one stream at different positions stay apart: one stamp for both would
+// hide the earlier free from a stream that may already use it (its clock covers 3, say).
+TEST_F(FreeIndex, S11_PendingFreesOfOneStreamAtDifferentPositionsStayApart) {
   for (int i = 0; i < 7; ++i)
     a_.note_enqueued();
   auto run = make_run({256, 256});
   run[0]->stamp = free_stamp{&a_, 7};
   run[1]->stamp = free_stamp{&a_, 3};
   index_.insert(run[0]);
+  index_.insert(run[1]);
+  EXPECT_EQ(index_.block_count(), 2u);
+  // Proving 3 makes the earlier free usable by another stream at once, and only it.
+  a_.prove_completed(3);
+  index_.promote(/*only_proven=*/true);
+  EXPECT_EQ(index_.take_best_fit(256, &b_), run[1]);
+  EXPECT_EQ(index_.take_best_fit(256, &b_), nullptr);
+  a_.prove_completed(7);
+  EXPECT_EQ(index_.take_best_fit(256, &b_), run[0]);
+}
+
+// Frees made at the same point of a stream (no work between them) merge.
+TEST_F(FreeIndex, S11_PendingFreesAtTheSamePositionMerge) {
+  for (int i = 0; i < 3; ++i)
+    a_.note_enqueued();
+  auto run = make_run({256, 256});
+  run[0]->stamp = free_stamp{&a_, 3};
+  run[1]->stamp = free_stamp{&a_, 3};
+  index_.insert(run[0]);
   block *merged = index_.insert(run[1]);
   EXPECT_EQ(index_.block_count(), 1u);
   EXPECT_EQ(merged->size_bytes, 512u);
-  EXPECT_EQ(merged->stamp.timeline, &a_);
-  EXPECT_EQ(merged->stamp.position, 7u);
-  // Merging never makes memory usable earlier than its parts: proving 3 is not enough.
+  EXPECT_EQ(merged->stamp.position, 3u);
+  EXPECT_EQ(index_.take_best_fit(256, &b_), nullptr);  // still pending for b
   a_.prove_completed(3);
-  index_.promote(/*only_proven=*/true);
-  EXPECT_EQ(index_.take_best_fit(256, &b_), nullptr);
-  a_.prove_completed(7);
-  EXPECT_EQ(index_.take_best_fit(256, &b_), merged);
+  EXPECT_EQ(index_.take_best_fit(512, &b_), merged);
 }
 
 TEST_F(FreeIndex, S11_ProvenStampIsClearedOnInsertAndMerges) {

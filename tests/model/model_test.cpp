@@ -11,12 +11,18 @@
 //     (failures counted by the tasks, checked after every synchronize);
 //   - pointer attributes name the live allocation (S14);
 //   - capped pools refuse what cannot fit and accept what surely fits; uncapped pools accept
-//     everything within the budget (after a full synchronize + trim at worst).
+//     everything within the budget (after a full synchronize + trim at worst);
+//   - after synchronizing every device, a pool without live allocations keeps no more than its
+//     release threshold (S9, S12);
+//   - destroying the current pool makes the default current again (S4, S5).
+// Operations also switch current pools, change thresholds, trim, and destroy pools that still
+// hold live allocations (S5), whose frees must still succeed.
 // At the end everything is freed, pools destroyed, devices synchronized: all device memory
-// must be back (somaMemGetInfo free == total).
+// must be back (somaMemGetInfo free == the value at the start, which is total under CTest).
 //
 // Several fixed seeds; SOMA_MODEL_STEPS sets the steps per seed (default keeps the file well
-// under a minute in Debug and sanitizer builds); SOMA_MODEL_SEED runs one extra seed.
+// under a minute in Debug and sanitizer builds); SOMA_MODEL_SEED runs one extra seed;
+// SOMA_MODEL_TRACE=1 prints every operation, to turn a failing seed into a repro.
 #include <soma/soma.h>
 
 #include <gtest/gtest.h>
@@ -43,7 +49,7 @@ namespace {
 
 using namespace soma_test;
 
-constexpr int kDefaultSteps = 5000;
+constexpr int kDefaultSteps = 12000;
 constexpr std::size_t kPoolLiveBudget = 24 * MiB;    // live bytes per pool the model allows
 constexpr std::size_t kDeviceLiveBudget = 56 * MiB;  // live bytes per device
 constexpr std::size_t kCappedPoolMaxSize = 16 * MiB;
@@ -392,8 +398,9 @@ class model {
                                    << last_message();
     ASSERT_NE(pointer, nullptr) << where();
     ASSERT_EQ(reinterpret_cast<std::uintptr_t>(pointer) % 256, 0u) << where();
-    trace("alloc #%llu: %zu B on S%d from P%d (%s) -> %p", static_cast<unsigned long long>(next_id_),
-          size, stream_index, pool_index, use_current ? "current" : "explicit", pointer);
+    trace("alloc #%llu: %zu B on S%d from P%d (%s) -> %p",
+          static_cast<unsigned long long>(next_id_), size, stream_index, pool_index,
+          use_current ? "current" : "explicit", pointer);
     ASSERT_NO_FATAL_FAILURE(insert_range(pointer, size));
 
     allocation entry;
@@ -676,10 +683,10 @@ class model {
   std::shared_ptr<check_state> checks_ = std::make_shared<check_state>();
 };
 
-class S1_S2_S5_S9_S10_Model : public capi_test,
+class S1_S2_S4_S5_S9_S10_S14_Model : public capi_test,
                               public ::testing::WithParamInterface<std::uint64_t> {};
 
-TEST_P(S1_S2_S5_S9_S10_Model, RandomOperationsKeepInvariants) {
+TEST_P(S1_S2_S4_S5_S9_S10_S14_Model, RandomOperationsKeepInvariants) {
   model under_test(GetParam());
   ASSERT_NO_FATAL_FAILURE(under_test.set_up());
   ASSERT_NO_FATAL_FAILURE(under_test.run(model_steps()));
@@ -693,7 +700,7 @@ std::vector<std::uint64_t> seeds() {
   return result;
 }
 
-INSTANTIATE_TEST_SUITE_P(Seeds, S1_S2_S5_S9_S10_Model, ::testing::ValuesIn(seeds()),
+INSTANTIATE_TEST_SUITE_P(Seeds, S1_S2_S4_S5_S9_S10_S14_Model, ::testing::ValuesIn(seeds()),
                          [](const ::testing::TestParamInfo<std::uint64_t>& info) {
                            return "seed_" + std::to_string(info.param);
                          });

@@ -17,7 +17,6 @@
 #include <cstring>
 #include <memory>
 #include <ostream>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -70,17 +69,43 @@ inline bool contains_icase(std::string_view haystack, std::string_view needle) {
   return lower(haystack).find(lower(needle)) != std::string::npos;
 }
 
+/// True if `message` holds `number` as a whole number (no digit right before or after it, no
+/// '.' right before it) followed by `suffix` (checked after an optional ".0...", then an
+/// optional space, when suffix is not empty).
+inline bool mentions_number(std::string_view message, std::uint64_t number,
+                            std::string_view suffix) {
+  const std::string digits = std::to_string(number);
+  auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  for (std::size_t at = message.find(digits); at != std::string_view::npos;
+       at = message.find(digits, at + 1)) {
+    if (at > 0 && (is_digit(message[at - 1]) || message[at - 1] == '.')) continue;
+    std::size_t end = at + digits.size();
+    if (end < message.size() && is_digit(message[end])) continue;
+    if (suffix.empty()) return true;
+    if (end + 1 < message.size() && message[end] == '.' && message[end + 1] == '0') {
+      ++end;
+      while (end < message.size() && message[end] == '0') ++end;
+      if (end < message.size() && is_digit(message[end])) continue;
+    }
+    if (end < message.size() && message[end] == ' ') ++end;
+    if (message.substr(end, suffix.size()) == suffix) return true;
+  }
+  return false;
+}
+
 /// True if `message` states the size `bytes`: as a decimal byte count ("13631488"), or in
-/// MiB/KiB units when bytes is a whole number of them ("13 MiB", "13.0 MiB", "13MiB").
-inline bool mentions_size(const std::string& message, std::uint64_t bytes) {
-  const std::regex exact("(^|[^0-9])" + std::to_string(bytes) + "([^0-9]|$)");
-  if (std::regex_search(message, exact)) return true;
-  auto in_unit = [&](std::uint64_t unit, const char* name) {
-    if (bytes < unit || bytes % unit != 0) return false;
-    const std::regex figure("(^|[^0-9.])" + std::to_string(bytes / unit) + "(\\.0+)? ?" + name);
-    return std::regex_search(message, figure);
-  };
-  return in_unit(MiB, "MiB") || in_unit(KiB, "KiB") || in_unit(std::uint64_t{1} << 30, "GiB");
+/// MiB/KiB/GiB when bytes is a whole number of them ("13 MiB", "13.0 MiB", "13MiB").
+inline bool mentions_size(std::string_view message, std::uint64_t bytes) {
+  if (mentions_number(message, bytes, "")) return true;
+  const struct {
+    std::uint64_t unit;
+    std::string_view name;
+  } units[] = {{KiB, "KiB"}, {MiB, "MiB"}, {std::uint64_t{1} << 30, "GiB"}};
+  for (const auto& [unit, name] : units) {
+    if (bytes >= unit && bytes % unit == 0 && mentions_number(message, bytes / unit, name))
+      return true;
+  }
+  return false;
 }
 
 // ---- pools ----------------------------------------------------------------------------
@@ -294,7 +319,8 @@ inline void expect_pool_usable(somaMemPool_t pool, somaStream_t stream) {
   SOMA_ASSERT_OK(launch_host(stream, [pointer, round_trip_ok] {
     auto* bytes = static_cast<unsigned char*>(pointer);
     std::memset(bytes, 0x5a, size);
-    round_trip_ok->store(std::all_of(bytes, bytes + size, [](unsigned char b) { return b == 0x5a; }));
+    round_trip_ok->store(
+        std::all_of(bytes, bytes + size, [](unsigned char b) { return b == 0x5a; }));
   }));
   SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));

@@ -71,6 +71,12 @@ std::size_t cpu_backend::committed_bytes(int device) const {
   return committed_[static_cast<std::size_t>(device)].load(std::memory_order_acquire);
 }
 
+void cpu_backend::memory_info(int device, std::size_t* free_bytes, std::size_t* total_bytes) const {
+  const std::size_t committed = committed_bytes(device);
+  *total_bytes = settings_.device_memory_bytes;
+  *free_bytes = committed >= *total_bytes ? 0 : *total_bytes - committed;
+}
+
 bool cpu_backend::can_access_peer(int device, int peer) const {
   return device != peer && device >= 0 && peer >= 0 && device < settings_.device_count &&
          peer < settings_.device_count;
@@ -183,8 +189,14 @@ status cpu_backend::map(std::uintptr_t address, std::size_t bytes, std::uint64_t
 
 void cpu_backend::unmap(std::uintptr_t address, std::size_t bytes) {
   // Put the reservation back instead of munmap, so the range stays the pool's.
-  mmap(reinterpret_cast<void*>(address), bytes, PROT_NONE,
-       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  void* reserved = mmap(reinterpret_cast<void*>(address), bytes, PROT_NONE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  if (reserved == MAP_FAILED) {
+    // Keep the range (munmap could let another mapping land in the pool's addresses) but
+    // make it inaccessible and give its pages back.
+    mprotect(reinterpret_cast<void*>(address), bytes, PROT_NONE);
+    madvise(reinterpret_cast<void*>(address), bytes, MADV_REMOVE);
+  }
 }
 
 status cpu_backend::set_access(std::uintptr_t, std::size_t, int device, access_flags) {

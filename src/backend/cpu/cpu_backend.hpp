@@ -30,6 +30,7 @@ class cpu_backend final : public backend {
   int device_count() const override { return settings_.device_count; }
   device_properties properties(int device) const override;
   std::size_t committed_bytes(int device) const override;
+  void memory_info(int device, std::size_t* free_bytes, std::size_t* total_bytes) const override;
   bool can_access_peer(int device, int peer) const override;
 
   result<std::uintptr_t> reserve_address(int device, std::size_t bytes) override;

@@ -9,8 +9,10 @@ completion_tracker::completion_tracker(const driver_api& driver, CUcontext conte
 completion_tracker::~completion_tracker() {
   context_scope scope(driver_, context_);
   // Destroying a pending event is allowed: the driver frees it once it completes.
-  for (const marker& m : pending_) driver_.cuEventDestroy(m.event);
-  for (CUevent e : spare_events_) driver_.cuEventDestroy(e);
+  for (const marker& m : pending_)
+    driver_.cuEventDestroy(m.event);
+  for (CUevent e : spare_events_)
+    driver_.cuEventDestroy(e);
 }
 
 void completion_tracker::attach(CUstream stream, stream_timeline& timeline) {
@@ -33,7 +35,8 @@ void completion_tracker::collect_completed_locked() {
     const CUresult state = driver_.cuEventQuery(oldest.event);
     // NOT_READY: still running. Anything else but success means the context failed (a
     // kernel fault): completion can no longer be learned, and the marker stays pending.
-    if (state != CUDA_SUCCESS) return;
+    if (state != CUDA_SUCCESS)
+      return;
     timeline_->note_completed(oldest.position);
     spare_events_.push_back(oldest.event);
     pending_.pop_front();
@@ -42,7 +45,8 @@ void completion_tracker::collect_completed_locked() {
 
 result<CUevent> completion_tracker::record_marker_locked() {
   if (stream_ == nullptr) {
-    return status(error_code::invalid_handle, "the stream was destroyed; no marker can be recorded");
+    return status(error_code::invalid_handle,
+                  "the stream was destroyed; no marker can be recorded");
   }
   CUevent event = nullptr;
   if (!spare_events_.empty()) {
@@ -50,8 +54,8 @@ result<CUevent> completion_tracker::record_marker_locked() {
     spare_events_.pop_back();
   } else if (const CUresult made = driver_.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING);
              made != CUDA_SUCCESS) {
-    return driver_.check(made, "cuEventCreate", "a completion marker for device " +
-                                                   std::to_string(device_));
+    return driver_.check(made, "cuEventCreate",
+                         "a completion marker for device " + std::to_string(device_));
   }
   const std::uint64_t position = timeline_->enqueued_position();
   if (const CUresult recorded = driver_.cuEventRecord(event, stream_); recorded != CUDA_SUCCESS) {
@@ -65,20 +69,27 @@ result<CUevent> completion_tracker::record_marker_locked() {
 
 result<CUevent> completion_tracker::marker_covering_locked(std::uint64_t position) {
   context_scope scope(driver_, context_);
-  if (!scope.entered().ok()) return scope.entered();
-  if (!pending_.empty() && pending_.back().position >= position) return pending_.back().event;
+  if (!scope.entered().ok())
+    return scope.entered();
+  if (!pending_.empty() && pending_.back().position >= position)
+    return pending_.back().event;
   return record_marker_locked();
 }
 
 void completion_tracker::poll(std::uint64_t position) {
   std::lock_guard lock(mutex_);
-  if (timeline_ == nullptr) return;  // detached: a late poll from a finished stream
+  if (timeline_ == nullptr)
+    return; // detached: a late poll from a finished stream
   context_scope scope(driver_, context_);
-  if (!scope.entered().ok()) return;
+  if (!scope.entered().ok())
+    return;
   collect_completed_locked();
-  if (timeline_->completed_position() >= position) return;
-  if (!pending_.empty() && pending_.back().position >= position) return;  // learn from it later
-  if (stream_ == nullptr) return;  // retired: the final marker is the last word
+  if (timeline_->completed_position() >= position)
+    return;
+  if (!pending_.empty() && pending_.back().position >= position)
+    return; // learn from it later
+  if (stream_ == nullptr)
+    return; // retired: the final marker is the last word
   const std::uint64_t enqueued = timeline_->enqueued_position();
   if (pending_.empty()) {
     // An idle stream answers at once, without an event (the common case: the free ran
@@ -88,15 +99,17 @@ void completion_tracker::poll(std::uint64_t position) {
       return;
     }
   } else if (pending_.back().position == enqueued) {
-    return;  // nothing was issued since the newest marker: another would capture the same
+    return; // nothing was issued since the newest marker: another would capture the same
   }
-  if (pending_.size() >= max_pending_markers) return;  // the oldest completes first anyway
-  (void)record_marker_locked();  // on failure a later poll tries again
+  if (pending_.size() >= max_pending_markers)
+    return;                     // the oldest completes first anyway
+  (void)record_marker_locked(); // on failure a later poll tries again
 }
 
 void completion_tracker::retire() {
   std::lock_guard lock(mutex_);
-  if (stream_ == nullptr || timeline_ == nullptr) return;
+  if (stream_ == nullptr || timeline_ == nullptr)
+    return;
   context_scope scope(driver_, context_);
   final_position_ = timeline_->enqueued_position();
   collect_completed_locked();
@@ -104,20 +117,24 @@ void completion_tracker::retire() {
                        (!pending_.empty() && pending_.back().position >= final_position_);
   // If this record fails the context is broken (nothing it runs completes any more) and the
   // frees of this stream stay pending for good; blocking here instead would not help.
-  if (!covered) (void)record_marker_locked();
+  if (!covered)
+    (void)record_marker_locked();
   stream_ = nullptr;
 }
 
 bool completion_tracker::finish_if_drained() {
   std::lock_guard lock(mutex_);
-  if (stream_ != nullptr) return false;  // still serving a live stream
-  if (timeline_ == nullptr) return true;
+  if (stream_ != nullptr)
+    return false; // still serving a live stream
+  if (timeline_ == nullptr)
+    return true;
   context_scope scope(driver_, context_);
   collect_completed_locked();
-  if (!pending_.empty() || timeline_->completed_position() < final_position_) return false;
+  if (!pending_.empty() || timeline_->completed_position() < final_position_)
+    return false;
   timeline_->set_poller(nullptr);
   timeline_ = nullptr;
   return true;
 }
 
-}  // namespace soma::detail::backend::cuda
+} // namespace soma::detail::backend::cuda

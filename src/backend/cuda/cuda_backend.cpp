@@ -12,13 +12,14 @@ namespace {
 
 std::string visible_devices_note() {
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (visible == nullptr) return {};
+  if (visible == nullptr)
+    return {};
   return std::string(" (CUDA_VISIBLE_DEVICES='") + visible + "')";
 }
 
 // Reads what the runtime reports for a device (somaDeviceGetAttribute, somaMemGetInfo).
-status read_properties(const driver_api& driver, CUdevice device, int ordinal,
-                       CUcontext context, device_properties* out) {
+status read_properties(const driver_api& driver, CUdevice device, int ordinal, CUcontext context,
+                       device_properties* out) {
   char name[256] = {};
   if (status s = driver.check(driver.cuDeviceGetName(name, sizeof name, device), "cuDeviceGetName");
       !s.ok())
@@ -41,8 +42,9 @@ status read_properties(const driver_api& driver, CUdevice device, int ordinal,
   out->supported_handle_types =
       (handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0 ? handle_type_posix_fd : 0;
 
-  out->granularity_bytes = std::size_t{2} << 20;  // nominal where the device has no VMM
-  if (virtual_memory == 0) return status::success();
+  out->granularity_bytes = std::size_t{2} << 20; // nominal where the device has no VMM
+  if (virtual_memory == 0)
+    return status::success();
   context_scope scope(driver, context);
   CUmemAllocationProp prop;
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -67,13 +69,15 @@ status read_properties(const driver_api& driver, CUdevice device, int ordinal,
   return status::success();
 }
 
-}  // namespace
+} // namespace
 
 status probe() {
   result<const driver_api*> driver = process_driver();
-  if (!driver.ok()) return driver.take_error();
+  if (!driver.ok())
+    return driver.take_error();
   int count = 0;
-  if (status s = driver.value()->check(driver.value()->cuDeviceGetCount(&count), "cuDeviceGetCount");
+  if (status s =
+          driver.value()->check(driver.value()->cuDeviceGetCount(&count), "cuDeviceGetCount");
       !s.ok())
     return status(error_code::no_device, s.message());
   if (count <= 0) {
@@ -84,9 +88,11 @@ status probe() {
 }
 
 result<std::unique_ptr<backend>> open_backend() {
-  if (status usable = probe(); !usable.ok()) return usable;
+  if (status usable = probe(); !usable.ok())
+    return usable;
   result<std::unique_ptr<cuda_backend>> created = cuda_backend::create(*process_driver().value());
-  if (!created.ok()) return created.take_error();
+  if (!created.ok())
+    return created.take_error();
   return std::unique_ptr<backend>(std::move(created.value()));
 }
 
@@ -99,8 +105,9 @@ result<std::unique_ptr<cuda_backend>> cuda_backend::create(const driver_api& dri
                   "cuDeviceGetCount found no CUDA device" + visible_devices_note());
   }
   std::vector<std::unique_ptr<device_state>> devices;
-  auto fail = [&](status failure) -> result<std::unique_ptr<cuda_backend>> {
-    for (const auto& d : devices) driver.cuDevicePrimaryCtxRelease(d->handle);
+  auto fail = [&](const status& failure) -> result<std::unique_ptr<cuda_backend>> {
+    for (const auto& d : devices)
+      driver.cuDevicePrimaryCtxRelease(d->handle);
     return status(failure.code(), "cuda backend: " + failure.message());
   };
   for (int ordinal = 0; ordinal < count; ++ordinal) {
@@ -113,7 +120,8 @@ result<std::unique_ptr<cuda_backend>> cuda_backend::create(const driver_api& dri
       return fail(s);
     devices.push_back(std::move(d));
     device_state& added = *devices.back();
-    if (status s = read_properties(driver, added.handle, ordinal, added.context, &added.properties); !s.ok())
+    if (status s = read_properties(driver, added.handle, ordinal, added.context, &added.properties);
+        !s.ok())
       return fail(status(s.code(), "device " + std::to_string(ordinal) + ": " + s.message()));
   }
   for (auto& d : devices) {
@@ -133,12 +141,14 @@ cuda_backend::cuda_backend(const driver_api& driver,
     : driver_(driver), devices_(std::move(devices)) {}
 
 cuda_backend::~cuda_backend() {
-  trackers_.clear();  // their events first, while the contexts are still retained
-  for (const auto& d : devices_) driver_.cuDevicePrimaryCtxRelease(d->handle);
+  trackers_.clear(); // their events first, while the contexts are still retained
+  for (const auto& d : devices_)
+    driver_.cuDevicePrimaryCtxRelease(d->handle);
 }
 
 status cuda_backend::check_device(int device) const {
-  if (device >= 0 && device < device_count()) return status::success();
+  if (device >= 0 && device < device_count())
+    return status::success();
   return status(error_code::invalid_device, "no CUDA device " + std::to_string(device) +
                                                 " (the cuda backend has " +
                                                 std::to_string(device_count()) + ")");
@@ -149,12 +159,15 @@ device_properties cuda_backend::properties(int device) const {
 }
 
 std::size_t cuda_backend::committed_bytes(int device) const {
-  return devices_[static_cast<std::size_t>(device)]->committed_bytes.load(std::memory_order_acquire);
+  return devices_[static_cast<std::size_t>(device)]->committed_bytes.load(
+      std::memory_order_acquire);
 }
 
 bool cuda_backend::can_access_peer(int device, int peer) const {
-  if (!check_device(device).ok() || !check_device(peer).ok()) return false;
-  return devices_[static_cast<std::size_t>(device)]->can_access_peer[static_cast<std::size_t>(peer)];
+  if (!check_device(device).ok() || !check_device(peer).ok())
+    return false;
+  return devices_[static_cast<std::size_t>(device)]
+      ->can_access_peer[static_cast<std::size_t>(peer)];
 }
 
 // ---- streams and events -----------------------------------------------------------------
@@ -171,7 +184,8 @@ result<completion_tracker*> cuda_backend::take_tracker(int device) {
     }
   }
   for (auto it = spare_.begin(); it != spare_.end(); ++it) {
-    if ((*it)->device() != device) continue;  // its pooled events belong to its context
+    if ((*it)->device() != device)
+      continue; // its pooled events belong to its context
     completion_tracker* reused = *it;
     spare_.erase(it);
     return reused;
@@ -192,10 +206,12 @@ std::size_t cuda_backend::busy_trackers() const {
 }
 
 result<std::unique_ptr<stream>> cuda_backend::create_stream(int device, stream_timeline& timeline) {
-  if (status checked = check_device(device); !checked.ok()) return checked;
+  if (status checked = check_device(device); !checked.ok())
+    return checked;
   const CUcontext context = devices_[static_cast<std::size_t>(device)]->context;
   context_scope scope(driver_, context);
-  if (!scope.entered().ok()) return scope.entered();
+  if (!scope.entered().ok())
+    return scope.entered();
   CUstream native = nullptr;
   if (status s = driver_.check(driver_.cuStreamCreate(&native, CU_STREAM_NON_BLOCKING),
                                "cuStreamCreate", "device " + std::to_string(device));
@@ -209,11 +225,14 @@ result<std::unique_ptr<stream>> cuda_backend::create_stream(int device, stream_t
 
 result<std::unique_ptr<stream>> cuda_backend::adopt_stream(int device, void* native,
                                                            stream_timeline& timeline) {
-  if (status checked = check_device(device); !checked.ok()) return checked;
-  if (native == nullptr) return status(error_code::invalid_value, "no native stream to adopt");
+  if (status checked = check_device(device); !checked.ok())
+    return checked;
+  if (native == nullptr)
+    return status(error_code::invalid_value, "no native stream to adopt");
   const CUcontext context = devices_[static_cast<std::size_t>(device)]->context;
   context_scope scope(driver_, context);
-  if (!scope.entered().ok()) return scope.entered();
+  if (!scope.entered().ok())
+    return scope.entered();
   auto* adopted = static_cast<CUstream>(native);
   CUcontext owner = nullptr;
   if (status s = driver_.check(driver_.cuStreamGetCtx(adopted, &owner), "cuStreamGetCtx",
@@ -237,4 +256,4 @@ result<std::unique_ptr<event>> cuda_backend::create_event() {
   return std::unique_ptr<event>(std::make_unique<cuda_event>(driver_));
 }
 
-}  // namespace soma::detail::backend::cuda
+} // namespace soma::detail::backend::cuda

@@ -1,7 +1,9 @@
 // Address space, physical memory, mapping, access and export of the cuda backend: the
 // driver's virtual memory API (design §"Physical memory"; reference §4).
+#include <algorithm>
 #include <cstdint>
 #include <vector>
+
 
 #include "backend/cuda/cuda_backend.hpp"
 
@@ -10,9 +12,12 @@ namespace {
 
 int protection(access_flags flags) {
   switch (flags) {
-    case access_flags::none: return CU_MEM_ACCESS_FLAGS_PROT_NONE;
-    case access_flags::read: return CU_MEM_ACCESS_FLAGS_PROT_READ;
-    case access_flags::read_write: return CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  case access_flags::none:
+    return CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  case access_flags::read:
+    return CU_MEM_ACCESS_FLAGS_PROT_READ;
+  case access_flags::read_write:
+    return CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   }
   return CU_MEM_ACCESS_FLAGS_PROT_NONE;
 }
@@ -28,22 +33,26 @@ std::string range_text(std::uintptr_t address, std::size_t bytes) {
   return format_bytes(bytes) + " at " + format_address(address);
 }
 
-}  // namespace
+} // namespace
 
 cuda_backend::reservation* cuda_backend::find_reservation(std::uintptr_t address,
                                                           std::size_t bytes) {
   std::lock_guard lock(memory_mutex_);
   auto it = reservations_.upper_bound(address);
-  if (it == reservations_.begin()) return nullptr;
+  if (it == reservations_.begin())
+    return nullptr;
   --it;
   const std::uintptr_t base = it->first;
-  if (address + bytes > base + it->second->bytes || address + bytes < address) return nullptr;
+  if (address + bytes > base + it->second->bytes || address + bytes < address)
+    return nullptr;
   return it->second.get();
 }
 
 result<std::uintptr_t> cuda_backend::reserve_address(int device, std::size_t bytes) {
-  if (status checked = check_device(device); !checked.ok()) return checked;
-  const std::size_t granularity = devices_[static_cast<std::size_t>(device)]->properties.granularity_bytes;
+  if (status checked = check_device(device); !checked.ok())
+    return checked;
+  const std::size_t granularity =
+      devices_[static_cast<std::size_t>(device)]->properties.granularity_bytes;
   const std::size_t rounded = (bytes + granularity - 1) / granularity * granularity;
   context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
   CUdeviceptr base = 0;
@@ -51,11 +60,14 @@ result<std::uintptr_t> cuda_backend::reserve_address(int device, std::size_t byt
   if (reserved != CUDA_SUCCESS) {
     // S16: the limit is the driver's virtual address space for this process.
     return status(error_code::address_space_exhausted,
-                  driver_.check(reserved, "cuMemAddressReserve",
-                                "reserving " + format_bytes(rounded) + " of device address space "
-                                "for device " + std::to_string(device) +
-                                " (the driver's virtual address space is exhausted or fragmented;"
-                                " lower the pool's maxSize)")
+                  driver_
+                      .check(reserved, "cuMemAddressReserve",
+                             "reserving " + format_bytes(rounded) +
+                                 " of device address space "
+                                 "for device " +
+                                 std::to_string(device) +
+                                 " (the driver's virtual address space is exhausted or fragmented;"
+                                 " lower the pool's maxSize)")
                       .message());
   }
   auto record = std::make_unique<reservation>();
@@ -72,7 +84,8 @@ void cuda_backend::free_address(std::uintptr_t base, std::size_t bytes) {
   {
     std::lock_guard lock(memory_mutex_);
     auto it = reservations_.find(base);
-    if (it == reservations_.end()) return;  // not ours
+    if (it == reservations_.end())
+      return; // not ours
     reserved_bytes = it->second->bytes;
     device = it->second->device;
     reservations_.erase(it);
@@ -81,26 +94,38 @@ void cuda_backend::free_address(std::uintptr_t base, std::size_t bytes) {
   driver_.cuMemAddressFree(static_cast<CUdeviceptr>(base), reserved_bytes);
 }
 
+void cuda_backend::memory_info(int device, std::size_t* free_bytes,
+                               std::size_t* total_bytes) const {
+  context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
+  if (driver_.cuMemGetInfo(free_bytes, total_bytes) != CUDA_SUCCESS) {
+    *total_bytes = properties(device).total_memory_bytes;
+    *free_bytes = *total_bytes - std::min(*total_bytes, committed_bytes(device));
+  }
+}
+
 std::string cuda_backend::explain_out_of_memory(int device, std::size_t bytes,
                                                 CUresult created) const {
-  std::string text = driver_.check(created, "cuMemCreate",
-                                   format_bytes(bytes) + " on device " + std::to_string(device))
+  std::string text = driver_
+                         .check(created, "cuMemCreate",
+                                format_bytes(bytes) + " on device " + std::to_string(device))
                          .message();
   std::size_t free_bytes = 0, total_bytes = 0;
   if (driver_.cuMemGetInfo(&free_bytes, &total_bytes) == CUDA_SUCCESS) {
-    text += "; the device has " + format_bytes(free_bytes) + " free of " + format_bytes(total_bytes);
+    text +=
+        "; the device has " + format_bytes(free_bytes) + " free of " + format_bytes(total_bytes);
   }
   return text + ", soma's pools in this process hold " + format_bytes(committed_bytes(device));
 }
 
 result<std::uint64_t> cuda_backend::create_physical(int device, std::size_t bytes,
                                                     unsigned export_handle_types) {
-  if (status checked = check_device(device); !checked.ok()) return checked;
+  if (status checked = check_device(device); !checked.ok())
+    return checked;
   device_state& d = *devices_[static_cast<std::size_t>(device)];
   context_scope scope(driver_, d.context);
   CUmemAllocationProp prop;
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, device};  // the ordinal
+  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, device}; // the ordinal
   if ((export_handle_types & handle_type_posix_fd) != 0)
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   CUmemGenericAllocationHandle handle = 0;
@@ -123,9 +148,11 @@ void cuda_backend::release_physical(std::uint64_t handle) {
   {
     std::lock_guard lock(memory_mutex_);
     auto it = physicals_.find(handle);
-    if (it == physicals_.end()) return;  // not ours
+    if (it == physicals_.end())
+      return; // not ours
     released = it->second;
-    if (--it->second.references == 0) physicals_.erase(it);
+    if (--it->second.references == 0)
+      physicals_.erase(it);
   }
   // Each create and each import holds one reference of the driver's.
   context_scope scope(driver_, devices_[static_cast<std::size_t>(released.device)]->context);
@@ -138,11 +165,13 @@ void cuda_backend::release_physical(std::uint64_t handle) {
 
 status cuda_backend::map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
                          int device) {
-  if (status checked = check_device(device); !checked.ok()) return checked;
+  if (status checked = check_device(device); !checked.ok())
+    return checked;
   reservation* r = find_reservation(address, bytes);
   if (r == nullptr) {
     return status(error_code::invalid_value,
-                  range_text(address, bytes) + " is not inside an address range this backend reserved");
+                  range_text(address, bytes) +
+                      " is not inside an address range this backend reserved");
   }
   std::lock_guard lock(r->mutex);
   context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
@@ -154,7 +183,8 @@ status cuda_backend::map(std::uintptr_t address, std::size_t bytes, std::uint64_
   // Mapping grants no access: the device, then every device granted the reservation.
   std::vector<CUmemAccessDesc> access{access_for(device, CU_MEM_ACCESS_FLAGS_PROT_READWRITE)};
   for (const auto& [peer, flags] : r->granted) {
-    if (peer != device && flags != access_flags::none) access.push_back(access_for(peer, protection(flags)));
+    if (peer != device && flags != access_flags::none)
+      access.push_back(access_for(peer, protection(flags)));
   }
   if (const CUresult granted = driver_.cuMemSetAccess(base, bytes, access.data(), access.size());
       granted != CUDA_SUCCESS) {
@@ -169,25 +199,30 @@ status cuda_backend::map(std::uintptr_t address, std::size_t bytes, std::uint64_
 
 void cuda_backend::unmap(std::uintptr_t address, std::size_t bytes) {
   reservation* r = find_reservation(address, bytes);
-  if (r == nullptr) return;
+  if (r == nullptr)
+    return;
   std::lock_guard lock(r->mutex);
   context_scope scope(driver_, devices_[static_cast<std::size_t>(r->device)]->context);
   // Not stream ordered: the caller unmaps only memory no pending work uses.
   driver_.cuMemUnmap(static_cast<CUdeviceptr>(address), bytes);
-  r->mapped_bytes.erase(r->mapped_bytes.lower_bound(address), r->mapped_bytes.lower_bound(address + bytes));
+  r->mapped_bytes.erase(r->mapped_bytes.lower_bound(address),
+                        r->mapped_bytes.lower_bound(address + bytes));
 }
 
 status cuda_backend::set_access(std::uintptr_t address, std::size_t bytes, int device,
                                 access_flags flags) {
-  if (status checked = check_device(device); !checked.ok()) return checked;
+  if (status checked = check_device(device); !checked.ok())
+    return checked;
   reservation* r = find_reservation(address, bytes);
   if (r == nullptr) {
     return status(error_code::invalid_value,
-                  range_text(address, bytes) + " is not inside an address range this backend reserved");
+                  range_text(address, bytes) +
+                      " is not inside an address range this backend reserved");
   }
   std::lock_guard lock(r->mutex);
   if (device == r->device) {
-    if (flags == access_flags::read_write) return status::success();
+    if (flags == access_flags::read_write)
+      return status::success();
     return status(error_code::invalid_value, "device " + std::to_string(device) +
                                                  " owns this memory and keeps read-write access");
   }
@@ -201,10 +236,12 @@ status cuda_backend::set_access(std::uintptr_t address, std::size_t bytes, int d
   // Every mapped piece that overlaps the range; later maps read `granted`.
   for (auto it = r->mapped_bytes.begin(); it != r->mapped_bytes.end(); ++it) {
     const auto [piece, piece_bytes] = *it;
-    if (piece + piece_bytes <= address || piece >= address + bytes) continue;
+    if (piece + piece_bytes <= address || piece >= address + bytes)
+      continue;
     if (status s = driver_.check(
             driver_.cuMemSetAccess(static_cast<CUdeviceptr>(piece), piece_bytes, &access, 1),
-            "cuMemSetAccess", range_text(piece, piece_bytes) + " for device " + std::to_string(device));
+            "cuMemSetAccess",
+            range_text(piece, piece_bytes) + " for device " + std::to_string(device));
         !s.ok())
       return s;
   }
@@ -229,32 +266,35 @@ result<int> cuda_backend::export_physical(std::uint64_t handle) {
   }
   context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
   int fd = -1;
-  if (status s = driver_.check(
-          driver_.cuMemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-          "cuMemExportToShareableHandle",
-          "exporting needs a pool created with somaMemHandleTypePosixFileDescriptor");
+  if (status s =
+          driver_.check(driver_.cuMemExportToShareableHandle(
+                            &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                        "cuMemExportToShareableHandle",
+                        "exporting needs a pool created with somaMemHandleTypePosixFileDescriptor");
       !s.ok())
     return s;
   return fd;
 }
 
 result<std::uint64_t> cuda_backend::import_physical(int device, int fd, std::size_t bytes) {
-  if (status checked = check_device(device); !checked.ok()) return checked;
+  if (status checked = check_device(device); !checked.ok())
+    return checked;
   context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
   CUmemGenericAllocationHandle handle = 0;
   // The descriptor goes by value in the pointer; the driver does not take it over.
   void* os_handle = reinterpret_cast<void*>(static_cast<std::intptr_t>(fd));
-  if (status s = driver_.check(
-          driver_.cuMemImportFromShareableHandle(&handle, os_handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-          "cuMemImportFromShareableHandle",
-          "descriptor " + std::to_string(fd) + " of " + format_bytes(bytes));
+  if (status s = driver_.check(driver_.cuMemImportFromShareableHandle(
+                                   &handle, os_handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                               "cuMemImportFromShareableHandle",
+                               "descriptor " + std::to_string(fd) + " of " + format_bytes(bytes));
       !s.ok())
     return s;
   std::lock_guard lock(memory_mutex_);
   auto [it, inserted] = physicals_.try_emplace(
       handle, physical{.device = device, .bytes = bytes, .counts_against_device = false});
-  if (!inserted) ++it->second.references;  // the driver hands out one handle per allocation
+  if (!inserted)
+    ++it->second.references; // the driver hands out one handle per allocation
   return static_cast<std::uint64_t>(handle);
 }
 
-}  // namespace soma::detail::backend::cuda
+} // namespace soma::detail::backend::cuda

@@ -6,11 +6,11 @@ namespace soma::detail::backend::cuda {
 
 cuda_event::~cuda_event() {
   std::lock_guard lock(mutex_);
-  if (event_ == nullptr && retired_.empty()) return;
-  context_scope scope(driver_, context_);
-  // cuEventDestroy of a pending event returns at once; the driver frees it on completion.
-  if (event_ != nullptr) driver_.cuEventDestroy(event_);
-  for (CUevent old : retired_) driver_.cuEventDestroy(old);
+  for (const per_context& created : created_) {
+    context_scope scope(driver_, created.context);
+    // cuEventDestroy of a pending event returns at once; the driver frees it on completion.
+    driver_.cuEventDestroy(created.event);
+  }
 }
 
 status cuda_event::record(stream& s) {
@@ -21,26 +21,32 @@ status cuda_event::record(stream& s) {
   std::lock_guard issuing(target.issue_mutex());
   std::lock_guard lock(mutex_);
   context_scope scope(driver_, target.context());
-  if (!scope.entered().ok()) return scope.entered();
-  if (event_ != nullptr && context_ != target.context()) {
-    retired_.push_back(event_);
-    event_ = nullptr;
-  }
-  if (event_ == nullptr) {
-    if (const CUresult made = driver_.cuEventCreate(&event_, CU_EVENT_DISABLE_TIMING);
+  if (!scope.entered().ok())
+    return scope.entered();
+  CUevent chosen = nullptr;
+  for (const per_context& created : created_)
+    if (created.context == target.context())
+      chosen = created.event;
+  if (chosen == nullptr) {
+    if (const CUresult made = driver_.cuEventCreate(&chosen, CU_EVENT_DISABLE_TIMING);
         made != CUDA_SUCCESS) {
-      event_ = nullptr;
-      return driver_.check(made, "cuEventCreate", "creating an event on device " +
-                                                      std::to_string(target.device()));
+      return driver_.check(made, "cuEventCreate",
+                           "creating an event on device " + std::to_string(target.device()));
     }
-    context_ = target.context();
+    created_.push_back({target.context(), chosen});
   }
-  return driver_.check(driver_.cuEventRecord(event_, target.native()), "cuEventRecord");
+  if (status s = driver_.check(driver_.cuEventRecord(chosen, target.native()), "cuEventRecord");
+      !s.ok())
+    return s;
+  event_ = chosen;
+  context_ = target.context();
+  return status::success();
 }
 
 status cuda_event::query() {
   std::lock_guard lock(mutex_);
-  if (event_ == nullptr) return status::success();  // never recorded: nothing to wait for
+  if (event_ == nullptr)
+    return status::success(); // never recorded: nothing to wait for
   context_scope scope(driver_, context_);
   const CUresult state = driver_.cuEventQuery(event_);
   if (state == CUDA_ERROR_NOT_READY) {
@@ -54,14 +60,15 @@ status cuda_event::synchronize() {
   CUcontext context = nullptr;
   {
     // Not held while blocking: a record or a stream wait on this event must not stall
-    // behind a host wait. retired_ keeps the handle valid if a record replaces it.
+    // behind a host wait. created_ keeps the handle valid if a record moves devices.
     std::lock_guard lock(mutex_);
     waited = event_;
     context = context_;
   }
-  if (waited == nullptr) return status::success();
+  if (waited == nullptr)
+    return status::success();
   context_scope scope(driver_, context);
   return driver_.check(driver_.cuEventSynchronize(waited), "cuEventSynchronize");
 }
 
-}  // namespace soma::detail::backend::cuda
+} // namespace soma::detail::backend::cuda

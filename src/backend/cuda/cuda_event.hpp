@@ -11,11 +11,12 @@ namespace soma::detail::backend::cuda {
 
 /// backend::create_event() names no device, and a CUevent belongs to one context, so the
 /// CUevent is created at the first record, in the recording stream's context. A record on
-/// another device's stream moves to a new CUevent; the old one is kept until this event is
-/// destroyed, because a synchronize on another thread may still be using it.
+/// another device's stream uses (or creates) that context's CUevent; all are kept until this
+/// event is destroyed, because a synchronize on another thread may still be using one, so
+/// there is at most one per device.
 /// A never-recorded event is complete (query and synchronize succeed). Thread-safe.
 class cuda_event final : public event {
- public:
+public:
   explicit cuda_event(const driver_api& driver) noexcept : driver_(driver) {}
   ~cuda_event() override;
   cuda_event(const cuda_event&) = delete;
@@ -28,18 +29,21 @@ class cuda_event final : public event {
 
   /// Runs use(event, context) with the latest recorded CUevent (nullptr if never recorded)
   /// under this event's lock, so a concurrent record cannot change it meanwhile.
-  template <typename Use>
-  status with_recorded(Use&& use) {
+  template <typename Use> status with_recorded(Use&& use) {
     std::lock_guard lock(mutex_);
     return use(event_, context_);
   }
 
- private:
+private:
   const driver_api& driver_;
   std::mutex mutex_;
-  CUevent event_ = nullptr;       // null until the first record
-  CUcontext context_ = nullptr;   // the context event_ belongs to
-  std::vector<CUevent> retired_;  // earlier contexts' events, destroyed with this one
+  struct per_context {
+    CUcontext context = nullptr;
+    CUevent event = nullptr;
+  };
+  CUevent event_ = nullptr;          // the latest record's; null until the first record
+  CUcontext context_ = nullptr;      // the context event_ belongs to
+  std::vector<per_context> created_; // one CUevent per context recorded on
 };
 
-}  // namespace soma::detail::backend::cuda
+} // namespace soma::detail::backend::cuda

@@ -18,7 +18,7 @@ class cuda_backend;
 /// driver's hands, so a task that fails after its stream was destroyed has somewhere to go.
 struct sticky_state {
   std::mutex mutex;
-  status failure;  ///< success until something failed
+  status failure; ///< success until something failed
 };
 
 /// Every enqueue advances the timeline by exactly one (note_enqueued), as on the cpu
@@ -36,7 +36,7 @@ struct sticky_state {
 /// learning), and an owned CUstream is destroyed, which the driver does once its work is
 /// done. An adopted CUstream is never destroyed. Requires: the backend outlives the stream.
 class cuda_stream final : public stream {
- public:
+public:
   cuda_stream(cuda_backend& owner, const driver_api& driver, int device, CUcontext context,
               CUstream native, bool owns_native, stream_timeline& timeline,
               completion_tracker& tracker);
@@ -58,10 +58,9 @@ class cuda_stream final : public stream {
   /// The lock under which work is issued; held by events recording on this stream.
   std::mutex& issue_mutex() noexcept { return tracker_.issue_mutex(); }
 
- private:
+private:
   /// Takes the next position and runs issue() under the issue lock, in the stream's context.
-  template <typename Issue>
-  status issue_one(Issue&& issue);
+  template <typename Issue> status issue_one(Issue&& issue);
   /// Keeps a device fault seen by a synchronize or query as the sticky error.
   status note_failure(status failure);
 
@@ -72,8 +71,8 @@ class cuda_stream final : public stream {
   const CUstream native_;
   const bool owns_native_;
   stream_timeline& timeline_;
-  completion_tracker& tracker_;  // owned by the backend: it outlives this stream
+  completion_tracker& tracker_; // owned by the backend: it outlives this stream
   std::shared_ptr<sticky_state> sticky_;
 };
 
-}  // namespace soma::detail::backend::cuda
+} // namespace soma::detail::backend::cuda

@@ -22,10 +22,12 @@ struct entry_point {
 };
 
 // Copies a resolved address into a typed member (memcpy: a void* is not a function pointer).
-#define SOMA_CUDA_ENTRY(member, exported)                                                 \
-  entry_point {                                                                           \
+// clang-format off
+#define SOMA_CUDA_ENTRY(member, exported)                                                  \
+  entry_point {                                                                            \
     #member, exported, [](driver_api& d, void* f) { std::memcpy(&d.member, &f, sizeof f); } \
   }
+// clang-format on
 
 const entry_point entry_points[] = {
     SOMA_CUDA_ENTRY(cuInit, "cuInit"),
@@ -83,8 +85,6 @@ const known_result known_results[] = {
     {CUDA_ERROR_DEINITIALIZED, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
     {CUDA_ERROR_STUB_LIBRARY, "CUDA_ERROR_STUB_LIBRARY",
      "the CUDA toolkit's stub libcuda was loaded instead of a real driver"},
-    {CUDA_ERROR_INSUFFICIENT_DRIVER, "CUDA_ERROR_INSUFFICIENT_DRIVER",
-     "the installed driver is older than the CUDA runtime"},
     {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
     {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
     {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
@@ -98,64 +98,85 @@ const known_result known_results[] = {
 };
 
 status load_failure(error_code code, std::string message, void* library) {
-  if (library != nullptr) dlclose(library);  // nothing of it is in use yet
+  if (library != nullptr)
+    dlclose(library); // nothing of it is in use yet
   return status(code, std::move(message));
 }
 
-}  // namespace
+} // namespace
 
 error_code translate(CUresult result) {
   switch (result) {
-    case CUDA_SUCCESS: return error_code::success;
-    case CUDA_ERROR_INVALID_VALUE: return error_code::invalid_value;
-    case CUDA_ERROR_OUT_OF_MEMORY: return error_code::out_of_memory;
-    case CUDA_ERROR_NOT_INITIALIZED:
-    case CUDA_ERROR_DEINITIALIZED:
-    case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: return error_code::initialization_error;
-    case CUDA_ERROR_STUB_LIBRARY:
-    case CUDA_ERROR_INSUFFICIENT_DRIVER:
-    case CUDA_ERROR_DEVICE_UNAVAILABLE:
-    case CUDA_ERROR_NO_DEVICE: return error_code::no_device;
-    case CUDA_ERROR_INVALID_DEVICE: return error_code::invalid_device;
-    case CUDA_ERROR_INVALID_CONTEXT:
-    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
-    case CUDA_ERROR_INVALID_HANDLE:
-    case CUDA_ERROR_NOT_FOUND: return error_code::invalid_handle;
-    case CUDA_ERROR_NOT_READY: return error_code::not_ready;
-    case CUDA_ERROR_ILLEGAL_ADDRESS: return error_code::illegal_address;
-    // Faults of a kernel: the context is unusable, like a failed launch.
-    case CUDA_ERROR_ASSERT:
-    case CUDA_ERROR_HARDWARE_STACK_ERROR:
-    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
-    case CUDA_ERROR_MISALIGNED_ADDRESS:
-    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
-    case CUDA_ERROR_INVALID_PC:
-    case CUDA_ERROR_LAUNCH_FAILED: return error_code::launch_failure;
-    case CUDA_ERROR_NOT_PERMITTED: return error_code::not_permitted;
-    case CUDA_ERROR_NOT_SUPPORTED: return error_code::not_supported;
-    default: return error_code::unknown;
+  case CUDA_SUCCESS:
+    return error_code::success;
+  case CUDA_ERROR_INVALID_VALUE:
+    return error_code::invalid_value;
+  case CUDA_ERROR_OUT_OF_MEMORY:
+    return error_code::out_of_memory;
+  case CUDA_ERROR_NOT_INITIALIZED:
+  case CUDA_ERROR_DEINITIALIZED:
+  case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
+    return error_code::initialization_error;
+  case CUDA_ERROR_STUB_LIBRARY:
+  case CUDA_ERROR_DEVICE_UNAVAILABLE:
+  case CUDA_ERROR_NO_DEVICE:
+    return error_code::no_device;
+  case CUDA_ERROR_INVALID_DEVICE:
+    return error_code::invalid_device;
+  case CUDA_ERROR_INVALID_CONTEXT:
+  case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+  case CUDA_ERROR_INVALID_HANDLE:
+  case CUDA_ERROR_NOT_FOUND:
+    return error_code::invalid_handle;
+  case CUDA_ERROR_NOT_READY:
+    return error_code::not_ready;
+  case CUDA_ERROR_ILLEGAL_ADDRESS:
+    return error_code::illegal_address;
+  // Faults of a kernel: the context is unusable, like a failed launch.
+  case CUDA_ERROR_ASSERT:
+  case CUDA_ERROR_HARDWARE_STACK_ERROR:
+  case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+  case CUDA_ERROR_MISALIGNED_ADDRESS:
+  case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+  case CUDA_ERROR_INVALID_PC:
+  case CUDA_ERROR_LAUNCH_FAILED:
+    return error_code::launch_failure;
+  case CUDA_ERROR_NOT_PERMITTED:
+    return error_code::not_permitted;
+  case CUDA_ERROR_NOT_SUPPORTED:
+    return error_code::not_supported;
+  default:
+    return error_code::unknown;
   }
 }
 
 std::string driver_api::describe(CUresult result) const {
   const char* name = nullptr;
   const char* text = nullptr;
-  if (cuGetErrorName == nullptr || cuGetErrorName(result, &name) != CUDA_SUCCESS) name = nullptr;
-  if (cuGetErrorString == nullptr || cuGetErrorString(result, &text) != CUDA_SUCCESS) text = nullptr;
+  if (cuGetErrorName == nullptr || cuGetErrorName(result, &name) != CUDA_SUCCESS)
+    name = nullptr;
+  if (cuGetErrorString == nullptr || cuGetErrorString(result, &text) != CUDA_SUCCESS)
+    text = nullptr;
   for (const known_result& known : known_results) {
-    if (known.result != result) continue;
-    if (name == nullptr) name = known.name;
-    if (text == nullptr) text = known.text;
+    if (known.result != result)
+      continue;
+    if (name == nullptr)
+      name = known.name;
+    if (text == nullptr)
+      text = known.text;
   }
   std::string out = name != nullptr ? name : "CUresult " + std::to_string(result);
-  if (text != nullptr && *text != '\0') out += std::string(": ") + text;
+  if (text != nullptr && *text != '\0')
+    out += std::string(": ") + text;
   return out;
 }
 
 status driver_api::check(CUresult result, const char* call, const std::string& detail) const {
-  if (result == CUDA_SUCCESS) return status::success();
+  if (result == CUDA_SUCCESS)
+    return status::success();
   std::string message = std::string(call) + " failed (" + describe(result) + ")";
-  if (!detail.empty()) message += ": " + detail;
+  if (!detail.empty())
+    message += ": " + detail;
   return status(translate(result), std::move(message));
 }
 
@@ -182,7 +203,8 @@ result<std::unique_ptr<driver_api>> load_driver(const char* library_name) {
       function = nullptr;
     }
     // The stub library (and drivers before 12.0) answer nothing through cuGetProcAddress.
-    if (function == nullptr) function = dlsym(library, entry.exported);
+    if (function == nullptr)
+      function = dlsym(library, entry.exported);
     if (function == nullptr) {
       missing += missing.empty() ? entry.exported : std::string(", ") + entry.exported;
       continue;
@@ -199,8 +221,8 @@ result<std::unique_ptr<driver_api>> load_driver(const char* library_name) {
     const error_code code = translate(init) == error_code::initialization_error
                                 ? error_code::initialization_error
                                 : error_code::no_device;
-    return load_failure(code, "cuInit failed: " + driver->describe(init) + " (" + library_name + ")",
-                        library);
+    return load_failure(
+        code, "cuInit failed: " + driver->describe(init) + " (" + library_name + ")", library);
   }
   if (!missing.empty()) {
     return load_failure(error_code::initialization_error,
@@ -211,12 +233,13 @@ result<std::unique_ptr<driver_api>> load_driver(const char* library_name) {
   if (driver->cuDriverGetVersion(&driver->driver_version) != CUDA_SUCCESS ||
       driver->driver_version < soma_driver_abi_version) {
     return load_failure(error_code::initialization_error,
-                        "the CUDA driver supports CUDA " + std::to_string(driver->driver_version / 1000) +
-                            "." + std::to_string(driver->driver_version % 1000 / 10) +
+                        "the CUDA driver supports CUDA " +
+                            std::to_string(driver->driver_version / 1000) + "." +
+                            std::to_string(driver->driver_version % 1000 / 10) +
                             "; soma's cuda backend needs 12.0 or later",
                         library);
   }
-  return driver;  // the library stays open for the life of the process
+  return driver; // the library stays open for the life of the process
 }
 
 result<const driver_api*> process_driver() {
@@ -235,14 +258,17 @@ result<const driver_api*> process_driver() {
       failure = opened.take_error();
     }
   }
-  if (loaded == nullptr) return failure;
+  if (loaded == nullptr)
+    return failure;
   return static_cast<const driver_api*>(loaded);
 }
 
 context_scope::context_scope(const driver_api& driver, CUcontext context) noexcept
     : driver_(driver) {
-  if (driver_.cuCtxGetCurrent(&previous_) != CUDA_SUCCESS) previous_ = nullptr;
-  if (previous_ == context) return;
+  if (driver_.cuCtxGetCurrent(&previous_) != CUDA_SUCCESS)
+    previous_ = nullptr;
+  if (previous_ == context)
+    return;
   const CUresult made = driver_.cuCtxSetCurrent(context);
   if (made != CUDA_SUCCESS) {
     entered_ = driver_.check(made, "cuCtxSetCurrent");
@@ -252,7 +278,8 @@ context_scope::context_scope(const driver_api& driver, CUcontext context) noexce
 }
 
 context_scope::~context_scope() {
-  if (switched_) driver_.cuCtxSetCurrent(previous_);
+  if (switched_)
+    driver_.cuCtxSetCurrent(previous_);
 }
 
-}  // namespace soma::detail::backend::cuda
+} // namespace soma::detail::backend::cuda

@@ -47,8 +47,8 @@ struct driver_api {
                              std::size_t count) = nullptr;
   CUresult (*cuMemExportToShareableHandle)(void* shareable, CUmemGenericAllocationHandle handle,
                                            int handle_type, unsigned long long flags) = nullptr;
-  CUresult (*cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle* handle,
-                                             void* os_handle, int handle_type) = nullptr;
+  CUresult (*cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle* handle, void* os_handle,
+                                             int handle_type) = nullptr;
   // streams, events, work
   CUresult (*cuStreamCreate)(CUstream* stream, unsigned flags) = nullptr;
   CUresult (*cuStreamDestroy)(CUstream stream) = nullptr;
@@ -67,8 +67,8 @@ struct driver_api {
   CUresult (*cuEventQuery)(CUevent event) = nullptr;
   CUresult (*cuEventSynchronize)(CUevent event) = nullptr;
 
-  std::string library_name;  ///< what was opened, for messages
-  int driver_version = 0;    ///< cuDriverGetVersion, e.g. 13000
+  std::string library_name; ///< what was opened, for messages
+  int driver_version = 0;   ///< cuDriverGetVersion, e.g. 13000
 
   /// "CUDA_ERROR_OUT_OF_MEMORY: out of memory": the driver's names, or a built-in table
   /// where the driver cannot say (the toolkit's stub library answers nothing).
@@ -97,7 +97,7 @@ result<const driver_api*> process_driver();
 /// one afterwards, so soma never changes which device the application's own CUDA runtime
 /// calls go to. Costs one cuCtxGetCurrent when the context is already current.
 class context_scope {
- public:
+public:
   context_scope(const driver_api& driver, CUcontext context) noexcept;
   ~context_scope();
   context_scope(const context_scope&) = delete;
@@ -105,11 +105,11 @@ class context_scope {
   /// The result of making the context current (a broken driver, a destroyed context).
   const status& entered() const noexcept { return entered_; }
 
- private:
+private:
   const driver_api& driver_;
   CUcontext previous_ = nullptr;
   bool switched_ = false;
   status entered_;
 };
 
-}  // namespace soma::detail::backend::cuda
+} // namespace soma::detail::backend::cuda

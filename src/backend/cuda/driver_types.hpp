@@ -31,7 +31,6 @@ inline constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
 inline constexpr CUresult CUDA_ERROR_NOT_INITIALIZED = 3;
 inline constexpr CUresult CUDA_ERROR_DEINITIALIZED = 4;
 inline constexpr CUresult CUDA_ERROR_STUB_LIBRARY = 34;
-inline constexpr CUresult CUDA_ERROR_INSUFFICIENT_DRIVER = 35;
 inline constexpr CUresult CUDA_ERROR_DEVICE_UNAVAILABLE = 46;
 inline constexpr CUresult CUDA_ERROR_NO_DEVICE = 100;
 inline constexpr CUresult CUDA_ERROR_INVALID_DEVICE = 101;
@@ -78,13 +77,13 @@ inline constexpr int CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 0x1;
 
 // ---- structures (layouts of cuda.h's *_v1 structs) ------------------------------------------
 struct CUmemLocation {
-  int type = 0;  ///< CU_MEM_LOCATION_TYPE_*
-  int id = 0;    ///< device ordinal for CU_MEM_LOCATION_TYPE_DEVICE
+  int type = 0; ///< CU_MEM_LOCATION_TYPE_*
+  int id = 0;   ///< device ordinal for CU_MEM_LOCATION_TYPE_DEVICE
 };
 
 struct CUmemAllocationProp {
-  int type = 0;                  ///< CU_MEM_ALLOCATION_TYPE_*
-  int requestedHandleTypes = 0;  ///< CU_MEM_HANDLE_TYPE_* bits
+  int type = 0;                 ///< CU_MEM_ALLOCATION_TYPE_*
+  int requestedHandleTypes = 0; ///< CU_MEM_HANDLE_TYPE_* bits
   CUmemLocation location;
   void* win32HandleMetaData = nullptr;
   struct {
@@ -98,8 +97,8 @@ static_assert(sizeof(CUmemAllocationProp) == 32, "cuda.h's CUmemAllocationProp_v
 
 struct CUmemAccessDesc {
   CUmemLocation location;
-  int flags = 0;  ///< CU_MEM_ACCESS_FLAGS_PROT_*
+  int flags = 0; ///< CU_MEM_ACCESS_FLAGS_PROT_*
 };
 static_assert(sizeof(CUmemAccessDesc) == 12, "cuda.h's CUmemAccessDesc_v1 is 12 bytes");
 
-}  // namespace soma::detail::backend::cuda
+} // namespace soma::detail::backend::cuda

@@ -1,0 +1,313 @@
+#!/usr/bin/env bash
+# Runs soma's GPU checks ON A GPU MACHINE, from the repository root, over a build directory that
+# was built elsewhere with scripts/build-gpu.sh and carried here (build/gpu). Needs the NVIDIA
+# driver, CMake's ctest and (for step 4) compute-sanitizer; no compiler, no GoogleTest.
+#
+#   bash scripts/gpu-check.sh [--quick] [--no-sanitizer] [--no-bench]
+#
+#   OUT        where logs and the summary go (default ./gpu-out)
+#   BUILD_DIR  the carried build directory (default build/gpu)
+#
+# Steps (each logged to $OUT/<step>.log; every step runs even if an earlier one failed):
+#   1 environment   nvidia-smi, driver, ctest, compute-sanitizer; what the programs link (ldd)
+#   2 ctest         ctest -L gpu in the build directory. CTest files hold the absolute paths of
+#                   the machine that built them (e.g. /work/main/build/gpu); where that path does
+#                   not exist here it is made a symbolic link to this build directory for the
+#                   run (and removed afterwards). Where it exists and is something else, ctest is
+#                   skipped and step 3 decides alone.
+#   3 direct        every GPU test program (tests/gpu/gpu_*_test, tests/*/*_gpu_test) run whole,
+#                   all its tests in one process
+#   4 sanitizer     the same under compute-sanitizer --tool memcheck
+#                   --track-stream-ordered-races all: must report 0 errors
+#   5 bench         bench/vs_driver (soma vs cudaMallocAsync vs cudaMalloc), and
+#                   bench/alloc_pairs_bench with SOMA_BACKEND=cpu (and, for information only, cuda)
+# The CPU test suite is not run here: its tests read pool memory from the host, which only the
+# cpu backend allows. GPU tests run with SOMA_BACKEND=cuda and SOMA_GPU_TESTS_REQUIRE_CUDA=1, so a
+# test that cannot reach the cuda backend FAILS instead of skipping.
+#
+# Exit status: 0 everything passed; 1 a test or sanitizer step failed; 2 tests passed but a
+# benchmark failed; 3 the setup is wrong (no build directory, a library missing).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 3
+repo_root="$(pwd -P)"
+
+quick=0
+run_sanitizer=1
+run_bench=1
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    --no-sanitizer) run_sanitizer=0 ;;
+    --no-bench) run_bench=0 ;;
+    -h | --help)
+      sed -n '2,30p' "${BASH_SOURCE[0]}"
+      exit 0
+      ;;
+    *)
+      echo "gpu-check: unknown argument '$arg' (see --help)" >&2
+      exit 3
+      ;;
+  esac
+done
+
+OUT="${OUT:-./gpu-out}"
+BUILD_DIR="${BUILD_DIR:-build/gpu}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd -P)"
+summary="$OUT/summary.txt"
+: >"$summary"
+
+say() { echo "gpu-check: $*"; }
+record() { # record <PASS|FAIL|WARN|SKIP|INFO> <step> <detail...>
+  local verdict="$1" step="$2"
+  shift 2
+  printf '%-5s %-28s %s\n' "$verdict" "$step" "$*" | tee -a "$summary"
+}
+
+test_failures=0
+bench_failures=0
+created_link=""
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+  if [[ -n "$created_link" && -L "$created_link" ]]; then rm -f "$created_link"; fi
+}
+trap cleanup EXIT
+
+{
+  echo "soma gpu-check, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), host $(hostname)"
+  echo "repository $repo_root, build $BUILD_DIR, out $OUT"
+  echo "commit $(git -C "$repo_root" rev-parse --short HEAD 2>/dev/null || echo '?')" \
+    "$(git -C "$repo_root" status --porcelain 2>/dev/null | grep -q . && echo '(with local changes)')"
+  echo
+} | tee -a "$summary"
+
+# ---- 1 environment ----------------------------------------------------------------------------
+if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
+  record FAIL setup "no $BUILD_DIR/CMakeCache.txt: build it with scripts/build-gpu.sh and carry $BUILD_DIR"
+  exit 3
+fi
+build_abs="$(cd "$BUILD_DIR" && pwd -P)"
+gpu_tests=()
+# tests/gpu/ (nvcc-compiled, this script's own) and the other GPU test programs (*_gpu_test,
+# e.g. tests/backend/cuda_backend_gpu_test).
+for test in "$build_abs"/tests/gpu/gpu_*_test "$build_abs"/tests/*/*_gpu_test; do
+  [[ -x "$test" ]] && gpu_tests+=("$test")
+done
+if ((${#gpu_tests[@]} == 0)); then
+  record FAIL setup "no GPU test programs in $BUILD_DIR/tests/gpu (was it built with scripts/build-gpu.sh?)"
+  exit 3
+fi
+# Run paths point at the build directory through $ORIGIN; this is a second way to libsoma.
+export LD_LIBRARY_PATH="$build_abs/src/capi${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+sanitizer=""
+for candidate in "$(command -v compute-sanitizer 2>/dev/null)" \
+  /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+  if [[ -n "$candidate" && -x "$candidate" ]]; then
+    sanitizer="$candidate"
+    break
+  fi
+done
+
+{
+  echo "== nvidia-smi"
+  nvidia-smi 2>&1 || echo "(nvidia-smi failed: $?)"
+  echo
+  echo "== nvidia-smi --query-gpu"
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total,memory.used,compute_mode \
+    --format=csv 2>&1 || true
+  echo
+  echo "== /proc/driver/nvidia/version"
+  cat /proc/driver/nvidia/version 2>&1 || true
+  echo
+  echo "== tools"
+  echo "ctest: $(ctest --version 2>&1 | head -1)"
+  echo "nvcc: $(nvcc --version 2>&1 | tail -1)"
+  echo "compute-sanitizer: ${sanitizer:-not found} $([[ -n "$sanitizer" ]] && "$sanitizer" --version 2>&1 | tail -1)"
+  echo "uname: $(uname -a)"
+  echo "glibc: $(ldd --version 2>&1 | head -1)"
+  echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-<unset>}"
+} >"$OUT/environment.log" 2>&1
+for program in "${gpu_tests[@]}" "$build_abs/bench/vs_driver" "$build_abs/bench/alloc_pairs_bench"; do
+  echo "-- $program"
+  ldd "$program" 2>&1
+done >"$OUT/ldd.log"
+gpu_line="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
+if [[ -n "$gpu_line" ]]; then
+  record INFO gpu "$gpu_line ($(nvidia-smi -L 2>/dev/null | wc -l) visible)"
+else
+  record FAIL gpu "nvidia-smi sees no GPU (see $OUT/environment.log); the GPU tests will fail"
+fi
+if grep -qE 'GLIBCXX_[0-9.]+. not found|CXXABI_[0-9.]+. not found' "$OUT/ldd.log" &&
+  [[ -d "$build_abs/runtime-libs" ]]; then
+  # This machine's libstdc++ is older than the build machine's: use the copy carried along.
+  export LD_LIBRARY_PATH="$build_abs/runtime-libs:$LD_LIBRARY_PATH"
+  record INFO setup "libstdc++ here is too old for the build; using $BUILD_DIR/runtime-libs"
+  for program in "${gpu_tests[@]}" "$build_abs/bench/vs_driver" "$build_abs/bench/alloc_pairs_bench"; do
+    echo "-- $program"
+    ldd "$program" 2>&1
+  done >"$OUT/ldd.log"
+fi
+if grep -qE 'not found' "$OUT/ldd.log"; then
+  record FAIL setup "a program needs a library that is missing here (see $OUT/ldd.log):"
+  grep -E 'not found' "$OUT/ldd.log" | sort -u | tee -a "$summary"
+  exit 3
+fi
+
+export SOMA_BACKEND=cuda
+export SOMA_GPU_TESTS_REQUIRE_CUDA=1
+
+# Counts of a gtest console log: "passed failed skipped".
+gtest_counts() {
+  local log="$1" passed failed skipped
+  passed="$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\?\..*/\1/p' "$log" | tail -1)"
+  failed="$(sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\?, listed below:.*/\1/p' "$log" | tail -1)"
+  skipped="$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\?, listed below:.*/\1/p' "$log" | tail -1)"
+  echo "${passed:-0} passed, ${failed:-0} failed, ${skipped:-0} skipped"
+}
+
+# ---- 2 ctest ----------------------------------------------------------------------------------
+say "ctest -L gpu"
+built_at="$(sed -n 's/^CMAKE_CACHEFILE_DIR:INTERNAL=//p' "$BUILD_DIR/CMakeCache.txt")"
+ctest_dir=""
+if [[ -z "$built_at" ]]; then
+  record SKIP ctest "CMakeCache.txt names no build directory"
+elif [[ -d "$built_at" && "$(cd "$built_at" && pwd -P)" == "$build_abs" ]]; then
+  ctest_dir="$built_at"
+elif [[ -e "$built_at" || -L "$built_at" ]]; then
+  record SKIP ctest "the build's original path $built_at exists here and is another directory"
+elif mkdir -p "$(dirname "$built_at")" 2>/dev/null && ln -s "$build_abs" "$built_at" 2>/dev/null; then
+  created_link="$built_at"
+  ctest_dir="$built_at"
+  say "made $built_at a link to $build_abs for ctest (removed at exit)"
+else
+  record SKIP ctest "cannot create $built_at -> $build_abs (permissions?)"
+fi
+if [[ -n "$ctest_dir" ]]; then
+  ctest_log="$OUT/ctest.log"
+  junit=()
+  if ctest --help 2>/dev/null | grep -q -- '--output-junit'; then
+    junit=(--output-junit "$OUT/ctest-gpu-junit.xml")
+  fi
+  (cd "$ctest_dir" && ctest -L gpu --output-on-failure --timeout 300 "${junit[@]}") \
+    >"$ctest_log" 2>&1
+  status=$?
+  line="$(grep -E 'tests? passed, [0-9]+ tests? failed out of' "$ctest_log" | tail -1)"
+  skipped="$(grep -cE '^[[:space:]]*[0-9]+ - .*\(Skipped\)$' "$ctest_log" || true)"
+  if ((status == 0)) && [[ -n "$line" ]]; then
+    record PASS ctest "$line; $skipped skipped"
+  else
+    record FAIL ctest "exit $status: ${line:-no summary line}; $skipped skipped (see $ctest_log)"
+    grep -E '^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Not Run|Exception)' \
+      "$ctest_log" | head -20 | tee -a "$summary"
+    test_failures=$((test_failures + 1))
+  fi
+fi
+
+# ---- 3 direct ---------------------------------------------------------------------------------
+for test in "${gpu_tests[@]}"; do
+  name="$(basename "$test")"
+  say "direct: $name"
+  log="$OUT/direct-$name.log"
+  (cd "$(dirname "$test")" && timeout 300 "$test" --gtest_output="xml:$OUT/direct-$name.xml") \
+    >"$log" 2>&1
+  status=$?
+  counts="$(gtest_counts "$log")"
+  if ((status == 0)) && [[ "$counts" == *", 0 skipped" ]]; then
+    record PASS "direct $name" "$counts"
+  elif ((status == 0)); then
+    record WARN "direct $name" "$counts: a test skipped on a GPU machine (see $log)"
+    grep -A1 -E ': Skipped$' "$log" | grep -vE '^(--|.*: Skipped)$' | sort | uniq -c | head -5 |
+      tee -a "$summary"
+  else
+    record FAIL "direct $name" "exit $status: $counts (see $log)"
+    grep -E '^\[  FAILED  \] [^ ]+$' "$log" | sort -u | head -20 | tee -a "$summary"
+    test_failures=$((test_failures + 1))
+  fi
+done
+
+# ---- 4 sanitizer ------------------------------------------------------------------------------
+if ((run_sanitizer == 0)); then
+  record SKIP sanitizer "--no-sanitizer"
+elif [[ -z "$sanitizer" ]]; then
+  record FAIL sanitizer "compute-sanitizer not found (PATH, /usr/local/cuda/bin)"
+  test_failures=$((test_failures + 1))
+else
+  for test in "${gpu_tests[@]}"; do
+    name="$(basename "$test")"
+    say "compute-sanitizer memcheck: $name"
+    log="$OUT/sanitizer-$name.log"
+    # compute-sanitizer allocates device memory of its own: cudaMemGetInfo comparisons get
+    # more slack.
+    (cd "$(dirname "$test")" && SOMA_GPU_TESTS_MEMINFO_SLACK_MIB=1024 timeout 500 \
+      "$sanitizer" --tool memcheck --track-stream-ordered-races all --error-exitcode 86 \
+      --print-limit 200 "$test" --gtest_output="xml:$OUT/sanitizer-$name.xml") >"$log" 2>&1
+    status=$?
+    errors="$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$log" | tail -1)"
+    if ((status == 0)) && [[ "$errors" == 0 ]]; then
+      record PASS "sanitizer $name" "0 errors; $(gtest_counts "$log")"
+    else
+      record FAIL "sanitizer $name" \
+        "exit $status, ${errors:-no} error summary; $(gtest_counts "$log") (see $log)"
+      grep -E '^========= (Invalid|Program hit|Race|Uninitialized|Leaked|Error)' "$log" |
+        sort | uniq -c | sort -rn | head -10 | tee -a "$summary"
+      grep -E '^\[  FAILED  \] [^ ]+$' "$log" | sort -u | head -10 | tee -a "$summary"
+      test_failures=$((test_failures + 1))
+    fi
+  done
+fi
+
+# ---- 5 bench ----------------------------------------------------------------------------------
+bench_args=()
+((quick == 1)) && bench_args=(--quick)
+run_bench_program() { # run_bench_program <step> <counts: yes|info> <backend> <program>
+  local step="$1" counts="$2" backend="$3" program="$4" log="$OUT/$1.txt" status
+  say "bench: $step"
+  SOMA_BACKEND="$backend" timeout 300 "$program" "${bench_args[@]}" >"$log" 2>&1
+  status=$?
+  if ((status == 0)); then
+    record PASS "$step" "$log"
+  elif [[ "$counts" == yes ]]; then
+    record FAIL "$step" "exit $status (see $log): $(tail -1 "$log")"
+    bench_failures=$((bench_failures + 1))
+  else
+    record INFO "$step" "exit $status, for information only (see $log): $(tail -1 "$log")"
+  fi
+}
+if ((run_bench == 0)); then
+  record SKIP bench "--no-bench"
+else
+  run_bench_program vs_driver yes cuda "$build_abs/bench/vs_driver"
+  run_bench_program alloc_pairs_bench-cpu yes cpu "$build_abs/bench/alloc_pairs_bench"
+  run_bench_program alloc_pairs_bench-cuda info cuda "$build_abs/bench/alloc_pairs_bench"
+fi
+
+# ---- summary ----------------------------------------------------------------------------------
+{
+  if [[ -s "$OUT/vs_driver.txt" ]]; then
+    echo
+    echo "== bench/vs_driver"
+    cat "$OUT/vs_driver.txt"
+  fi
+  if [[ -s "$OUT/alloc_pairs_bench-cpu.txt" ]]; then
+    echo
+    echo "== bench/alloc_pairs_bench (SOMA_BACKEND=cpu)"
+    cat "$OUT/alloc_pairs_bench-cpu.txt"
+  fi
+  echo
+  if ((test_failures != 0)); then
+    echo "RESULT: FAILED ($test_failures test/sanitizer step(s) failed)"
+  elif ((bench_failures != 0)); then
+    echo "RESULT: tests passed, $bench_failures benchmark(s) FAILED"
+  else
+    echo "RESULT: passed"
+  fi
+  echo "logs: $OUT; took ${SECONDS}s"
+} >>"$summary"
+echo
+echo "=================================================================================="
+cat "$summary"
+echo "=================================================================================="
+if ((test_failures != 0)); then exit 1; fi
+if ((bench_failures != 0)); then exit 2; fi
+exit 0

@@ -1,0 +1,261 @@
+// The cuda backend on a real GPU, against the contract of backend.hpp. Every test reports
+// SKIPPED, with the reason, where no driver or device is present (CTest label `gpu`).
+#include "backend/cuda/cuda_backend.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using soma::detail::error_code;
+using soma::detail::status;
+using soma::detail::stream_timeline;
+using ::testing::HasSubstr;
+namespace be = soma::detail::backend;
+namespace cuda = soma::detail::backend::cuda;
+
+class cuda_gpu : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (status usable = cuda::probe(); !usable.ok())
+      GTEST_SKIP() << usable.message();
+    auto opened = cuda::open_backend();
+    ASSERT_TRUE(opened.ok()) << opened.error().message();
+    backend_ = std::move(opened.value());
+    granule_bytes_ = backend_->properties(0).granularity_bytes;
+  }
+
+  /// Reserves and maps `granules` granules of device 0; unmapped and freed by TearDown.
+  std::uintptr_t mapped(std::size_t granules, unsigned handle_types = 0) {
+    const std::size_t bytes = granules * granule_bytes_;
+    auto base = backend_->reserve_address(0, bytes);
+    EXPECT_TRUE(base.ok()) << base.error().message();
+    auto handle = backend_->create_physical(0, bytes, handle_types);
+    EXPECT_TRUE(handle.ok()) << handle.error().message();
+    status m = backend_->map(base.value(), bytes, handle.value(), 0);
+    EXPECT_TRUE(m.ok()) << m.message();
+    regions_.push_back({base.value(), bytes, handle.value()});
+    return base.value();
+  }
+  std::uint64_t handle_of(std::uintptr_t base) const {
+    for (const region &r : regions_)
+      if (r.base == base)
+        return r.handle;
+    return 0;
+  }
+
+  void TearDown() override {
+    for (const region &r : regions_) {
+      backend_->unmap(r.base, r.bytes);
+      backend_->release_physical(r.handle);
+      backend_->free_address(r.base, r.bytes);
+    }
+  }
+
+  struct region {
+    std::uintptr_t base;
+    std::size_t bytes;
+    std::uint64_t handle;
+  };
+  std::unique_ptr<be::backend> backend_;
+  std::size_t granule_bytes_ = 0;
+  std::vector<region> regions_;
+};
+
+TEST_F(cuda_gpu, DevicePropertiesAreTheDrivers) {
+  const be::device_properties p = backend_->properties(0);
+  EXPECT_FALSE(p.name.empty());
+  EXPECT_GT(p.total_memory_bytes, std::size_t{1} << 30);
+  EXPECT_GT(p.granularity_bytes, 0u);
+  EXPECT_EQ(p.granularity_bytes & (p.granularity_bytes - 1), 0u) << "a power of two";
+  EXPECT_TRUE(p.memory_pools_supported);
+  EXPECT_EQ(backend_->name(), "cuda");
+}
+
+TEST_F(cuda_gpu, MemsetAndMemcpyReachMappedMemory) {
+  const std::uintptr_t base = mapped(1);
+  stream_timeline timeline(0);
+  auto s = backend_->create_stream(0, timeline);
+  ASSERT_TRUE(s.ok()) << s.error().message();
+  auto *device = reinterpret_cast<unsigned char *>(base);
+  const std::size_t half = granule_bytes_ / 2;
+  ASSERT_TRUE(s.value()->enqueue_memset(device, 0xAB, half).ok());
+  ASSERT_TRUE(s.value()->enqueue_memcpy(device + half, device, half).ok());
+  std::vector<unsigned char> host(granule_bytes_, 0);
+  ASSERT_TRUE(s.value()->enqueue_memcpy(host.data(), device, granule_bytes_).ok());
+  ASSERT_TRUE(s.value()->synchronize().ok());
+  EXPECT_EQ(timeline.completed_position(), 3u);
+  EXPECT_EQ(host.front(), 0xAB);
+  EXPECT_EQ(host.back(), 0xAB);
+  EXPECT_EQ(backend_->committed_bytes(0), granule_bytes_);
+}
+
+TEST_F(cuda_gpu, MarkersLearnCompletionWithoutBlocking) {
+  const std::uintptr_t base = mapped(1);
+  stream_timeline timeline(0);
+  auto s = backend_->create_stream(0, timeline);
+  ASSERT_TRUE(s.ok());
+  std::atomic<bool> release{false};
+  ASSERT_TRUE(s.value()
+                  ->enqueue_host_task([&] {
+                    while (!release.load())
+                      std::this_thread::yield();
+                    return status::success();
+                  })
+                  .ok());
+  ASSERT_TRUE(s.value()->enqueue_memset(reinterpret_cast<void *>(base), 0, granule_bytes_).ok());
+  EXPECT_FALSE(timeline.has_completed(2)); // records a marker behind the memset
+  EXPECT_EQ(s.value()->query().code(), error_code::not_ready);
+  release = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!timeline.has_completed(2) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  EXPECT_TRUE(timeline.has_completed(2));
+}
+
+TEST_F(cuda_gpu, DestroyedStreamStillReachesItsFinalPosition) {
+  const std::uintptr_t base = mapped(4);
+  stream_timeline timeline(0);
+  {
+    auto s = backend_->create_stream(0, timeline);
+    ASSERT_TRUE(s.ok());
+    for (int i = 0; i < 8; ++i)
+      ASSERT_TRUE(
+          s.value()->enqueue_memset(reinterpret_cast<void *>(base), i, 4 * granule_bytes_).ok());
+  } // destroyed with work pending: returns at once
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!timeline.has_completed(8) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  EXPECT_TRUE(timeline.has_completed(8));
+}
+
+TEST_F(cuda_gpu, FailedHostTaskIsSticky) {
+  stream_timeline timeline(0);
+  auto s = backend_->create_stream(0, timeline);
+  ASSERT_TRUE(s.ok());
+  std::atomic<bool> later_ran{false};
+  ASSERT_TRUE(
+      s.value()->enqueue_host_task([] { return status(error_code::invalid_value, "no"); }).ok());
+  ASSERT_TRUE(s.value()
+                  ->enqueue_host_task([&] {
+                    later_ran = true;
+                    return status::success();
+                  })
+                  .ok());
+  EXPECT_EQ(s.value()->synchronize().code(), error_code::launch_failure);
+  EXPECT_FALSE(later_ran.load());
+  EXPECT_EQ(s.value()->sticky_error().code(), error_code::launch_failure);
+}
+
+TEST_F(cuda_gpu, WaitForOrdersOneStreamAfterAnother) {
+  const std::uintptr_t base = mapped(1);
+  stream_timeline a_line(0), b_line(1);
+  auto a = backend_->create_stream(0, a_line);
+  auto b = backend_->create_stream(0, b_line);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::atomic<bool> release{false};
+  ASSERT_TRUE(a.value()
+                  ->enqueue_host_task([&] {
+                    while (!release.load())
+                      std::this_thread::yield();
+                    return status::success();
+                  })
+                  .ok());
+  ASSERT_TRUE(a.value()->enqueue_memset(reinterpret_cast<void *>(base), 1, granule_bytes_).ok());
+  ASSERT_TRUE(b.value()->enqueue_wait_for(*a.value(), 2).ok());
+  std::atomic<bool> b_ran{false};
+  ASSERT_TRUE(b.value()
+                  ->enqueue_host_task([&] {
+                    b_ran = true;
+                    return status::success();
+                  })
+                  .ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(b_ran.load());
+  release = true;
+  ASSERT_TRUE(b.value()->synchronize().ok());
+  EXPECT_TRUE(b_ran.load());
+  EXPECT_TRUE(a_line.has_completed(2));
+}
+
+TEST_F(cuda_gpu, EventsRecordQueryAndSynchronize) {
+  stream_timeline timeline(0);
+  auto s = backend_->create_stream(0, timeline);
+  auto e = backend_->create_event();
+  ASSERT_TRUE(s.ok() && e.ok());
+  EXPECT_TRUE(e.value()->query().ok()); // never recorded
+  std::atomic<bool> release{false};
+  ASSERT_TRUE(s.value()
+                  ->enqueue_host_task([&] {
+                    while (!release.load())
+                      std::this_thread::yield();
+                    return status::success();
+                  })
+                  .ok());
+  ASSERT_TRUE(e.value()->record(*s.value()).ok());
+  EXPECT_EQ(e.value()->query().code(), error_code::not_ready);
+  release = true;
+  EXPECT_TRUE(e.value()->synchronize().ok());
+  EXPECT_TRUE(e.value()->query().ok());
+}
+
+TEST_F(cuda_gpu, ExportedMemoryImportsIntoASecondMapping) {
+  if ((backend_->properties(0).supported_handle_types & be::handle_type_posix_fd) == 0)
+    GTEST_SKIP() << "device 0 cannot export POSIX file descriptors";
+  const std::uintptr_t first = mapped(1, be::handle_type_posix_fd);
+  auto fd = backend_->export_physical(handle_of(first));
+  ASSERT_TRUE(fd.ok()) << fd.error().message();
+  auto imported = backend_->import_physical(0, fd.value(), granule_bytes_);
+  ::close(fd.value());
+  ASSERT_TRUE(imported.ok()) << imported.error().message();
+  auto second = backend_->reserve_address(0, granule_bytes_);
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(backend_->map(second.value(), granule_bytes_, imported.value(), 0).ok());
+  stream_timeline timeline(0);
+  auto s = backend_->create_stream(0, timeline);
+  ASSERT_TRUE(
+      s.value()->enqueue_memset(reinterpret_cast<void *>(first), 0x5A, granule_bytes_).ok());
+  unsigned char seen = 0;
+  ASSERT_TRUE(s.value()->enqueue_memcpy(&seen, reinterpret_cast<void *>(second.value()), 1).ok());
+  ASSERT_TRUE(s.value()->synchronize().ok());
+  EXPECT_EQ(seen, 0x5A);
+  backend_->unmap(second.value(), granule_bytes_);
+  backend_->release_physical(imported.value());
+  backend_->free_address(second.value(), granule_bytes_);
+}
+
+TEST_F(cuda_gpu, OutOfMemoryIsReportedAtCreation) {
+  const std::size_t total = backend_->properties(0).total_memory_bytes;
+  const std::size_t too_much = (2 * total + granule_bytes_ - 1) / granule_bytes_ * granule_bytes_;
+  auto created = backend_->create_physical(0, too_much, 0);
+  ASSERT_FALSE(created.ok());
+  EXPECT_EQ(created.error().code(), error_code::out_of_memory);
+  EXPECT_THAT(created.error().message(), HasSubstr("free of"));
+  EXPECT_EQ(backend_->committed_bytes(0), 0u);
+}
+
+TEST_F(cuda_gpu, AdoptedStreamIsUsedAndLeftAlive) {
+  stream_timeline owner_line(0), adopted_line(1);
+  auto owner = backend_->create_stream(0, owner_line);
+  ASSERT_TRUE(owner.ok());
+  void *native = owner.value()->native_handle();
+  ASSERT_NE(native, nullptr);
+  {
+    auto adopted = backend_->adopt_stream(0, native, adopted_line);
+    ASSERT_TRUE(adopted.ok()) << adopted.error().message();
+    ASSERT_TRUE(adopted.value()->enqueue_host_task([] { return status::success(); }).ok());
+    ASSERT_TRUE(adopted.value()->synchronize().ok());
+  }
+  // The adopted wrapper is gone; the CUstream still works.
+  ASSERT_TRUE(owner.value()->enqueue_host_task([] { return status::success(); }).ok());
+  EXPECT_TRUE(owner.value()->synchronize().ok());
+}
+
+} // namespace

@@ -1,0 +1,545 @@
+// The cuda backend without a GPU: the loader and SOMA_BACKEND when no driver is usable, and
+// the backend's own logic (contexts, memory bookkeeping, positions, completion markers,
+// sticky errors) over a fake driver (fake_cuda_driver.hpp). Runs everywhere.
+#include "backend/cuda/cuda_backend.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "backend/cuda/completion_tracker.hpp"
+#include "fake_cuda_driver.hpp"
+
+namespace {
+
+using soma::detail::error_code;
+using soma::detail::status;
+using soma::detail::stream_timeline;
+using ::testing::HasSubstr;
+namespace be = soma::detail::backend;
+namespace cuda = soma::detail::backend::cuda;
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+/// Sets SOMA_BACKEND for one test and restores it afterwards.
+class backend_choice {
+public:
+  explicit backend_choice(const char *value) {
+    if (const char *old = std::getenv("SOMA_BACKEND"))
+      saved_ = old;
+    ::setenv("SOMA_BACKEND", value, 1);
+  }
+  ~backend_choice() {
+    if (saved_)
+      ::setenv("SOMA_BACKEND", saved_->c_str(), 1);
+    else
+      ::unsetenv("SOMA_BACKEND");
+  }
+
+private:
+  std::optional<std::string> saved_;
+};
+
+// ---- loader and factory ----------------------------------------------------------------
+
+TEST(cuda_loader, MissingLibraryIsNoDeviceWithTheReason) {
+  auto loaded = cuda::load_driver("libsoma-no-such-cuda-driver.so.1");
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.error().code(), error_code::no_device);
+  EXPECT_THAT(loaded.error().message(), HasSubstr("libsoma-no-such-cuda-driver.so.1 not found: "));
+}
+
+TEST(cuda_loader, StubLibraryFailsCuInitCleanly) {
+  const char *stub = "/usr/local/cuda/lib64/stubs/libcuda.so";
+  if (::access(stub, R_OK) != 0)
+    GTEST_SKIP() << "no CUDA toolkit stub at " << stub;
+  auto loaded = cuda::load_driver(stub);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.error().code(), error_code::no_device);
+  EXPECT_THAT(loaded.error().message(), HasSubstr("cuInit failed: CUDA_ERROR_STUB_LIBRARY"));
+}
+
+TEST(cuda_factory, CudaWithoutUsableDriverIsAClearError) {
+  if (cuda::probe().ok())
+    GTEST_SKIP() << "a CUDA driver and device are present";
+  backend_choice choice("cuda");
+  auto created = be::create_backend({});
+  ASSERT_FALSE(created.ok());
+  EXPECT_EQ(created.error().code(), error_code::no_device);
+  EXPECT_THAT(created.error().message(), HasSubstr("SOMA_BACKEND=cuda: "));
+  EXPECT_THAT(created.error().message(), HasSubstr(cuda::probe().message()));
+}
+
+TEST(cuda_factory, AutoFallsBackToCpuWithoutADriver) {
+  if (cuda::probe().ok())
+    GTEST_SKIP() << "a CUDA driver and device are present";
+  backend_choice choice("auto");
+  auto created = be::create_backend({});
+  ASSERT_TRUE(created.ok()) << created.error().message();
+  EXPECT_EQ(created.value()->name(), "cpu");
+}
+
+TEST(cuda_factory, UnknownChoiceIsAnInitializationError) {
+  backend_choice choice("gpu");
+  auto created = be::create_backend({});
+  ASSERT_FALSE(created.ok());
+  EXPECT_EQ(created.error().code(), error_code::initialization_error);
+}
+
+TEST(cuda_driver_api, TranslatesResultsAndNamesThemWhenTheDriverCannot) {
+  fake_cuda::driver_state gpu;
+  gpu.error_names_known = false;
+  fake_cuda::state = &gpu;
+  const cuda::driver_api driver = fake_cuda::make_driver();
+  EXPECT_EQ(driver.describe(cuda::CUDA_ERROR_OUT_OF_MEMORY),
+            "CUDA_ERROR_OUT_OF_MEMORY: out of memory");
+  EXPECT_EQ(driver.describe(12345), "CUresult 12345");
+  const status failed =
+      driver.check(cuda::CUDA_ERROR_ILLEGAL_ADDRESS, "cuStreamSynchronize", "stream 1");
+  EXPECT_EQ(failed.code(), error_code::illegal_address);
+  EXPECT_THAT(failed.message(),
+              HasSubstr("cuStreamSynchronize failed (CUDA_ERROR_ILLEGAL_ADDRESS"));
+  EXPECT_THAT(failed.message(), HasSubstr("): stream 1"));
+  EXPECT_TRUE(driver.check(cuda::CUDA_SUCCESS, "cuInit").ok());
+  EXPECT_EQ(cuda::translate(cuda::CUDA_ERROR_NOT_READY), error_code::not_ready);
+  EXPECT_EQ(cuda::translate(cuda::CUDA_ERROR_MISALIGNED_ADDRESS), error_code::launch_failure);
+  EXPECT_EQ(cuda::translate(cuda::CUDA_ERROR_STUB_LIBRARY), error_code::no_device);
+  EXPECT_EQ(cuda::translate(424242), error_code::unknown);
+  fake_cuda::state = nullptr;
+}
+
+// ---- the backend over the fake driver ------------------------------------------------------
+
+class cuda_fake_driver : public ::testing::Test {
+protected:
+  void SetUp() override {
+    fake_cuda::state = &gpu_;
+    fake_cuda::current_context = nullptr;
+    driver_ = fake_cuda::make_driver();
+  }
+  void TearDown() override {
+    EXPECT_EQ(gpu_.context_errors, 0) << "a driver call ran without the context it needs";
+    fake_cuda::state = nullptr;
+  }
+  std::unique_ptr<cuda::cuda_backend> open() {
+    auto created = cuda::cuda_backend::create(driver_);
+    EXPECT_TRUE(created.ok()) << created.error().message();
+    return created.ok() ? std::move(created.value()) : nullptr;
+  }
+  std::unique_ptr<be::stream> stream_on(cuda::cuda_backend &backend, int device,
+                                        stream_timeline &timeline) {
+    auto created = backend.create_stream(device, timeline);
+    EXPECT_TRUE(created.ok()) << created.error().message();
+    return std::move(created.value());
+  }
+  fake_cuda::stream_state *fake_stream(const be::stream &s) const {
+    return fake_cuda::as_stream(static_cast<cuda::CUstream>(s.native_handle()));
+  }
+
+  fake_cuda::driver_state gpu_;
+  cuda::driver_api driver_;
+};
+
+TEST_F(cuda_fake_driver, DevicesUsePrimaryContextsAndReportProperties) {
+  auto backend = open();
+  ASSERT_NE(backend, nullptr);
+  EXPECT_EQ(backend->name(), "cuda");
+  EXPECT_EQ(backend->device_count(), 2);
+  EXPECT_EQ(gpu_.retained_contexts, 2);
+  const be::device_properties p = backend->properties(1);
+  EXPECT_EQ(p.name, "Fake GPU 1");
+  EXPECT_EQ(p.total_memory_bytes, 64 * MiB);
+  EXPECT_EQ(p.granularity_bytes, 2 * MiB);
+  EXPECT_EQ(p.supported_handle_types, be::handle_type_posix_fd); // fabric is masked off
+  EXPECT_TRUE(p.memory_pools_supported);
+  EXPECT_TRUE(backend->can_access_peer(0, 1));
+  EXPECT_FALSE(backend->can_access_peer(0, 0));
+  EXPECT_FALSE(backend->can_access_peer(0, 7));
+  backend.reset();
+  EXPECT_EQ(gpu_.retained_contexts, 0);
+}
+
+TEST_F(cuda_fake_driver, GranularityAlsoServesExportableMemory) {
+  gpu_.exportable_granularity_bytes = 4 * MiB;
+  auto backend = open();
+  EXPECT_EQ(backend->properties(0).granularity_bytes, 4 * MiB);
+}
+
+TEST_F(cuda_fake_driver, CallsRestoreTheCallersContext) {
+  auto backend = open();
+  fake_cuda::current_context = fake_cuda::context_of(1); // the application works on device 1
+  stream_timeline timeline(0);
+  auto s = stream_on(*backend, 0, timeline);
+  auto base = backend->reserve_address(0, 4 * MiB);
+  ASSERT_TRUE(base.ok());
+  auto handle = backend->create_physical(0, 2 * MiB, 0);
+  ASSERT_TRUE(handle.ok());
+  ASSERT_TRUE(backend->map(base.value(), 2 * MiB, handle.value(), 0).ok());
+  ASSERT_TRUE(s->enqueue_memset(reinterpret_cast<void *>(base.value()), 0, 64).ok());
+  EXPECT_FALSE(timeline.has_completed(1));
+  ASSERT_TRUE(s->synchronize().ok());
+  EXPECT_EQ(fake_cuda::current_context, fake_cuda::context_of(1));
+  EXPECT_EQ(fake_stream(*s)->device, 0);
+  backend->unmap(base.value(), 2 * MiB);
+  backend->release_physical(handle.value());
+  backend->free_address(base.value(), 4 * MiB);
+  EXPECT_EQ(fake_cuda::current_context, fake_cuda::context_of(1));
+}
+
+TEST_F(cuda_fake_driver, ReserveCommitMapAndReleaseKeepTheBooks) {
+  auto backend = open();
+  auto base = backend->reserve_address(0, 3 * MiB); // rounded up to whole granules
+  ASSERT_TRUE(base.ok()) << base.error().message();
+  EXPECT_EQ(base.value() % (2 * MiB), 0u);
+  EXPECT_EQ(gpu_.reservations.at(base.value()), 4 * MiB);
+  auto handle = backend->create_physical(0, 2 * MiB, 0);
+  ASSERT_TRUE(handle.ok()) << handle.error().message();
+  EXPECT_EQ(backend->committed_bytes(0), 2 * MiB);
+  EXPECT_EQ(backend->committed_bytes(1), 0u);
+  ASSERT_TRUE(backend->map(base.value() + 2 * MiB, 2 * MiB, handle.value(), 0).ok());
+  const auto &mapped = gpu_.mappings.at(base.value() + 2 * MiB);
+  EXPECT_EQ(mapped.access.at(0), cuda::CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  EXPECT_EQ(mapped.access.size(), 1u);
+  EXPECT_EQ(backend->map(base.value() + 8 * MiB, 2 * MiB, handle.value(), 0).code(),
+            error_code::invalid_value); // outside the reservation
+  backend->unmap(base.value() + 2 * MiB, 2 * MiB);
+  EXPECT_TRUE(gpu_.mappings.empty());
+  backend->release_physical(handle.value());
+  EXPECT_EQ(backend->committed_bytes(0), 0u);
+  EXPECT_TRUE(gpu_.allocations.empty());
+  backend->free_address(base.value(), 3 * MiB); // the caller's size; the backend knows 4 MiB
+  EXPECT_TRUE(gpu_.reservations.empty());
+  EXPECT_FALSE(backend->can_discard_physical_part());
+}
+
+TEST_F(cuda_fake_driver, OutOfMemoryNamesTheDevicesFigures) {
+  auto backend = open();
+  auto all = backend->create_physical(0, 64 * MiB, 0);
+  ASSERT_TRUE(all.ok());
+  auto more = backend->create_physical(0, 2 * MiB, 0);
+  ASSERT_FALSE(more.ok());
+  EXPECT_EQ(more.error().code(), error_code::out_of_memory);
+  EXPECT_THAT(more.error().message(), HasSubstr("cuMemCreate failed (CUDA_ERROR_OUT_OF_MEMORY"));
+  EXPECT_THAT(more.error().message(), HasSubstr("the device has 0 B free of 64.0 MiB"));
+  EXPECT_THAT(more.error().message(), HasSubstr("soma's pools in this process hold 64.0 MiB"));
+  EXPECT_EQ(backend->committed_bytes(0), 64 * MiB);
+  backend->release_physical(all.value());
+}
+
+TEST_F(cuda_fake_driver, ReservationFailureIsAddressSpaceExhausted) {
+  auto backend = open();
+  auto huge = backend->reserve_address(0, std::size_t{2} << 40);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.error().code(), error_code::address_space_exhausted);
+  EXPECT_THAT(huge.error().message(),
+              HasSubstr("cuMemAddressReserve failed (CUDA_ERROR_OUT_OF_MEMORY"));
+}
+
+TEST_F(cuda_fake_driver, PeerAccessCoversMappedAndLaterMappedMemory) {
+  auto backend = open();
+  auto base = backend->reserve_address(0, 8 * MiB);
+  ASSERT_TRUE(base.ok());
+  auto first = backend->create_physical(0, 2 * MiB, 0);
+  ASSERT_TRUE(backend->map(base.value(), 2 * MiB, first.value(), 0).ok());
+  ASSERT_TRUE(backend->set_access(base.value(), 8 * MiB, 1, be::access_flags::read_write).ok());
+  EXPECT_EQ(gpu_.mappings.at(base.value()).access.at(1), cuda::CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  auto second = backend->create_physical(0, 2 * MiB, 0);
+  ASSERT_TRUE(backend->map(base.value() + 4 * MiB, 2 * MiB, second.value(), 0).ok());
+  EXPECT_EQ(gpu_.mappings.at(base.value() + 4 * MiB).access.at(1),
+            cuda::CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  ASSERT_TRUE(backend->set_access(base.value(), 8 * MiB, 1, be::access_flags::none).ok());
+  EXPECT_EQ(gpu_.mappings.at(base.value()).access.at(1), cuda::CU_MEM_ACCESS_FLAGS_PROT_NONE);
+  auto third = backend->create_physical(0, 2 * MiB, 0);
+  ASSERT_TRUE(backend->map(base.value() + 6 * MiB, 2 * MiB, third.value(), 0).ok());
+  EXPECT_EQ(gpu_.mappings.at(base.value() + 6 * MiB).access.count(1), 0u);
+  // The owner keeps read-write; a device that cannot reach the memory is refused.
+  EXPECT_EQ(backend->set_access(base.value(), 8 * MiB, 0, be::access_flags::read).code(),
+            error_code::invalid_value);
+  EXPECT_TRUE(backend->set_access(base.value(), 8 * MiB, 0, be::access_flags::read_write).ok());
+  EXPECT_EQ(backend->set_access(base.value(), 8 * MiB, 5, be::access_flags::read).code(),
+            error_code::invalid_device);
+}
+
+TEST_F(cuda_fake_driver, UnreachablePeerIsRefused) {
+  gpu_.peers_can_access = false;
+  auto backend = open();
+  auto base = backend->reserve_address(0, 2 * MiB);
+  const status refused = backend->set_access(base.value(), 2 * MiB, 1, be::access_flags::read);
+  EXPECT_EQ(refused.code(), error_code::invalid_device);
+  EXPECT_THAT(refused.message(), HasSubstr("cuDeviceCanAccessPeer"));
+}
+
+TEST_F(cuda_fake_driver, ExportAndImportShareOnePhysicalAllocation) {
+  auto backend = open();
+  auto plain = backend->create_physical(0, 2 * MiB, 0);
+  auto refused = backend->export_physical(plain.value());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error().message(), HasSubstr("somaMemHandleTypePosixFileDescriptor"));
+  auto exportable = backend->create_physical(0, 2 * MiB, be::handle_type_posix_fd);
+  ASSERT_TRUE(exportable.ok());
+  auto fd = backend->export_physical(exportable.value());
+  ASSERT_TRUE(fd.ok()) << fd.error().message();
+  auto imported = backend->import_physical(0, fd.value(), 2 * MiB);
+  ASSERT_TRUE(imported.ok()) << imported.error().message();
+  EXPECT_EQ(imported.value(), exportable.value()); // the driver hands out one handle
+  EXPECT_EQ(backend->committed_bytes(0), 4 * MiB); // an import costs this device nothing
+  backend->release_physical(imported.value());
+  EXPECT_EQ(backend->committed_bytes(0), 4 * MiB);
+  backend->release_physical(exportable.value());
+  EXPECT_EQ(backend->committed_bytes(0), 2 * MiB);
+  backend->release_physical(plain.value());
+  ::close(fd.value());
+}
+
+TEST_F(cuda_fake_driver, EveryEnqueueTakesExactlyOnePosition) {
+  auto backend = open();
+  stream_timeline a_line(0), b_line(1);
+  auto a = stream_on(*backend, 0, a_line);
+  auto b = stream_on(*backend, 1, b_line);
+  auto e = backend->create_event();
+  int x = 0;
+  ASSERT_TRUE(a->enqueue_memset(&x, 0, sizeof x).ok());
+  ASSERT_TRUE(a->enqueue_memcpy(&x, &x, sizeof x).ok());
+  ASSERT_TRUE(a->enqueue_host_task([] { return status::success(); }).ok());
+  EXPECT_EQ(a_line.enqueued_position(), 3u);
+  ASSERT_TRUE(e.value()->record(*b).ok()); // a record takes no position
+  EXPECT_EQ(b_line.enqueued_position(), 0u);
+  ASSERT_TRUE(a->enqueue_wait(*e.value()).ok());
+  ASSERT_TRUE(b->enqueue_memset(&x, 0, sizeof x).ok());
+  ASSERT_TRUE(a->enqueue_wait_for(*b, 1).ok());
+  EXPECT_EQ(a_line.enqueued_position(), 5u);
+  ASSERT_TRUE(a->enqueue_wait_for(*a, 5).ok()); // its own stream: in order already
+  EXPECT_EQ(a_line.enqueued_position(), 5u);
+  ASSERT_TRUE(a->synchronize().ok());
+  EXPECT_EQ(a_line.completed_position(), 5u);
+}
+
+TEST_F(cuda_fake_driver, HostTaskCompletesItsPosition) {
+  auto backend = open();
+  stream_timeline timeline(0);
+  auto s = stream_on(*backend, 0, timeline);
+  int x = 0;
+  ASSERT_TRUE(s->enqueue_memset(&x, 0, sizeof x).ok());
+  bool ran = false;
+  ASSERT_TRUE(s->enqueue_host_task([&] {
+                 ran = true;
+                 return status::success();
+               }).ok());
+  EXPECT_EQ(timeline.completed_position(), 0u);
+  gpu_.run_all();
+  EXPECT_TRUE(ran);
+  EXPECT_EQ(timeline.completed_position(), 2u);
+  EXPECT_EQ(gpu_.event_records, 0); // learned without a marker
+}
+
+TEST_F(cuda_fake_driver, FailedHostTaskIsStickyAndSkipsLaterHostTasks) {
+  auto backend = open();
+  stream_timeline timeline(0);
+  auto s = stream_on(*backend, 0, timeline);
+  bool later_ran = false;
+  ASSERT_TRUE(
+      s->enqueue_host_task([] { return status(error_code::invalid_value, "bad input"); }).ok());
+  ASSERT_TRUE(s->enqueue_host_task([&] {
+                 later_ran = true;
+                 return status::success();
+               }).ok());
+  ASSERT_TRUE(s->enqueue_host_task([]() -> status { throw 42; }).ok());
+  gpu_.run_all();
+  EXPECT_FALSE(later_ran);
+  EXPECT_EQ(timeline.completed_position(), 3u); // skipped tasks still complete their position
+  const status sticky = s->sticky_error();
+  EXPECT_EQ(sticky.code(), error_code::launch_failure);
+  EXPECT_THAT(sticky.message(), HasSubstr("position 1"));
+  EXPECT_THAT(sticky.message(), HasSubstr("bad input"));
+  int x = 0;
+  EXPECT_EQ(s->enqueue_memset(&x, 0, sizeof x).code(), error_code::launch_failure);
+  EXPECT_EQ(timeline.enqueued_position(), 3u);
+  EXPECT_EQ(s->synchronize().code(), error_code::launch_failure);
+  EXPECT_EQ(s->query().code(), error_code::launch_failure);
+}
+
+TEST_F(cuda_fake_driver, PollRecordsOneMarkerPerBatchOfFrees) {
+  auto backend = open();
+  stream_timeline timeline(0);
+  auto s = stream_on(*backend, 0, timeline);
+  int x = 0;
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(s->enqueue_memset(&x, 0, sizeof x).ok());
+  EXPECT_FALSE(timeline.has_completed(1));
+  EXPECT_EQ(gpu_.event_records, 1); // one marker at position 3 covers 1, 2 and 3
+  EXPECT_FALSE(timeline.has_completed(2));
+  EXPECT_FALSE(timeline.has_completed(3));
+  EXPECT_EQ(gpu_.event_records, 1);
+  ASSERT_TRUE(s->enqueue_memset(&x, 0, sizeof x).ok()); // later work needs no new marker
+  EXPECT_FALSE(timeline.has_completed(2));
+  EXPECT_EQ(gpu_.event_records, 1);
+  gpu_.run(fake_stream(*s), 2); // the GPU is not at the marker yet
+  EXPECT_FALSE(timeline.has_completed(1));
+  gpu_.run_all();
+  EXPECT_TRUE(timeline.has_completed(3));
+  EXPECT_EQ(gpu_.event_records, 1);
+  ASSERT_TRUE(s->enqueue_memset(&x, 0, sizeof x).ok());
+  EXPECT_FALSE(timeline.has_completed(5));
+  EXPECT_EQ(gpu_.event_records, 2);
+  EXPECT_EQ(gpu_.live_events, 1); // the first marker's event was reused
+  gpu_.run_all();
+  EXPECT_TRUE(timeline.has_completed(5));
+}
+
+TEST_F(cuda_fake_driver, IdleStreamIsAnsweredWithoutAMarker) {
+  auto backend = open();
+  stream_timeline timeline(0);
+  auto s = stream_on(*backend, 0, timeline);
+  int x = 0;
+  ASSERT_TRUE(s->enqueue_memset(&x, 0, sizeof x).ok());
+  gpu_.run_all();
+  EXPECT_TRUE(timeline.has_completed(1));
+  EXPECT_EQ(gpu_.event_records, 0);
+  EXPECT_GE(gpu_.stream_queries, 1);
+}
+
+TEST_F(cuda_fake_driver, MarkersInFlightAreBounded) {
+  auto backend = open();
+  stream_timeline timeline(0);
+  auto s = stream_on(*backend, 0, timeline);
+  int x = 0;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(s->enqueue_memset(&x, 0, sizeof x).ok());
+    EXPECT_FALSE(timeline.has_completed(timeline.enqueued_position()));
+  }
+  EXPECT_EQ(gpu_.event_records, static_cast<int>(cuda::completion_tracker::max_pending_markers));
+  gpu_.run_all();
+  EXPECT_TRUE(timeline.has_completed(100));
+}
+
+TEST_F(cuda_fake_driver, DestroyedStreamKeepsItsTimelineLearning) {
+  auto backend = open();
+  stream_timeline old_line(0), new_line(1);
+  auto s = stream_on(*backend, 0, old_line);
+  fake_cuda::stream_state *native = fake_stream(*s);
+  int x = 0;
+  ASSERT_TRUE(s->enqueue_memset(&x, 0, sizeof x).ok());
+  s.reset(); // returns at once; the work is still queued
+  EXPECT_EQ(gpu_.destroyed_streams.count(native), 1u);
+  EXPECT_EQ(gpu_.event_records, 1); // the final marker
+  EXPECT_FALSE(old_line.has_completed(1));
+  EXPECT_EQ(backend->busy_trackers(), 1u);
+  gpu_.run_all();
+  EXPECT_TRUE(old_line.has_completed(1));
+  // The drained tracker serves the next stream of the device, with its pooled event.
+  auto next = stream_on(*backend, 0, new_line);
+  EXPECT_EQ(backend->busy_trackers(), 1u);
+  ASSERT_TRUE(next->enqueue_memset(&x, 0, sizeof x).ok());
+  EXPECT_FALSE(new_line.has_completed(1));
+  EXPECT_EQ(gpu_.live_events, 1);
+  EXPECT_TRUE(old_line.has_completed(1));
+  gpu_.run_all();
+  EXPECT_TRUE(new_line.has_completed(1));
+}
+
+TEST_F(cuda_fake_driver, DestroyingAFinishedStreamRecordsNothing) {
+  auto backend = open();
+  stream_timeline timeline(0);
+  auto s = stream_on(*backend, 0, timeline);
+  int x = 0;
+  ASSERT_TRUE(s->enqueue_memset(&x, 0, sizeof x).ok());
+  ASSERT_TRUE(s->synchronize().ok());
+  s.reset();
+  EXPECT_EQ(gpu_.event_records, 0);
+  EXPECT_TRUE(timeline.has_completed(1));
+}
+
+TEST_F(cuda_fake_driver, WaitForOrdersAfterAMarkerOfTheOtherStream) {
+  auto backend = open();
+  stream_timeline a_line(0), b_line(1);
+  auto a = stream_on(*backend, 0, a_line);
+  auto b = stream_on(*backend, 1, b_line); // another device: the marker is a's device's
+  int x = 0;
+  ASSERT_TRUE(a->enqueue_memset(&x, 0, sizeof x).ok());
+  ASSERT_TRUE(a->enqueue_memset(&x, 0, sizeof x).ok());
+  ASSERT_TRUE(b->enqueue_wait_for(*a, 2).ok());
+  EXPECT_EQ(gpu_.event_records, 1);
+  ASSERT_TRUE(b->enqueue_memset(&x, 0, sizeof x).ok());
+  EXPECT_EQ(gpu_.run(fake_stream(*b)), 0); // b waits for a
+  EXPECT_FALSE(a_line.has_completed(2));   // a poll reuses the marker the wait made
+  EXPECT_EQ(gpu_.event_records, 1);
+  gpu_.run(fake_stream(*a));
+  EXPECT_EQ(gpu_.run(fake_stream(*b)), 2);
+  EXPECT_TRUE(a_line.has_completed(2));
+  ASSERT_TRUE(b->enqueue_wait_for(*a, 2).ok()); // known complete: nothing to wait for
+  EXPECT_EQ(b_line.enqueued_position(), 2u);
+}
+
+TEST_F(cuda_fake_driver, EventsLiveOnTheRecordingStreamsDevice) {
+  auto backend = open();
+  stream_timeline a_line(0), b_line(1);
+  auto a = stream_on(*backend, 0, a_line);
+  auto b = stream_on(*backend, 1, b_line);
+  auto e = backend->create_event();
+  ASSERT_TRUE(e.ok());
+  EXPECT_TRUE(e.value()->query().ok()); // never recorded
+  EXPECT_TRUE(e.value()->synchronize().ok());
+  int x = 0;
+  ASSERT_TRUE(b->enqueue_memset(&x, 0, sizeof x).ok());
+  ASSERT_TRUE(e.value()->record(*b).ok());
+  EXPECT_EQ(e.value()->query().code(), error_code::not_ready);
+  gpu_.run_all();
+  EXPECT_TRUE(e.value()->query().ok());
+  ASSERT_TRUE(a->enqueue_memset(&x, 0, sizeof x).ok());
+  ASSERT_TRUE(e.value()->record(*a).ok()); // another device: a new CUevent there
+  EXPECT_EQ(e.value()->query().code(), error_code::not_ready);
+  EXPECT_TRUE(e.value()->synchronize().ok());
+  EXPECT_EQ(gpu_.live_events, 2);
+  ASSERT_TRUE(e.value()->record(*b).ok()); // back on device 1: its CUevent again
+  EXPECT_EQ(e.value()->query().code(), error_code::not_ready);
+  EXPECT_TRUE(e.value()->synchronize().ok());
+  EXPECT_EQ(gpu_.live_events, 2);
+  e.value().reset();
+  EXPECT_EQ(gpu_.live_events, 0);
+}
+
+TEST_F(cuda_fake_driver, AdoptedStreamMustBeOfTheDevicesPrimaryContextAndIsNeverDestroyed) {
+  auto backend = open();
+  fake_cuda::current_context = fake_cuda::context_of(1);
+  cuda::CUstream native = nullptr;
+  ASSERT_EQ(fake_cuda::stream_create(&native, 0), cuda::CUDA_SUCCESS);
+  fake_cuda::current_context = nullptr;
+  stream_timeline timeline(0);
+  auto wrong = backend->adopt_stream(0, native, timeline);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.error().code(), error_code::invalid_value);
+  int not_a_stream = 0;
+  EXPECT_EQ(backend->adopt_stream(1, &not_a_stream, timeline).error().code(),
+            error_code::invalid_handle);
+  auto adopted = backend->adopt_stream(1, native, timeline);
+  ASSERT_TRUE(adopted.ok()) << adopted.error().message();
+  EXPECT_EQ(adopted.value()->native_handle(), static_cast<void *>(native));
+  int x = 0;
+  ASSERT_TRUE(adopted.value()->enqueue_memset(&x, 0, sizeof x).ok());
+  adopted.value().reset();
+  EXPECT_TRUE(gpu_.destroyed_streams.empty());
+  gpu_.run_all();
+  EXPECT_TRUE(timeline.has_completed(1));
+}
+
+TEST_F(cuda_fake_driver, SynchronizeAndQueryAdvanceTheTimeline) {
+  auto backend = open();
+  stream_timeline timeline(0);
+  auto s = stream_on(*backend, 0, timeline);
+  EXPECT_TRUE(s->query().ok());
+  int x = 0;
+  ASSERT_TRUE(s->enqueue_memset(&x, 0, sizeof x).ok());
+  EXPECT_EQ(s->query().code(), error_code::not_ready);
+  gpu_.run_all();
+  EXPECT_TRUE(s->query().ok());
+  EXPECT_EQ(timeline.completed_position(), 1u);
+  ASSERT_TRUE(s->enqueue_memset(&x, 0, sizeof x).ok());
+  ASSERT_TRUE(s->synchronize().ok());
+  EXPECT_EQ(timeline.completed_position(), 2u);
+}
+
+} // namespace

@@ -1,0 +1,412 @@
+// A fake CUDA driver behind soma's driver_api table, so the cuda backend's logic (contexts,
+// virtual memory bookkeeping, positions, completion markers, sticky errors) is tested on
+// machines without a GPU. Streams are queues the test drains explicitly ("the GPU runs"),
+// so it decides what has completed. Single-threaded: one fake at a time (install()).
+#pragma once
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/driver_api.hpp"
+
+namespace fake_cuda {
+
+namespace cu = soma::detail::backend::cuda;
+
+struct event_state {
+  int device = 0;
+  std::uint64_t recorded = 0;  // generation of the latest record
+  std::uint64_t completed = 0; // generation the GPU has reached
+};
+
+struct operation {
+  enum kind_t { host_function, record, wait, work } kind = work;
+  cu::CUhostFn function = nullptr;
+  void *data = nullptr;
+  event_state *event = nullptr;
+  std::uint64_t generation = 0;
+};
+
+struct stream_state {
+  int device = 0;
+  std::deque<operation> queue;
+};
+
+struct driver_state {
+  int device_count = 2;
+  std::size_t device_memory_bytes = std::size_t{64} << 20;
+  std::size_t granularity_bytes = std::size_t{2} << 20;
+  std::size_t exportable_granularity_bytes = std::size_t{2} << 20;
+  bool peers_can_access = true;
+  bool error_names_known = true; // false: cuGetErrorName fails, as in the stub library
+
+  std::vector<std::size_t> used_bytes = std::vector<std::size_t>(8, 0);
+  std::map<cu::CUdeviceptr, std::size_t> reservations; // base -> bytes
+  cu::CUdeviceptr next_address = 0x7000'0000'0000ull;
+  struct allocation {
+    int device = 0;
+    std::size_t bytes = 0;
+    int handle_types = 0;
+  };
+  std::map<cu::CUmemGenericAllocationHandle, allocation> allocations;
+  cu::CUmemGenericAllocationHandle next_handle = 1;
+  struct mapping {
+    std::size_t bytes = 0;
+    cu::CUmemGenericAllocationHandle handle = 0;
+    std::map<int, int> access; // device -> CU_MEM_ACCESS_FLAGS_*
+  };
+  std::map<cu::CUdeviceptr, mapping> mappings;
+  std::map<int, cu::CUmemGenericAllocationHandle> exported; // fd -> handle
+
+  std::vector<std::unique_ptr<stream_state>> streams;
+  std::set<stream_state *> destroyed_streams;
+  std::vector<std::unique_ptr<event_state>> events;
+  int live_events = 0;
+  int event_records = 0;
+  int stream_queries = 0;
+  int retained_contexts = 0;
+  int context_errors = 0; // calls made without the context they need
+
+  /// The GPU runs up to `count` operations of s, stopping at an unsatisfied wait.
+  /// Returns how many ran.
+  int run(stream_state *s, int count = 1 << 30) {
+    int ran = 0;
+    while (ran < count && !s->queue.empty()) {
+      operation op = s->queue.front();
+      if (op.kind == operation::wait && op.event->completed < op.generation)
+        break;
+      s->queue.pop_front();
+      ++ran;
+      if (op.kind == operation::record && op.event->completed < op.generation)
+        op.event->completed = op.generation;
+      if (op.kind == operation::host_function)
+        op.function(op.data);
+    }
+    return ran;
+  }
+  /// Runs every stream until nothing can make progress.
+  void run_all() {
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (const auto &s : streams)
+        progress = run(s.get()) > 0 || progress;
+    }
+  }
+};
+
+inline driver_state *state = nullptr;
+inline thread_local cu::CUcontext current_context = nullptr;
+
+inline cu::CUcontext context_of(int device) {
+  return reinterpret_cast<cu::CUcontext>(std::uintptr_t{0x1000} +
+                                         static_cast<std::uintptr_t>(device));
+}
+/// The device whose context is current, or -1 (and a context error is counted).
+inline int current_device() {
+  const auto value = reinterpret_cast<std::uintptr_t>(current_context);
+  if (value < 0x1000 || value >= 0x1000 + static_cast<std::uintptr_t>(state->device_count)) {
+    ++state->context_errors;
+    return -1;
+  }
+  return static_cast<int>(value - 0x1000);
+}
+inline stream_state *as_stream(cu::CUstream s) { return reinterpret_cast<stream_state *>(s); }
+inline event_state *as_event(cu::CUevent e) { return reinterpret_cast<event_state *>(e); }
+
+// ---- entry points -----------------------------------------------------------------------
+inline cu::CUresult init(unsigned) { return cu::CUDA_SUCCESS; }
+inline cu::CUresult driver_version(int *v) {
+  *v = 13000;
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult error_name(cu::CUresult r, const char **name) {
+  if (!state->error_names_known)
+    return cu::CUDA_ERROR_STUB_LIBRARY;
+  *name = r == cu::CUDA_ERROR_OUT_OF_MEMORY   ? "CUDA_ERROR_OUT_OF_MEMORY"
+          : r == cu::CUDA_ERROR_INVALID_VALUE ? "CUDA_ERROR_INVALID_VALUE"
+                                              : "CUDA_ERROR_FAKE";
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult error_string(cu::CUresult, const char **text) {
+  if (!state->error_names_known)
+    return cu::CUDA_ERROR_STUB_LIBRARY;
+  *text = "fake driver text";
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult device_count(int *n) {
+  *n = state->device_count;
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult device_get(cu::CUdevice *d, int ordinal) {
+  *d = ordinal;
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult device_name(char *name, int length, cu::CUdevice d) {
+  std::snprintf(name, static_cast<std::size_t>(length), "Fake GPU %d", d);
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult total_mem(std::size_t *bytes, cu::CUdevice) {
+  *bytes = state->device_memory_bytes;
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult attribute(int *value, int attribute, cu::CUdevice) {
+  *value = attribute == cu::CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES ? 9 : 1;
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult can_access_peer(int *can, cu::CUdevice, cu::CUdevice) {
+  *can = state->peers_can_access ? 1 : 0;
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult retain(cu::CUcontext *c, cu::CUdevice d) {
+  ++state->retained_contexts;
+  *c = context_of(d);
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult release_context(cu::CUdevice) {
+  --state->retained_contexts;
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult get_current(cu::CUcontext *c) {
+  *c = current_context;
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult set_current(cu::CUcontext c) {
+  current_context = c;
+  return cu::CUDA_SUCCESS;
+}
+
+inline cu::CUresult mem_info(std::size_t *free_bytes, std::size_t *total_bytes) {
+  const int d = current_device();
+  if (d < 0)
+    return cu::CUDA_ERROR_INVALID_CONTEXT;
+  *total_bytes = state->device_memory_bytes;
+  *free_bytes = state->device_memory_bytes - state->used_bytes[static_cast<std::size_t>(d)];
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult granularity(std::size_t *g, const cu::CUmemAllocationProp *prop, int option) {
+  *g = prop->requestedHandleTypes != 0 && option == cu::CU_MEM_ALLOC_GRANULARITY_MINIMUM
+           ? state->exportable_granularity_bytes
+           : state->granularity_bytes;
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult reserve(cu::CUdeviceptr *address, std::size_t bytes, std::size_t alignment,
+                            cu::CUdeviceptr, unsigned long long) {
+  if (bytes == 0 || bytes % state->granularity_bytes != 0)
+    return cu::CUDA_ERROR_INVALID_VALUE;
+  if (bytes > (std::size_t{1} << 40))
+    return cu::CUDA_ERROR_OUT_OF_MEMORY;
+  state->next_address = (state->next_address + alignment - 1) / alignment * alignment;
+  *address = state->next_address;
+  state->reservations[*address] = bytes;
+  state->next_address += bytes;
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult address_free(cu::CUdeviceptr address, std::size_t bytes) {
+  auto it = state->reservations.find(address);
+  if (it == state->reservations.end() || it->second != bytes)
+    return cu::CUDA_ERROR_INVALID_VALUE;
+  state->reservations.erase(it);
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult create(cu::CUmemGenericAllocationHandle *handle, std::size_t bytes,
+                           const cu::CUmemAllocationProp *prop, unsigned long long) {
+  if (prop->type != cu::CU_MEM_ALLOCATION_TYPE_PINNED ||
+      prop->location.type != cu::CU_MEM_LOCATION_TYPE_DEVICE ||
+      bytes % state->granularity_bytes != 0)
+    return cu::CUDA_ERROR_INVALID_VALUE;
+  std::size_t &used = state->used_bytes[static_cast<std::size_t>(prop->location.id)];
+  if (used + bytes > state->device_memory_bytes)
+    return cu::CUDA_ERROR_OUT_OF_MEMORY;
+  used += bytes;
+  *handle = state->next_handle++;
+  state->allocations[*handle] = {prop->location.id, bytes, prop->requestedHandleTypes};
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult release(cu::CUmemGenericAllocationHandle handle) {
+  auto it = state->allocations.find(handle);
+  if (it == state->allocations.end())
+    return cu::CUDA_ERROR_INVALID_VALUE;
+  state->used_bytes[static_cast<std::size_t>(it->second.device)] -= it->second.bytes;
+  state->allocations.erase(it);
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult map(cu::CUdeviceptr address, std::size_t bytes, std::size_t offset,
+                        cu::CUmemGenericAllocationHandle handle, unsigned long long) {
+  auto a = state->allocations.find(handle);
+  if (a == state->allocations.end() || offset != 0 || bytes != a->second.bytes ||
+      state->mappings.count(address) != 0)
+    return cu::CUDA_ERROR_INVALID_VALUE;
+  state->mappings[address] = {bytes, handle, {}};
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult unmap(cu::CUdeviceptr address, std::size_t bytes) {
+  auto it = state->mappings.find(address);
+  if (it == state->mappings.end() || it->second.bytes != bytes)
+    return cu::CUDA_ERROR_INVALID_VALUE;
+  state->mappings.erase(it);
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult set_access(cu::CUdeviceptr address, std::size_t bytes,
+                               const cu::CUmemAccessDesc *desc, std::size_t count) {
+  auto it = state->mappings.find(address);
+  if (it == state->mappings.end() || it->second.bytes != bytes)
+    return cu::CUDA_ERROR_INVALID_VALUE;
+  for (std::size_t i = 0; i < count; ++i)
+    it->second.access[desc[i].location.id] = desc[i].flags;
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult export_handle(void *shareable, cu::CUmemGenericAllocationHandle handle,
+                                  int type, unsigned long long) {
+  auto a = state->allocations.find(handle);
+  if (a == state->allocations.end() || type != cu::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
+      (a->second.handle_types & type) == 0)
+    return cu::CUDA_ERROR_INVALID_VALUE;
+  const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  state->exported[fd] = handle;
+  *static_cast<int *>(shareable) = fd;
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult import_handle(cu::CUmemGenericAllocationHandle *handle, void *os_handle, int) {
+  auto it = state->exported.find(static_cast<int>(reinterpret_cast<std::intptr_t>(os_handle)));
+  if (it == state->exported.end())
+    return cu::CUDA_ERROR_INVALID_VALUE;
+  *handle = it->second;
+  return cu::CUDA_SUCCESS;
+}
+
+inline cu::CUresult stream_create(cu::CUstream *s, unsigned) {
+  const int d = current_device();
+  if (d < 0)
+    return cu::CUDA_ERROR_INVALID_CONTEXT;
+  state->streams.push_back(std::make_unique<stream_state>());
+  state->streams.back()->device = d;
+  *s = reinterpret_cast<cu::CUstream>(state->streams.back().get());
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult stream_destroy(cu::CUstream s) {
+  state->destroyed_streams.insert(as_stream(s)); // its queued work still runs
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult stream_context(cu::CUstream s, cu::CUcontext *c) {
+  for (const auto &known : state->streams) {
+    if (known.get() == as_stream(s)) {
+      *c = context_of(known->device);
+      return cu::CUDA_SUCCESS;
+    }
+  }
+  return cu::CUDA_ERROR_INVALID_HANDLE;
+}
+inline cu::CUresult stream_synchronize(cu::CUstream s) {
+  state->run_all();
+  return as_stream(s)->queue.empty() ? cu::CUDA_SUCCESS : cu::CUDA_ERROR_LAUNCH_FAILED;
+}
+inline cu::CUresult stream_query(cu::CUstream s) {
+  ++state->stream_queries;
+  return as_stream(s)->queue.empty() ? cu::CUDA_SUCCESS : cu::CUDA_ERROR_NOT_READY;
+}
+inline cu::CUresult stream_wait(cu::CUstream s, cu::CUevent e, unsigned) {
+  as_stream(s)->queue.push_back(
+      {operation::wait, nullptr, nullptr, as_event(e), as_event(e)->recorded});
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult host_function(cu::CUstream s, cu::CUhostFn f, void *data) {
+  as_stream(s)->queue.push_back({operation::host_function, f, data, nullptr, 0});
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult memset_async(cu::CUdeviceptr, unsigned char, std::size_t, cu::CUstream s) {
+  as_stream(s)->queue.push_back({});
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult memcpy_async(cu::CUdeviceptr, cu::CUdeviceptr, std::size_t, cu::CUstream s) {
+  as_stream(s)->queue.push_back({});
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult event_create(cu::CUevent *e, unsigned flags) {
+  const int d = current_device();
+  if (d < 0 || (flags & cu::CU_EVENT_DISABLE_TIMING) == 0)
+    return cu::CUDA_ERROR_INVALID_CONTEXT;
+  state->events.push_back(std::make_unique<event_state>());
+  state->events.back()->device = d;
+  ++state->live_events;
+  *e = reinterpret_cast<cu::CUevent>(state->events.back().get());
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult event_destroy(cu::CUevent) {
+  --state->live_events;
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult event_record(cu::CUevent e, cu::CUstream s) {
+  // As in CUDA: an event records only on a stream of its own device.
+  if (as_event(e)->device != as_stream(s)->device)
+    return cu::CUDA_ERROR_INVALID_HANDLE;
+  ++state->event_records;
+  const std::uint64_t generation = ++as_event(e)->recorded;
+  as_stream(s)->queue.push_back({operation::record, nullptr, nullptr, as_event(e), generation});
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult event_query(cu::CUevent e) {
+  return as_event(e)->completed >= as_event(e)->recorded ? cu::CUDA_SUCCESS
+                                                         : cu::CUDA_ERROR_NOT_READY;
+}
+inline cu::CUresult event_synchronize(cu::CUevent e) {
+  state->run_all();
+  return event_query(e) == cu::CUDA_SUCCESS ? cu::CUDA_SUCCESS : cu::CUDA_ERROR_LAUNCH_FAILED;
+}
+
+/// The driver table over the fake. Requires: `state` points at the test's driver_state.
+inline cu::driver_api make_driver() {
+  cu::driver_api d;
+  d.cuInit = init;
+  d.cuDriverGetVersion = driver_version;
+  d.cuGetErrorName = error_name;
+  d.cuGetErrorString = error_string;
+  d.cuDeviceGetCount = device_count;
+  d.cuDeviceGet = device_get;
+  d.cuDeviceGetName = device_name;
+  d.cuDeviceTotalMem = total_mem;
+  d.cuDeviceGetAttribute = attribute;
+  d.cuDeviceCanAccessPeer = can_access_peer;
+  d.cuDevicePrimaryCtxRetain = retain;
+  d.cuDevicePrimaryCtxRelease = release_context;
+  d.cuCtxGetCurrent = get_current;
+  d.cuCtxSetCurrent = set_current;
+  d.cuMemGetInfo = mem_info;
+  d.cuMemGetAllocationGranularity = granularity;
+  d.cuMemAddressReserve = reserve;
+  d.cuMemAddressFree = address_free;
+  d.cuMemCreate = create;
+  d.cuMemRelease = release;
+  d.cuMemMap = map;
+  d.cuMemUnmap = unmap;
+  d.cuMemSetAccess = set_access;
+  d.cuMemExportToShareableHandle = export_handle;
+  d.cuMemImportFromShareableHandle = import_handle;
+  d.cuStreamCreate = stream_create;
+  d.cuStreamDestroy = stream_destroy;
+  d.cuStreamGetCtx = stream_context;
+  d.cuStreamSynchronize = stream_synchronize;
+  d.cuStreamQuery = stream_query;
+  d.cuStreamWaitEvent = stream_wait;
+  d.cuLaunchHostFunc = host_function;
+  d.cuMemsetD8Async = memset_async;
+  d.cuMemcpyAsync = memcpy_async;
+  d.cuEventCreate = event_create;
+  d.cuEventDestroy = event_destroy;
+  d.cuEventRecord = event_record;
+  d.cuEventQuery = event_query;
+  d.cuEventSynchronize = event_synchronize;
+  d.library_name = "fake";
+  d.driver_version = 13000;
+  return d;
+}
+
+} // namespace fake_cuda

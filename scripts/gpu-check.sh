@@ -192,7 +192,8 @@ if [[ -n "$ctest_dir" ]]; then
   (cd "$ctest_dir" && ctest -L gpu --output-on-failure --timeout 300 "${junit[@]}") \
     >"$ctest_log" 2>&1
   status=$?
-  line="$(grep -E 'tests? passed, [0-9]+ tests? failed out of' "$ctest_log" | tail -1)"
+  # ctest 3.25 says "100% tests passed, 0 tests failed out of N"; newer ones drop the middle.
+  line="$(grep -E '[0-9]+% tests passed(, [0-9]+ tests? failed)? out of' "$ctest_log" | tail -1)"
   skipped="$(grep -cE '^[[:space:]]*[0-9]+ - .*\(Skipped\)$' "$ctest_log" || true)"
   if ((status == 0)) && [[ -n "$line" ]]; then
     record PASS ctest "$line; $skipped skipped"
@@ -239,9 +240,12 @@ else
     log="$OUT/sanitizer-$name.log"
     # compute-sanitizer allocates device memory of its own: cudaMemGetInfo comparisons get
     # more slack.
+    # The test that drives cuMemCreate into out-of-memory on purpose is left out here: the
+    # sanitizer counts every failed driver call as an error. It ran plainly in step 3.
     (cd "$(dirname "$test")" && SOMA_GPU_TESTS_MEMINFO_SLACK_MIB=1024 timeout 500 \
       "$sanitizer" --tool memcheck --track-stream-ordered-races all --error-exitcode 86 \
-      --print-limit 200 "$test" --gtest_output="xml:$OUT/sanitizer-$name.xml") >"$log" 2>&1
+      --print-limit 200 "$test" --gtest_filter='-cuda_gpu.OutOfMemoryIsReportedAtCreation' \
+      --gtest_output="xml:$OUT/sanitizer-$name.xml") >"$log" 2>&1
     status=$?
     errors="$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$log" | tail -1)"
     if ((status == 0)) && [[ "$errors" == 0 ]]; then

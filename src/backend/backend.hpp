@@ -28,6 +28,9 @@ struct device_properties {
   std::string name;
   std::size_t total_memory_bytes = 0;
   std::size_t granularity_bytes = 0;        ///< physical allocation granularity
+  /// Smallest step a pool grows by, a multiple of the granularity: a backend whose physical
+  /// allocations cost the same whatever their size (cuMemCreate) grows in larger steps.
+  std::size_t growth_step_bytes = 0;
   unsigned supported_handle_types = 0;      ///< bitmask of handle_type_*
   bool memory_pools_supported = true;
 };

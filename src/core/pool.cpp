@@ -65,21 +65,49 @@ stream_cache* pool::create_cache(std::uint32_t slot) {
   if (cache == nullptr) {
     cache_storage_.push_back(std::make_unique<stream_cache>());
     cache = cache_storage_.back().get();
+    cache->next_in_pool = first_cache_.load(std::memory_order_relaxed);
+    first_cache_.store(cache, std::memory_order_release);
     cache_slot.store(cache, std::memory_order_release);
   }
   return cache;
 }
 
-void pool::make_live(block* b, std::size_t requested_bytes, const stream_timeline& stream) {
+void pool::make_live(block* b, std::size_t requested_bytes, const stream_timeline& stream,
+                     stream_cache* cache) {
   b->requested_bytes = requested_bytes;
   b->alloc_stream = &stream;
   b->set_state(block_state::live);
-  const std::uint64_t used =
-      used_bytes_.fetch_add(requested_bytes, std::memory_order_acq_rel) + requested_bytes;
+  const auto bytes = static_cast<std::int64_t>(requested_bytes);
+  if (cache != nullptr && cache->add_used(bytes) <= 0) return;  // a re-use of this stream's frees
+  if (cache != nullptr) {
+    publish_used(cache->take_used());
+  } else {
+    publish_used(bytes);
+  }
+}
+
+void pool::publish_used(std::int64_t bytes) noexcept {
+  const std::int64_t now = used_published_bytes_.fetch_add(bytes, std::memory_order_acq_rel) + bytes;
+  if (now <= 0) return;
+  const auto used = static_cast<std::uint64_t>(now);
   std::uint64_t high = used_high_bytes_.load(std::memory_order_relaxed);
   while (used > high &&
          !used_high_bytes_.compare_exchange_weak(high, used, std::memory_order_relaxed)) {
   }
+}
+
+void pool::fold_used_shares() noexcept {
+  std::int64_t shares = 0;
+  for (stream_cache* c = first_cache_.load(std::memory_order_acquire); c != nullptr; c = c->next_in_pool)
+    shares += c->take_used();
+  if (shares != 0) used_published_bytes_.fetch_add(shares, std::memory_order_acq_rel);
+}
+
+std::uint64_t pool::used_now() const noexcept {
+  std::int64_t used = used_published_bytes_.load(std::memory_order_acquire);
+  for (stream_cache* c = first_cache_.load(std::memory_order_acquire); c != nullptr; c = c->next_in_pool)
+    used += c->peek_used();
+  return used > 0 ? static_cast<std::uint64_t>(used) : 0;
 }
 
 result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline& stream,
@@ -90,22 +118,33 @@ result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline
                       ": larger than the pool's max size " + format_bytes(config_.max_size_bytes));
   }
   const std::size_t size_bytes = round_up(requested_bytes, allocation_alignment_bytes);
-  if (stream_cache* cache = cache_for(stream)) {
+  stream_cache* cache = cache_for(stream);
+  if (cache != nullptr) {
     if (block* hit = cache->pop(size_bytes)) {
-      make_live(hit, requested_bytes, stream);
+      make_live(hit, requested_bytes, stream, cache);
       return hit;
     }
   }
   result<block*> taken = allocate_slow(size_bytes, stream, wait);
-  if (taken.ok()) make_live(taken.value(), requested_bytes, stream);
+  if (taken.ok()) {
+    // The slow path folds every stream's share in, so the high watermark sees the true sum.
+    fold_used_shares();
+    make_live(taken.value(), requested_bytes, stream, nullptr);
+  }
   return taken;
 }
 
 void pool::free(block* live, const stream_timeline& stream) {
-  used_bytes_.fetch_sub(live->requested_bytes, std::memory_order_acq_rel);
+  const auto bytes = static_cast<std::int64_t>(live->requested_bytes);
   live->stamp = free_stamp{&stream, stream.enqueued_position()};
   live->set_state(block_state::cached);
-  if (stream_cache* cache = cache_for(stream); cache != nullptr && cache->push(live)) return;
+  stream_cache* cache = cache_for(stream);
+  if (cache != nullptr) {
+    cache->add_used(-bytes);
+  } else {
+    used_published_bytes_.fetch_sub(bytes, std::memory_order_acq_rel);
+  }
+  if (cache != nullptr && cache->push(live)) return;
   std::lock_guard lock(mutex_);
   index_.insert(live);
 }
@@ -263,7 +302,19 @@ status pool::grow_locked(std::size_t size_bytes) {
                       format_bytes(index_.free_bytes()) + " free in the pool but not usable)");
   }
   const std::uintptr_t address = where.value();
+  // Grow by at least the growth step where the free range and the cap allow: fewer, larger
+  // backend calls. If the larger commit fails, the exact need may still fit.
+  const std::size_t exact_bytes = need_bytes;
+  const std::size_t room_bytes =
+      std::min<std::uint64_t>(unmapped_.find(address)->second,
+                              (config_.max_size_bytes - reserved) / granularity_bytes_ *
+                                  granularity_bytes_);
+  need_bytes = std::max(exact_bytes, std::min(config_.growth_step_bytes, room_bytes));
   result<std::uint64_t> token = memory_->commit(address, need_bytes);
+  if (!token.ok() && need_bytes > exact_bytes) {
+    need_bytes = exact_bytes;
+    token = memory_->commit(address, need_bytes);
+  }
   if (!token.ok()) {
     return status(token.error().code(), describe() + ": out of memory allocating " +
                                             format_bytes(size_bytes) + " (pool reserved " +
@@ -449,8 +500,9 @@ pool_statistics pool::statistics() const noexcept {
   pool_statistics s;
   s.reserved_bytes = reserved_bytes_.load(std::memory_order_acquire);
   s.reserved_high_bytes = reserved_high_bytes_.load(std::memory_order_acquire);
-  s.used_bytes = used_bytes_.load(std::memory_order_acquire);
-  s.used_high_bytes = used_high_bytes_.load(std::memory_order_acquire);
+  s.used_bytes = used_now();
+  // A rise not yet published is still the true figure: the watermark is never below it.
+  s.used_high_bytes = std::max(used_high_bytes_.load(std::memory_order_acquire), s.used_bytes);
   return s;
 }
 
@@ -460,7 +512,8 @@ void pool::reset_reserved_high() noexcept {
 }
 
 void pool::reset_used_high() noexcept {
-  used_high_bytes_.store(used_bytes_.load(std::memory_order_acquire), std::memory_order_release);
+  fold_used_shares();
+  used_high_bytes_.store(used_now(), std::memory_order_release);
 }
 
 bool pool::owns_address(std::uintptr_t address) const {

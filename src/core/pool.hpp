@@ -25,6 +25,7 @@ struct pool_config {
   std::string name;                   ///< for messages: "pool 'tenant-a' on device 0"
   std::size_t max_size_bytes = 0;     ///< cap on committed memory (never 0 here)
   std::size_t reservation_bytes = 0;  ///< address space reserved at a time
+  std::size_t growth_step_bytes = 0;  ///< smallest growth when the cap allows; 0 = granularity
 };
 
 /// Statistics of S10, read without the pool lock.
@@ -94,9 +95,7 @@ class pool {
     release_threshold_bytes_.store(bytes, std::memory_order_relaxed);
   }
   /// True while any allocation is live (requested sizes are never 0, so used > 0).
-  bool has_live_allocations() const noexcept {
-    return used_bytes_.load(std::memory_order_acquire) != 0;
-  }
+  bool has_live_allocations() const noexcept { return used_now() != 0; }
 
   /// S11 policy flags (1 follow event dependencies, 2 opportunistic, 3 internal
   /// dependencies); all on by default. Same-stream reuse and frees proven by a synchronize
@@ -137,7 +136,14 @@ class pool {
                                required_wait* wait);
   /// S11: may `stream` use b now without any added ordering?
   bool usable_without_waiting(const block* b, const stream_timeline& stream) const;
-  void make_live(block* b, std::size_t requested_bytes, const stream_timeline& stream);
+  void make_live(block* b, std::size_t requested_bytes, const stream_timeline& stream,
+                 stream_cache* cache);
+  // Used bytes (S10) = published + the unpublished shares of the stream caches. A cache's share
+  // is published when it turns positive, and every share is folded in on the slow path, so
+  // published never falls below the true figure and the high watermark follows it.
+  std::uint64_t used_now() const noexcept;
+  void fold_used_shares() noexcept;
+  void publish_used(std::int64_t bytes) noexcept;
   void drain_caches_locked();
   status grow_locked(std::size_t size_bytes);
   result<std::uintptr_t> find_unmapped_locked(std::size_t bytes, std::size_t* need_bytes,
@@ -165,8 +171,9 @@ class pool {
 
   std::atomic<std::uint64_t> reserved_bytes_{0};
   std::atomic<std::uint64_t> reserved_high_bytes_{0};
-  std::atomic<std::uint64_t> used_bytes_{0};
+  std::atomic<std::int64_t> used_published_bytes_{0};
   std::atomic<std::uint64_t> used_high_bytes_{0};
+  std::atomic<stream_cache*> first_cache_{nullptr};  // list of every cache, newest first
   std::atomic<std::uint64_t> release_threshold_bytes_{0};
   std::array<std::atomic<bool>, 3> reuse_policies_{true, true, true};
   mutable std::mutex name_mutex_;  // apart from the pool lock: messages are built under it

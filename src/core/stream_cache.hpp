@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -17,7 +18,7 @@ namespace soma::detail {
 /// The pool drains caches into its free index when it needs the memory elsewhere (other
 /// streams, growth, release), so nothing stays stranded here.
 /// Thread-safe: every member takes the cache's own mutex.
-class stream_cache {
+class alignas(64) stream_cache {  // own cache lines: streams on other cores never touch them
  public:
   /// A free beyond this many cached bytes goes to the pool's index instead.
   static constexpr std::size_t default_capacity_bytes = std::size_t{1} << 30;
@@ -32,6 +33,17 @@ class stream_cache {
   void drain(std::vector<block*>& out);
   std::size_t cached_bytes() const;
 
+  /// This stream's share of the pool's used bytes not yet published pool-wide (S10). Kept here
+  /// so the fast path touches no cache line shared with other streams.
+  std::int64_t add_used(std::int64_t bytes) noexcept {
+    return used_delta_bytes_.fetch_add(bytes, std::memory_order_acq_rel) + bytes;
+  }
+  std::int64_t take_used() noexcept { return used_delta_bytes_.exchange(0, std::memory_order_acq_rel); }
+  std::int64_t peek_used() const noexcept { return used_delta_bytes_.load(std::memory_order_acquire); }
+
+  /// Next cache of the same pool (a list readers walk without the pool lock).
+  stream_cache* next_in_pool = nullptr;
+
  private:
   struct bin {
     std::size_t size_bytes = 0;  // 0 = never used
@@ -45,6 +57,7 @@ class stream_cache {
   std::size_t bins_used_ = 0;
   std::size_t cached_bytes_ = 0;
   std::size_t capacity_bytes_;
+  std::atomic<std::int64_t> used_delta_bytes_{0};
 };
 
 }  // namespace soma::detail

@@ -1,5 +1,6 @@
 // Pools: creation with checked properties, deferred destruction, the device's current
 // pool, attributes, trim (S3, S4, S5, S9, S10, S11).
+#include <algorithm>
 #include <limits>
 
 #include "runtime/runtime.hpp"
@@ -41,6 +42,7 @@ result<memory_pool*> runtime::new_pool(const pool_properties& properties, bool i
                               : round_up(properties.max_size_bytes, granularity);
   // Twice the cap: fragmentation then costs address space, not physical memory.
   config.reservation_bytes = config.max_size_bytes * 2;
+  config.growth_step_bytes = round_up(std::max(device.growth_step_bytes, granularity), granularity);
   auto memory = std::make_unique<backend_pool_memory>(*backend_, properties.device,
                                                       properties.export_handle_types);
   auto created = std::make_unique<memory_pool>(std::move(config), std::move(memory), properties,

@@ -63,6 +63,8 @@ device_properties cpu_backend::properties(int device) const {
   p.name = "cpu executor " + std::to_string(device);
   p.total_memory_bytes = settings_.device_memory_bytes;
   p.granularity_bytes = settings_.granularity_bytes;
+  // Part of a memfd can go back on its own (punch hole), so small steps cost nothing later.
+  p.growth_step_bytes = settings_.granularity_bytes;
   p.supported_handle_types = handle_type_posix_fd;
   return p;
 }

@@ -66,6 +66,11 @@ status read_properties(const driver_api& driver, CUdevice device, int ordinal, C
       out->granularity_bytes = std::lcm(out->granularity_bytes, exportable_bytes);
     }
   }
+  // cuMemCreate + cuMemMap + cuMemSetAccess cost tens of microseconds whatever the size, and
+  // the driver's own pools grow by 32 MiB: pools grow by at least that much here.
+  constexpr std::size_t growth_step = std::size_t{32} << 20;
+  out->growth_step_bytes = (growth_step + out->granularity_bytes - 1) / out->granularity_bytes *
+                           out->granularity_bytes;
   return status::success();
 }
 

@@ -1,5 +1,7 @@
 #include "core/free_index.hpp"
 
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 namespace soma::detail {
@@ -82,6 +84,28 @@ block* free_index::take_best_fit(std::size_t size_bytes,
 }
 
 void free_index::remove(block* indexed) { erase(indexed); }
+
+void free_index::merge_pending_runs() {
+  std::vector<std::pair<std::uintptr_t, block*>> starts;
+  for (block* b : stamped_) starts.emplace_back(b->address, b);
+  std::sort(starts.begin(), starts.end());
+  for (const auto& [address, b] : starts) {
+    // A block absorbed by a lower neighbour earlier in this loop is gone from the map.
+    auto found = all_blocks_.find(address);
+    if (found == all_blocks_.end() || found->second != b) continue;
+    bool merged = false;
+    for (block* next = b->next_adjacent;
+         next != nullptr && next->current_state() == block_state::indexed &&
+         next->stamp.timeline == b->stamp.timeline;
+         next = b->next_adjacent) {
+      if (!merged) erase(b);
+      merged = true;
+      erase(next);
+      merge_into(b, next);
+    }
+    if (merged) add(b);
+  }
+}
 
 void free_index::promote(bool only_proven) {
   std::vector<block*> proven;

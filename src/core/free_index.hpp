@@ -31,6 +31,11 @@ class free_index {
   block* take_best_fit(std::size_t size_bytes, const stream_timeline* stream);
   /// Same, with the caller deciding which stamped blocks are usable (reuse policies).
   block* take_best_fit(std::size_t size_bytes, const std::function<bool(const block*)>& usable);
+  /// Merges every run of adjacent pending blocks freed on the same stream into one block that
+  /// carries the latest of their stamps. Used only when the pool is out of memory and is about
+  /// to order a stream after a pending free anyway (internal dependencies): one wait for the
+  /// latest free then buys the whole run.
+  void merge_pending_runs();
   /// Removes a specific indexed block.
   void remove(block* indexed);
   /// Clears the stamps of frees now proven complete (or, with only_proven false, complete

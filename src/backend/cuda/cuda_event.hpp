@@ -1,10 +1,12 @@
 // A cuda backend event: a CUevent created with CU_EVENT_DISABLE_TIMING.
 #pragma once
 
+#include <memory>
 #include <mutex>
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/cuda/cuda_stream.hpp"
 #include "backend/cuda/driver_api.hpp"
 
 namespace soma::detail::backend::cuda {
@@ -42,6 +44,10 @@ private:
     CUevent event = nullptr;
   };
   CUevent event_ = nullptr;          // the latest record's; null until the first record
+  // A host task that failed at or before the recorded position is this event's failure
+  // too (a CUevent knows nothing of soma's host tasks).
+  std::shared_ptr<sticky_state> sticky_;
+  std::uint64_t recorded_position_ = 0;
   CUcontext context_ = nullptr;      // the context event_ belongs to
   std::vector<per_context> created_; // one CUevent per context recorded on
 };

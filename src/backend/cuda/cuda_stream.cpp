@@ -32,6 +32,7 @@ void run_host_call(void* data) {
   if (!outcome.ok()) {
     std::lock_guard lock(call->sticky->mutex);
     if (call->sticky->failure.ok()) {
+      call->sticky->failed_at = call->position;
       call->sticky->failure =
           status(error_code::launch_failure, "asynchronous work at position " +
                                                  std::to_string(call->position) +

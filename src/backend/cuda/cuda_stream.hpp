@@ -18,7 +18,14 @@ class cuda_backend;
 /// driver's hands, so a task that fails after its stream was destroyed has somewhere to go.
 struct sticky_state {
   std::mutex mutex;
-  status failure; ///< success until something failed
+  status failure;             ///< success until something failed
+  std::uint64_t failed_at = 0; ///< position of the failed operation; 0 = none
+
+  /// The failure if it happened at or before position (what an event there must report).
+  status failure_up_to(std::uint64_t position) {
+    std::lock_guard lock(mutex);
+    return failed_at != 0 && failed_at <= position ? failure : status::success();
+  }
 };
 
 /// Every enqueue advances the timeline by exactly one (note_enqueued), as on the cpu
@@ -57,6 +64,8 @@ public:
   CUstream native() const noexcept { return native_; }
   /// The lock under which work is issued; held by events recording on this stream.
   std::mutex& issue_mutex() noexcept { return tracker_.issue_mutex(); }
+  const std::shared_ptr<sticky_state>& sticky() const noexcept { return sticky_; }
+  std::uint64_t enqueued_position() const noexcept { return timeline_.enqueued_position(); }
 
 private:
   /// Takes the next position and runs issue() under the issue lock, in the stream's context.

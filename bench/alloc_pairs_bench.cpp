@@ -14,7 +14,8 @@
 // Usage: alloc_pairs_bench [--quick]
 #include <soma/soma.h>
 
-#include <sys/utsname.h>
+#include "bench_support.hpp"
+
 
 #include <algorithm>
 #include <atomic>
@@ -34,6 +35,9 @@
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+using soma_bench::median;
+using soma_bench::seconds_since;
+using soma_bench::size_name;
 
 constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = 1024 * KiB;
@@ -96,14 +100,6 @@ struct system_allocator {
 
 // ---- timing -------------------------------------------------------------------------------
 
-double seconds_since(clock_type::time_point start) {
-  return std::chrono::duration<double>(clock_type::now() - start).count();
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 
 // Runs batch() (which performs `pairs_per_batch` pairs) until trial_seconds pass; returns ns
 // per pair. The median over the trials is reported.
@@ -194,17 +190,6 @@ double threaded_ns(const settings &config, std::vector<Allocator> &allocators, s
 
 // ---- report ---------------------------------------------------------------------------------
 
-std::string size_name(std::size_t bytes) {
-  char text[32];
-  if (bytes >= MiB) {
-    std::snprintf(text, sizeof text, "%zu MiB", bytes / MiB);
-  } else if (bytes >= KiB) {
-    std::snprintf(text, sizeof text, "%zu KiB", bytes / KiB);
-  } else {
-    std::snprintf(text, sizeof text, "%zu B", bytes);
-  }
-  return text;
-}
 
 void print_header() {
   std::printf("%-44s %12s %12s %10s %12s\n", "scenario", "soma ns", "system ns", "soma/sys",
@@ -218,36 +203,17 @@ void print_row(const std::string &scenario, double soma_ns, double system_ns) {
   std::fflush(stdout);
 }
 
-std::string cpu_model() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const std::size_t colon = line.find(':');
-      if (colon != std::string::npos)
-        return line.substr(colon + 2);
-    }
-  }
-  return "unknown";
-}
 
 void print_machine(const settings &config) {
-  const std::time_t now = std::time(nullptr);
-  char date[64];
-  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
-  utsname system_name{};
-  uname(&system_name);
+  const std::string date = soma_bench::utc_date_text();
   const char *backend = "?";
   SOMA_BENCH_CHECK(somaGetBackendName(&backend));
   int granularity_kib = 0;
   SOMA_BENCH_CHECK(
       somaDeviceGetAttribute(&granularity_kib, somaDevAttrAllocationGranularityKiB, 0));
   std::printf("alloc_pairs_bench — soma vs the system allocator (malloc/free)\n");
-  std::printf("date        %s\n", date);
-  std::printf("cpu         %s (%u hardware threads)\n", cpu_model().c_str(),
-              std::thread::hardware_concurrency());
-  std::printf("kernel      %s %s %s\n", system_name.sysname, system_name.release,
-              system_name.machine);
+  std::printf("date        %s\n", date.c_str());
+  soma_bench::print_cpu_and_kernel();
   std::printf("compiler    %s%s\n", __VERSION__,
 #ifdef NDEBUG
               ", NDEBUG"

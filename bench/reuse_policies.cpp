@@ -29,7 +29,8 @@
 // Usage: reuse_policies_bench [--quick]
 #include <soma/soma.h>
 
-#include <sys/utsname.h>
+#include "bench_support.hpp"
+
 
 #include <algorithm>
 #include <chrono>
@@ -290,36 +291,17 @@ struct configuration_result {
   int oom_syncs = 0;
 };
 
-std::string cpu_model() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const std::size_t colon = line.find(':');
-      if (colon != std::string::npos)
-        return line.substr(colon + 2);
-    }
-  }
-  return "unknown";
-}
 
 void print_machine(const settings &config) {
-  const std::time_t now = std::time(nullptr);
-  char date[64];
-  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
-  utsname system_name{};
-  uname(&system_name);
+  const std::string date = soma_bench::utc_date_text();
   const char *backend = "?";
   SOMA_BENCH_CHECK(somaGetBackendName(&backend));
   int granularity_kib = 0;
   SOMA_BENCH_CHECK(
       somaDeviceGetAttribute(&granularity_kib, somaDevAttrAllocationGranularityKiB, 0));
   std::printf("reuse_policies_bench — S11 reuse policies on a %d-stage pipeline\n", kStreams);
-  std::printf("date        %s\n", date);
-  std::printf("cpu         %s (%u hardware threads)\n", cpu_model().c_str(),
-              std::thread::hardware_concurrency());
-  std::printf("kernel      %s %s %s\n", system_name.sysname, system_name.release,
-              system_name.machine);
+  std::printf("date        %s\n", date.c_str());
+  soma_bench::print_cpu_and_kernel();
   std::printf("compiler    %s%s\n", __VERSION__,
 #ifdef NDEBUG
               ", NDEBUG"

@@ -18,8 +18,9 @@
 // Usage: vs_driver [--quick]      (SOMA_BACKEND defaults to cuda; exit 2 if soma is not on cuda)
 #include <soma/soma.h>
 
+#include "bench_support.hpp"
+
 #include <cuda_runtime.h>
-#include <sys/utsname.h>
 
 #include <algorithm>
 #include <atomic>
@@ -40,6 +41,9 @@
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+using soma_bench::median;
+using soma_bench::seconds_since;
+using soma_bench::size_name;
 
 constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = 1024 * KiB;
@@ -140,14 +144,6 @@ struct cuda_malloc_side {
 
 // ---- timing -------------------------------------------------------------------------------
 
-double seconds_since(clock_type::time_point start) {
-  return std::chrono::duration<double>(clock_type::now() - start).count();
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 
 // Times body() (one iteration) and returns ns per iteration, the median over the trials.
 // The iteration count of a trial is calibrated first so that a trial takes about
@@ -263,17 +259,6 @@ double threaded_ns(const settings &config, const std::vector<Side> &sides, std::
 
 // ---- report ---------------------------------------------------------------------------------
 
-std::string size_name(std::size_t bytes) {
-  char text[32];
-  if (bytes >= MiB) {
-    std::snprintf(text, sizeof text, "%zu MiB", bytes / MiB);
-  } else if (bytes >= KiB) {
-    std::snprintf(text, sizeof text, "%zu KiB", bytes / KiB);
-  } else {
-    std::snprintf(text, sizeof text, "%zu B", bytes);
-  }
-  return text;
-}
 
 std::string number_or_dash(double value, const char *format) {
   if (std::isnan(value))
@@ -342,27 +327,13 @@ std::string first_line_of(const char *path) {
   return line;
 }
 
-std::string cpu_model() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const std::size_t colon = line.find(':');
-      if (colon != std::string::npos)
-        return line.substr(colon + 2);
-    }
-  }
-  return "unknown";
-}
 
 std::string version_text(int version) { // 13000 -> "13.0"
   return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
 }
 
 void print_machine(const settings &config) {
-  const std::time_t now = std::time(nullptr);
-  char date[64];
-  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
+  const std::string date = soma_bench::utc_date_text();
   cudaDeviceProp properties{};
   CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
   int driver_version = 0;
@@ -372,8 +343,6 @@ void print_machine(const settings &config) {
   std::string kernel_module = first_line_of("/proc/driver/nvidia/version");
   if (kernel_module.empty())
     kernel_module = "(no /proc/driver/nvidia/version)";
-  utsname system_name{};
-  uname(&system_name);
   const char *backend = "?";
   SOMA_CHECK(somaGetBackendName(&backend));
   int granularity_kib = 0;
@@ -381,16 +350,13 @@ void print_machine(const settings &config) {
 
   std::printf("vs_driver — soma vs the driver's cudaMallocAsync vs cudaMalloc, one GPU, one "
               "process\n");
-  std::printf("date        %s\n", date);
+  std::printf("date        %s\n", date.c_str());
   std::printf("gpu         %s (sm_%d%d, %.1f GiB)\n", properties.name, properties.major,
               properties.minor, static_cast<double>(properties.totalGlobalMem) / (1024.0 * MiB));
   std::printf("driver      CUDA %s; %s\n", version_text(driver_version).c_str(),
               kernel_module.c_str());
   std::printf("runtime     CUDA %s (cudart, static)\n", version_text(runtime_version).c_str());
-  std::printf("cpu         %s (%u hardware threads)\n", cpu_model().c_str(),
-              std::thread::hardware_concurrency());
-  std::printf("kernel      %s %s %s\n", system_name.sysname, system_name.release,
-              system_name.machine);
+  soma_bench::print_cpu_and_kernel();
   std::printf("build       %s%s\n", __VERSION__,
 #ifdef NDEBUG
               ", NDEBUG"

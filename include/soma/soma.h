@@ -238,6 +238,37 @@ SOMA_API somaError_t somaMemsetAsync(void* devPtr, int value, size_t count, soma
 SOMA_API somaError_t somaMemcpyAsync(void* dst, const void* src, size_t count,
                                      somaMemcpyKind kind, somaStream_t stream);
 
+/* ---- host memory and stream value operations --------------------------------------------- */
+
+/** Host memory that streams can reach (cudaMallocHost): copies between it and pool memory
+ *  are asynchronous, and stream value operations may use its words. cuda: page-locked and
+ *  mapped for every device (cuMemHostAlloc, portable); cpu: ordinary pages. Page aligned.
+ *  Size 0 gives NULL. Refused by the platform: somaErrorMemoryAllocation. */
+SOMA_API somaError_t somaMallocHost(void** ptr, size_t size);
+/** Frees what somaMallocHost returned; NULL is a no-op. Any other pointer (interior, freed,
+ *  never allocated): somaErrorInvalidValue, and nothing is freed. No stream may still use it. */
+SOMA_API somaError_t somaFreeHost(void* ptr);
+
+/** Conditions of somaStreamWaitValue32 (values of CU_STREAM_WAIT_VALUE_*). */
+typedef enum somaStreamWaitValueFlags {
+  somaStreamWaitValueGeq = 0, /**< (int32_t)(*addr - value) >= 0: a counter that may wrap */
+  somaStreamWaitValueEq = 1,  /**< *addr == value */
+  somaStreamWaitValueAnd = 2, /**< (*addr & value) != 0 */
+  somaStreamWaitValueNor = 3, /**< ~(*addr | value) != 0 */
+} somaStreamWaitValueFlags;
+/** Later work on the stream waits until the 32-bit word at addr satisfies the condition
+ *  (cuStreamWaitValue32). addr: 4-byte aligned, inside somaMallocHost memory or a live pool
+ *  allocation; the host or another stream (somaStreamWriteValue32) writes it. Lets a test or
+ *  an application hold a stream without a host task: on the GPU a blocked host task can hold
+ *  up other streams' host tasks, a value wait does not. Bad address or flags:
+ *  somaErrorInvalidValue. */
+SOMA_API somaError_t somaStreamWaitValue32(somaStream_t stream, uint32_t* addr, uint32_t value,
+                                           unsigned int flags);
+/** Writes value to the word at addr once earlier work on the stream completed
+ *  (cuStreamWriteValue32); the host sees it with an acquire load. flags must be 0. */
+SOMA_API somaError_t somaStreamWriteValue32(somaStream_t stream, uint32_t* addr, uint32_t value,
+                                            unsigned int flags);
+
 /* ---- stream-ordered allocation (S1, S2, S4) ---------------------------------------------- */
 
 /** Allocates bytes from the current pool of the stream's device (S1, S4). Size 0 gives

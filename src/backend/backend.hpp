@@ -38,6 +38,23 @@ struct device_properties {
 /// Access a device may have to a mapped range (values of somaMemAccessFlags).
 enum class access_flags : int { none = 0, read = 1, read_write = 3 };
 
+/// When a stream's wait on a 32-bit word lets later work go (values of somaStreamWaitValue*,
+/// as CU_STREAM_WAIT_VALUE_*): geq compares as (int32_t)(word - value) >= 0, so counters may
+/// wrap; and_nonzero waits for (word & value) != 0; nor_nonzero for ~(word | value) != 0.
+enum class wait_condition : unsigned { geq = 0, eq = 1, and_nonzero = 2, nor_nonzero = 3 };
+
+/// Whether the word at address satisfies condition against value (the cpu backend's test;
+/// the driver applies the same rule on the GPU).
+inline bool wait_satisfied(std::uint32_t word, std::uint32_t value, wait_condition condition) {
+  switch (condition) {
+    case wait_condition::geq: return static_cast<std::int32_t>(word - value) >= 0;
+    case wait_condition::eq: return word == value;
+    case wait_condition::and_nonzero: return (word & value) != 0;
+    case wait_condition::nor_nonzero: return ~(word | value) != 0;
+  }
+  return false;
+}
+
 /// A unit of work a stream runs on the host; a failure becomes the stream's sticky error.
 using host_task = std::function<status()>;
 
@@ -65,6 +82,14 @@ class stream {
   virtual status enqueue_host_task(host_task task) = 0;
   virtual status enqueue_memset(void* destination, int value, std::size_t bytes) = 0;
   virtual status enqueue_memcpy(void* destination, const void* source, std::size_t bytes) = 0;
+  /// Later work waits until the 32-bit word at address satisfies condition (cuStreamWaitValue32).
+  /// The word is host memory from allocate_host or device memory of a pool; it is written by the
+  /// host or by another stream's enqueue_write_value32. Requires: address 4-byte aligned.
+  virtual status enqueue_wait_value32(std::uint32_t* address, std::uint32_t value,
+                                      wait_condition condition) = 0;
+  /// Writes value to the word at address once earlier work completed, visible to the host and
+  /// other streams (cuStreamWriteValue32). Same requirements as enqueue_wait_value32.
+  virtual status enqueue_write_value32(std::uint32_t* address, std::uint32_t value) = 0;
   /// Later work waits until the event's captured work has completed.
   virtual status enqueue_wait(event& e) = 0;
   /// Later work waits until `other` has completed `position` (S11 internal dependencies:
@@ -137,6 +162,14 @@ class backend {
   virtual result<std::unique_ptr<stream>> adopt_stream(int device, void* native,
                                                        stream_timeline& timeline) = 0;
   virtual result<std::unique_ptr<event>> create_event() = 0;
+
+  // -- host memory ------------------------------------------------------------------------
+  /// Host memory that copies to and from pool memory may use asynchronously and that stream
+  /// value operations may wait on (cuda: page-locked, mapped for every device; cpu: ordinary
+  /// pages). Page aligned. out_of_memory when the platform refuses.
+  virtual result<void*> allocate_host(std::size_t bytes) = 0;
+  /// Requires: pointer came from allocate_host and no stream still uses it.
+  virtual void free_host(void* pointer, std::size_t bytes) = 0;
 };
 
 /// The backend SOMA_BACKEND selects (cpu, cuda, auto). cpu settings come from

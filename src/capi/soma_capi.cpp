@@ -306,6 +306,36 @@ somaError_t somaMemcpyAsync(void* dst, const void* src, size_t count, somaMemcpy
   });
 }
 
+// ---- host memory and stream value operations ------------------------------------------------
+
+somaError_t somaMallocHost(void** ptr, size_t size) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (ptr == nullptr) return null_argument("somaMallocHost", "ptr");
+    result<void*> made = rt.allocate_host(size);
+    if (!made.ok()) return made.take_error();
+    *ptr = made.value();
+    return status::success();
+  });
+}
+
+somaError_t somaFreeHost(void* ptr) {
+  return with_runtime([&](runtime& rt) { return rt.free_host(ptr); });
+}
+
+somaError_t somaStreamWaitValue32(somaStream_t stream, uint32_t* addr, uint32_t value,
+                                  unsigned int flags) {
+  return with_runtime([&](runtime& rt) {
+    return rt.stream_wait_value32(handle_of(stream), addr, value, flags);
+  });
+}
+
+somaError_t somaStreamWriteValue32(somaStream_t stream, uint32_t* addr, uint32_t value,
+                                   unsigned int flags) {
+  return with_runtime([&](runtime& rt) {
+    return rt.stream_write_value32(handle_of(stream), addr, value, flags);
+  });
+}
+
 // ---- allocation ------------------------------------------------------------------------------
 
 somaError_t somaMallocAsync(void** devPtr, size_t size, somaStream_t stream) {
@@ -397,6 +427,14 @@ somaError_t somaPointerGetAttributes(somaPointerAttributes* attributes, const vo
     if (attributes == nullptr) return null_argument("somaPointerGetAttributes", "attributes");
     const soma::detail::pointer_info info = rt.describe_pointer(ptr);
     std::memset(attributes, 0, sizeof *attributes);
+    if (info.is_host) {  // somaMallocHost memory, reachable from the host and every device
+      attributes->type = somaMemoryTypeHost;
+      attributes->hostPointer = const_cast<void*>(ptr);
+      attributes->devicePointer = const_cast<void*>(ptr);
+      attributes->base = reinterpret_cast<void*>(info.base);
+      attributes->size = info.requested_bytes;
+      return status::success();
+    }
     attributes->type = info.is_live ? somaMemoryTypeDevice : somaMemoryTypeUnregistered;
     attributes->device = info.device;
     attributes->devicePointer = info.is_live ? const_cast<void*>(ptr) : nullptr;

@@ -4,9 +4,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -52,6 +54,7 @@ enum class device_attribute : int {
 
 struct pointer_info {
   bool is_live = false;
+  bool is_host = false;  ///< inside a somaMallocHost allocation (base and size are its own)
   int device = -1;
   std::uintptr_t pool_handle = 0;
   std::uintptr_t base = 0;
@@ -94,6 +97,16 @@ class runtime {
   status memset_async(void* destination, int value, std::size_t bytes, std::uintptr_t stream);
   status memcpy_async(void* destination, const void* source, std::size_t bytes,
                       std::uintptr_t stream);
+  /// Stream value operations on a 32-bit word of host memory from allocate_host or of a live
+  /// allocation; wait flags are somaStreamWaitValue* (0..3), write flags must be 0.
+  status stream_wait_value32(std::uintptr_t stream, std::uint32_t* address, std::uint32_t value,
+                             unsigned flags);
+  status stream_write_value32(std::uintptr_t stream, std::uint32_t* address, std::uint32_t value,
+                              unsigned flags);
+
+  // -- host memory (somaMallocHost) ---------------------------------------------------
+  result<void*> allocate_host(std::size_t bytes);
+  status free_host(void* pointer);
 
   // -- allocation (S1, S2, S14) -------------------------------------------------------
   result<void*> allocate(std::size_t bytes, std::uintptr_t stream_handle);
@@ -136,6 +149,10 @@ class runtime {
   void order_after_free(stream_object& stream, const required_wait& wait);
   status explain_unknown_pointer(std::uintptr_t address, const char* action) const;
   status check_range(const void* pointer, std::size_t bytes, const char* what) const;
+  /// The host allocation holding [address, address + bytes): {base, size}, or {0, 0}.
+  std::pair<std::uintptr_t, std::size_t> find_host(std::uintptr_t address) const;
+  std::pair<std::uintptr_t, std::size_t> find_host_locked(std::uintptr_t address) const;
+  status check_value_word(std::uint32_t* address, const char* call) const;
   /// A synchronize or successful query showed stream complete up to position (S12).
   void proven(stream_object& stream, std::uint64_t position);
   void after_synchronize();
@@ -154,6 +171,9 @@ class runtime {
   std::vector<stream_object*> live_streams_;
   std::vector<stream_object*> retired_streams_;  // destroyed, frees not yet proven
   std::vector<std::unique_ptr<memory_pool>> all_pools_;  // live and destroyed-but-busy
+
+  mutable std::mutex host_mutex_;
+  std::map<std::uintptr_t, std::size_t> host_allocations_;  // somaMallocHost: base -> bytes
 };
 
 }  // namespace soma::detail

@@ -100,6 +100,12 @@ pointer_info runtime::describe_pointer(const void* pointer) const {
   pointer_info info;
   const auto address = reinterpret_cast<std::uintptr_t>(pointer);
   if (address == 0) return info;
+  if (const auto [base, size] = find_host(address); base != 0) {
+    info.is_host = true;
+    info.base = base;
+    info.requested_bytes = size;
+    return info;
+  }
   block* live = pointers_.find(address);
   memory_pool* owner = nullptr;
   if (live != nullptr) {

@@ -57,7 +57,14 @@ SOMA_SAME_VALUE(CU_MEM_ACCESS_FLAGS_PROT_READ);
 SOMA_SAME_VALUE(CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 SOMA_SAME_VALUE(CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 SOMA_SAME_VALUE(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+SOMA_SAME_VALUE(CU_STREAM_WAIT_VALUE_GEQ);
+SOMA_SAME_VALUE(CU_STREAM_WAIT_VALUE_EQ);
+SOMA_SAME_VALUE(CU_STREAM_WAIT_VALUE_AND);
+SOMA_SAME_VALUE(CU_STREAM_WAIT_VALUE_NOR);
+SOMA_SAME_VALUE(CU_STREAM_WRITE_VALUE_DEFAULT);
 #undef SOMA_SAME_VALUE
+static_assert(ours::host_alloc_portable == CU_MEMHOSTALLOC_PORTABLE);
+static_assert(ours::host_alloc_devicemap == CU_MEMHOSTALLOC_DEVICEMAP);
 
 #define SOMA_SAME_FIELD(ours_type, theirs_type, field)                                             \
   static_assert(offsetof(ours::ours_type, field) == offsetof(::theirs_type, field) &&              \

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <memory>
@@ -330,6 +331,27 @@ inline cu::CUresult memcpy_async(cu::CUdeviceptr, cu::CUdeviceptr, std::size_t, 
   as_stream(s)->queue.push_back({});
   return cu::CUDA_SUCCESS;
 }
+/// Value operations are device work the fake treats as already satisfied.
+inline cu::CUresult wait_value(cu::CUstream s, cu::CUdeviceptr, unsigned, unsigned) {
+  as_stream(s)->queue.push_back({});
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult write_value(cu::CUstream s, cu::CUdeviceptr address, unsigned value,
+                                unsigned) {
+  *reinterpret_cast<unsigned *>(address) = value;  // at issue: the fake runs work in order
+  as_stream(s)->queue.push_back({});
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult host_alloc(void **pointer, std::size_t bytes, unsigned) {
+  if (current_device() < 0)
+    return cu::CUDA_ERROR_INVALID_CONTEXT;
+  *pointer = std::malloc(bytes);
+  return *pointer != nullptr ? cu::CUDA_SUCCESS : cu::CUDA_ERROR_OUT_OF_MEMORY;
+}
+inline cu::CUresult free_host(void *pointer) {
+  std::free(pointer);
+  return cu::CUDA_SUCCESS;
+}
 inline cu::CUresult event_create(cu::CUevent *e, unsigned flags) {
   const int d = current_device();
   if (d < 0 || (flags & cu::CU_EVENT_DISABLE_TIMING) == 0)
@@ -399,6 +421,10 @@ inline cu::driver_api make_driver() {
   d.cuLaunchHostFunc = host_function;
   d.cuMemsetD8Async = memset_async;
   d.cuMemcpyAsync = memcpy_async;
+  d.cuStreamWaitValue32 = wait_value;
+  d.cuStreamWriteValue32 = write_value;
+  d.cuMemHostAlloc = host_alloc;
+  d.cuMemFreeHost = free_host;
   d.cuEventCreate = event_create;
   d.cuEventDestroy = event_destroy;
   d.cuEventRecord = event_record;

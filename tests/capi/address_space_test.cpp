@@ -182,6 +182,9 @@ int reservation_failure_child() {
 }
 
 TEST(S16_VirtualMemory, ReservationRefusedByRlimitAsIsAddressSpaceExhausted) {
+  if (soma_test::requested_backend() != "cpu")
+    GTEST_SKIP() << "cpu backend only: the child configures the cpu backend (its device budget, "
+                    "and RLIMIT_AS, which bounds the host address space cpu pools reserve)";
   ASSERT_EQ(soma_test::detail::cpu_test_config_status, somaSuccess);
   const int result = run_in_child(reservation_failure_child);
   EXPECT_EQ(result, 0) << "child: " << describe(result) << " (exit " << result << ")";
@@ -210,6 +213,9 @@ int physical_exhaustion_child() {
 }
 
 TEST(S16_VirtualMemory, PhysicalExhaustionIsMemoryAllocationNotAddressSpace) {
+  if (soma_test::requested_backend() != "cpu")
+    GTEST_SKIP() << "cpu backend only: the child configures the cpu backend (its device budget, "
+                    "and RLIMIT_AS, which bounds the host address space cpu pools reserve)";
   ASSERT_EQ(soma_test::detail::cpu_test_config_status, somaSuccess);
   const int result = run_in_child(physical_exhaustion_child);
   EXPECT_EQ(result, 0) << "child: " << describe(result) << " (exit " << result << ")";

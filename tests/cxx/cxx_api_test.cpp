@@ -14,6 +14,8 @@
 #include <string>
 #include <utility>
 
+#include "backend_under_test.hpp"
+
 namespace {
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;

@@ -22,8 +22,10 @@
 #include <string_view>
 #include <utility>
 
+#include "backend_under_test.hpp"
 #include "cpu_test_config.hpp"
 #include "host_task.hpp"
+#include "host_words.hpp"
 
 /// gtest prints somaError_t values by name (ADL finds this in the global namespace).
 inline void PrintTo(somaError_t error, std::ostream* out) {
@@ -317,13 +319,12 @@ inline void expect_pool_usable(somaMemPool_t pool, somaStream_t stream) {
   ASSERT_NE(pointer, nullptr);
   EXPECT_EQ(pool_u64(pool, somaMemPoolAttrUsedMemCurrent), used_before + size);
   // Stream operations only (no host access to pool memory), so this works on every backend.
-  std::vector<unsigned char> host(size, 0);
+  host_buffer host(size);
   SOMA_ASSERT_OK(somaMemsetAsync(pointer, 0x5a, size, stream));
   SOMA_ASSERT_OK(somaMemcpyAsync(host.data(), pointer, size, somaMemcpyDeviceToHost, stream));
   SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
-  EXPECT_TRUE(std::all_of(host.begin(), host.end(), [](unsigned char b) { return b == 0x5a; }))
-      << "memset + memcpy did not read back what was written";
+  EXPECT_TRUE(host.all(0x5a)) << "memset + memcpy did not read back what was written";
   EXPECT_EQ(pool_u64(pool, somaMemPoolAttrUsedMemCurrent), used_before);
 }
 

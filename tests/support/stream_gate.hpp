@@ -1,4 +1,4 @@
-// stream_gate: holds streams with a blocking host task until the test opens the gate.
+// stream_gate: holds streams until the test opens the gate.
 //
 //   soma_test::stream_gate gate;
 //   SOMA_ASSERT_OK(gate.hold(stream));      // work queued after this waits
@@ -6,77 +6,79 @@
 //   EXPECT_EQ(somaStreamQuery(stream), somaErrorNotReady);
 //   gate.open();
 //
-// One gate may hold several streams; open() releases all of them. The destructor opens the
-// gate, so a failing test cannot leave a worker thread blocked. The host task owns a reference
-// to the gate's state, so the gate may go out of scope before the task runs.
+// A hold is a stream value wait (somaStreamWaitValue32) on a word of host memory that open()
+// sets, with value writes before and after it that count entered() and left(). Not a blocking
+// host task: on the GPU the driver may run all streams' host tasks on one thread, so a blocked
+// host task would also hold every other stream's host tasks; a value wait holds its stream
+// only, on every backend.
+//
+// One gate may hold up to kMaxHolds streams (or one stream several times); open() releases
+// all. The destructor opens the gate, so a failing test cannot leave a stream held. The words
+// live until the process exits, so the gate may go out of scope before its holds are passed.
 //
 // Requires: the including binary links `soma`.
 #pragma once
 
 #include <soma/soma.h>
 
-#include <atomic>
+#include <array>
 #include <chrono>
-#include <latch>
-#include <memory>
-#include <thread>
+#include <cstdint>
+
+#include "host_words.hpp"
 
 namespace soma_test {
 
 class stream_gate {
  public:
-  stream_gate() : state_(std::make_shared<state>()) {}
+  static constexpr int kMaxHolds = 16;
+
+  stream_gate() : gate_(new_host_word()) {
+    for (auto& w : entered_) w = new_host_word();
+    for (auto& w : left_) w = new_host_word();
+  }
   ~stream_gate() { open(); }
   stream_gate(const stream_gate&) = delete;
   stream_gate& operator=(const stream_gate&) = delete;
 
-  /// Enqueues on `stream` a host task that blocks until open(). Returns the launch status.
+  /// Enqueues on `stream` a wait until open(). Returns the first failing enqueue's status
+  /// (somaErrorInvalidValue once kMaxHolds holds were made).
   somaError_t hold(somaStream_t stream) {
-    auto* reference = new std::shared_ptr<state>(state_);
-    const somaError_t status = somaLaunchHostFunc(stream, &stream_gate::run, reference);
-    if (status != somaSuccess) delete reference;
+    if (holds_ == kMaxHolds) return somaErrorInvalidValue;
+    const int index = holds_;
+    somaError_t status = somaStreamWriteValue32(stream, entered_[index], 1, 0);
+    if (status == somaSuccess)
+      status = somaStreamWaitValue32(stream, gate_, 1, somaStreamWaitValueGeq);
+    if (status == somaSuccess) status = somaStreamWriteValue32(stream, left_[index], 1, 0);
+    if (status == somaSuccess) ++holds_;
     return status;
   }
 
-  /// Releases every task held by this gate (idempotent).
-  void open() {
-    if (!opened_.exchange(true)) state_->gate.count_down();
-  }
+  /// Releases every hold of this gate (idempotent).
+  void open() { store_word(gate_, 1); }
 
-  /// Number of held tasks that have started (are blocking or have passed the gate).
-  int entered() const { return state_->entered.load(); }
-  /// Number of held tasks that have passed the gate.
-  int left() const { return state_->left.load(); }
+  /// Number of holds the streams have reached (are waiting at or have passed).
+  int entered() const { return count(entered_); }
+  /// Number of holds the streams have passed.
+  int left() const { return count(left_); }
 
-  /// Waits until at least `count` held tasks have started; false on timeout.
+  /// Waits until at least `count` holds have been reached; false on timeout.
   bool wait_entered(int count = 1,
                     std::chrono::milliseconds timeout = std::chrono::seconds(10)) const {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (state_->entered.load() < count) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return true;
+    return wait_until([&] { return entered() >= count; }, timeout);
   }
 
  private:
-  struct state {
-    std::latch gate{1};
-    std::atomic<int> entered{0};
-    std::atomic<int> left{0};
-  };
-
-  static void run(void* user_data) {
-    auto* reference = static_cast<std::shared_ptr<state>*>(user_data);
-    const std::shared_ptr<state> shared = *reference;
-    delete reference;
-    shared->entered.fetch_add(1);
-    shared->gate.wait();
-    shared->left.fetch_add(1);
+  int count(const std::array<std::uint32_t*, kMaxHolds>& words) const {
+    int n = 0;
+    for (int i = 0; i < holds_; ++i) n += load_word(words[i]) != 0 ? 1 : 0;
+    return n;
   }
 
-  std::shared_ptr<state> state_;
-  std::atomic<bool> opened_{false};
+  std::uint32_t* gate_;
+  std::array<std::uint32_t*, kMaxHolds> entered_{};
+  std::array<std::uint32_t*, kMaxHolds> left_{};
+  int holds_ = 0;
 };
 
 }  // namespace soma_test

@@ -246,4 +246,18 @@ result<std::unique_ptr<event>> cpu_backend::create_event() {
   return std::unique_ptr<event>(std::make_unique<cpu_event>());
 }
 
+result<void*> cpu_backend::allocate_host(std::size_t bytes) {
+  // Ordinary anonymous pages: on the cpu every host page is as good as a pinned one.
+  void* pointer = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (pointer == MAP_FAILED) {
+    const int error = errno;
+    return status(error == ENOMEM ? error_code::out_of_memory : error_code::unknown,
+                  "mmap of " + std::to_string(bytes) + " bytes of host memory failed (" +
+                      std::strerror(error) + ")");
+  }
+  return pointer;
+}
+
+void cpu_backend::free_host(void* pointer, std::size_t bytes) { ::munmap(pointer, bytes); }
+
 }  // namespace soma::detail::backend::cpu

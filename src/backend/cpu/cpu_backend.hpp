@@ -52,6 +52,8 @@ class cpu_backend final : public backend {
   result<std::unique_ptr<stream>> adopt_stream(int device, void* native,
                                                stream_timeline& timeline) override;
   result<std::unique_ptr<event>> create_event() override;
+  result<void*> allocate_host(std::size_t bytes) override;
+  void free_host(void* pointer, std::size_t bytes) override;
 
  private:
   struct physical {

@@ -1,5 +1,8 @@
 #include "backend/cpu/cpu_stream.hpp"
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -85,6 +88,33 @@ status cpu_stream::enqueue_memset(void* destination, int value, std::size_t byte
 status cpu_stream::enqueue_memcpy(void* destination, const void* source, std::size_t bytes) {
   return enqueue_host_task([=] {
     std::memmove(destination, source, bytes);
+    return status::success();
+  });
+}
+
+status cpu_stream::enqueue_wait_value32(std::uint32_t* address, std::uint32_t value,
+                                        wait_condition condition) {
+  return enqueue_host_task([=] {
+    // The writer is the host or another stream's worker; poll with a growing pause (up to
+    // 1 ms), as the GPU polls the word, so a gate held for seconds costs no core.
+    std::atomic_ref<std::uint32_t> word(*address);
+    auto pause = std::chrono::microseconds(1);
+    for (int spins = 0; !wait_satisfied(word.load(std::memory_order_acquire), value, condition);
+         ++spins) {
+      if (spins < 64) {
+        std::this_thread::yield();
+        continue;
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
+    return status::success();
+  });
+}
+
+status cpu_stream::enqueue_write_value32(std::uint32_t* address, std::uint32_t value) {
+  return enqueue_host_task([=] {
+    std::atomic_ref<std::uint32_t>(*address).store(value, std::memory_order_release);
     return status::success();
   });
 }

@@ -48,6 +48,9 @@ class cpu_stream final : public stream {
   status enqueue_host_task(host_task task) override;
   status enqueue_memset(void* destination, int value, std::size_t bytes) override;
   status enqueue_memcpy(void* destination, const void* source, std::size_t bytes) override;
+  status enqueue_wait_value32(std::uint32_t* address, std::uint32_t value,
+                              wait_condition condition) override;
+  status enqueue_write_value32(std::uint32_t* address, std::uint32_t value) override;
   status enqueue_wait(event& e) override;
   status enqueue_wait_for(stream& other, std::uint64_t position) override;
   status synchronize() override;

@@ -261,4 +261,22 @@ result<std::unique_ptr<event>> cuda_backend::create_event() {
   return std::unique_ptr<event>(std::make_unique<cuda_event>(driver_));
 }
 
+result<void*> cuda_backend::allocate_host(std::size_t bytes) {
+  context_scope scope(driver_, devices_.front()->context);
+  if (!scope.entered().ok())
+    return scope.entered();
+  void* pointer = nullptr;
+  if (status made = driver_.check(
+          driver_.cuMemHostAlloc(&pointer, bytes, host_alloc_portable | host_alloc_devicemap),
+          "cuMemHostAlloc", format_bytes(bytes) + " of page-locked host memory");
+      !made.ok())
+    return made;
+  return pointer;
+}
+
+void cuda_backend::free_host(void* pointer, std::size_t /*bytes*/) {
+  context_scope scope(driver_, devices_.front()->context);
+  (void)driver_.cuMemFreeHost(pointer);
+}
+
 } // namespace soma::detail::backend::cuda

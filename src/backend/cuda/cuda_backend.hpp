@@ -70,6 +70,10 @@ public:
   result<std::unique_ptr<stream>> adopt_stream(int device, void* native,
                                                stream_timeline& timeline) override;
   result<std::unique_ptr<event>> create_event() override;
+  /// cuMemHostAlloc(PORTABLE | DEVICEMAP) in device 0's primary context: usable by every
+  /// context, at the same address on host and devices.
+  result<void*> allocate_host(std::size_t bytes) override;
+  void free_host(void* pointer, std::size_t bytes) override;
 
   /// Called by a stream's destructor: the tracker keeps serving its timeline until drained.
   void retire_tracker(completion_tracker& tracker);

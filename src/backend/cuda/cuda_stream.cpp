@@ -112,6 +112,27 @@ status cuda_stream::enqueue_memcpy(void* destination, const void* source, std::s
   });
 }
 
+status cuda_stream::enqueue_wait_value32(std::uint32_t* address, std::uint32_t value,
+                                         wait_condition condition) {
+  // wait_condition's values are CU_STREAM_WAIT_VALUE_*; host words are mapped page-locked
+  // memory, whose device address equals the host address under unified addressing.
+  return issue_one([&](std::uint64_t) {
+    return driver_.check(driver_.cuStreamWaitValue32(native_, device_pointer(address), value,
+                                                     static_cast<unsigned>(condition)),
+                         "cuStreamWaitValue32",
+                         "word at " + format_address(reinterpret_cast<std::uintptr_t>(address)));
+  });
+}
+
+status cuda_stream::enqueue_write_value32(std::uint32_t* address, std::uint32_t value) {
+  return issue_one([&](std::uint64_t) {
+    return driver_.check(driver_.cuStreamWriteValue32(native_, device_pointer(address), value,
+                                                      CU_STREAM_WRITE_VALUE_DEFAULT),
+                         "cuStreamWriteValue32",
+                         "word at " + format_address(reinterpret_cast<std::uintptr_t>(address)));
+  });
+}
+
 status cuda_stream::enqueue_wait(event& e) {
   auto& awaited = static_cast<cuda_event&>(e);
   if (status failed = sticky_error(); !failed.ok())

@@ -64,6 +64,11 @@ const entry_point entry_points[] = {
     SOMA_CUDA_ENTRY(cuLaunchHostFunc, "cuLaunchHostFunc"),
     SOMA_CUDA_ENTRY(cuMemsetD8Async, "cuMemsetD8Async"),
     SOMA_CUDA_ENTRY(cuMemcpyAsync, "cuMemcpyAsync"),
+    // The 12.0 ABI gives the _v2 forms, which need no opt-in (CAN_USE_STREAM_MEM_OPS).
+    SOMA_CUDA_ENTRY(cuStreamWaitValue32, "cuStreamWaitValue32_v2"),
+    SOMA_CUDA_ENTRY(cuStreamWriteValue32, "cuStreamWriteValue32_v2"),
+    SOMA_CUDA_ENTRY(cuMemHostAlloc, "cuMemHostAlloc"),
+    SOMA_CUDA_ENTRY(cuMemFreeHost, "cuMemFreeHost"),
     SOMA_CUDA_ENTRY(cuEventCreate, "cuEventCreate"),
     SOMA_CUDA_ENTRY(cuEventDestroy, "cuEventDestroy_v2"),
     SOMA_CUDA_ENTRY(cuEventRecord, "cuEventRecord"),

@@ -61,6 +61,13 @@ struct driver_api {
                               CUstream stream) = nullptr;
   CUresult (*cuMemcpyAsync)(CUdeviceptr destination, CUdeviceptr source, std::size_t bytes,
                             CUstream stream) = nullptr;
+  CUresult (*cuStreamWaitValue32)(CUstream stream, CUdeviceptr address, unsigned value,
+                                  unsigned flags) = nullptr;
+  CUresult (*cuStreamWriteValue32)(CUstream stream, CUdeviceptr address, unsigned value,
+                                   unsigned flags) = nullptr;
+  // page-locked host memory
+  CUresult (*cuMemHostAlloc)(void** pointer, std::size_t bytes, unsigned flags) = nullptr;
+  CUresult (*cuMemFreeHost)(void* pointer) = nullptr;
   CUresult (*cuEventCreate)(CUevent* event, unsigned flags) = nullptr;
   CUresult (*cuEventDestroy)(CUevent event) = nullptr;
   CUresult (*cuEventRecord)(CUevent event, CUstream stream) = nullptr;

@@ -74,6 +74,14 @@ inline constexpr int CU_MEM_ACCESS_FLAGS_PROT_READ = 0x1;
 inline constexpr int CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 0x3;
 inline constexpr int CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0;
 inline constexpr int CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 0x1;
+// cuda.h makes these two macros; ours are named apart so the ABI test can compare them.
+inline constexpr unsigned host_alloc_portable = 0x01;  ///< CU_MEMHOSTALLOC_PORTABLE
+inline constexpr unsigned host_alloc_devicemap = 0x02; ///< CU_MEMHOSTALLOC_DEVICEMAP
+inline constexpr unsigned CU_STREAM_WAIT_VALUE_GEQ = 0x0;
+inline constexpr unsigned CU_STREAM_WAIT_VALUE_EQ = 0x1;
+inline constexpr unsigned CU_STREAM_WAIT_VALUE_AND = 0x2;
+inline constexpr unsigned CU_STREAM_WAIT_VALUE_NOR = 0x3;
+inline constexpr unsigned CU_STREAM_WRITE_VALUE_DEFAULT = 0x0;
 
 // ---- structures (layouts of cuda.h's *_v1 structs) ------------------------------------------
 struct CUmemLocation {

@@ -10,19 +10,22 @@
 #
 # Steps (each logged to $OUT/<step>.log; every step runs even if an earlier one failed):
 #   1 environment   nvidia-smi, driver, ctest, compute-sanitizer; what the programs link (ldd)
-#   2 ctest         ctest -L gpu in the build directory. CTest files hold the absolute paths of
+#   2 ctest         ctest -L gpu in the build directory: the conformance suites on cuda (tests
+#                   named cuda.*, 8 at a time) and then the GPU tests one at a time (they compare
+#                   the device-wide cuMemGetInfo). CTest files hold the absolute paths of
 #                   the machine that built them (e.g. /work/main/build/gpu); where that path does
 #                   not exist here it is made a symbolic link to this build directory for the
 #                   run (and removed afterwards). Where it exists and is something else, ctest is
 #                   skipped and step 3 decides alone.
-#   3 direct        every GPU test program (tests/gpu/gpu_*_test, tests/*/*_gpu_test) run whole,
-#                   all its tests in one process
+#   3 direct        every GPU test program (tests/gpu/gpu_*_test, tests/*/*_gpu_test) and every
+#                   conformance program (capi, cxx, model, reuse) with SOMA_BACKEND=cuda, run
+#                   whole, all its tests in one process
 #   4 sanitizer     the same under compute-sanitizer --tool memcheck
 #                   --track-stream-ordered-races all: must report 0 errors
 #   5 bench         bench/vs_driver (soma vs cudaMallocAsync vs cudaMalloc), and
 #                   bench/alloc_pairs_bench with SOMA_BACKEND=cpu (and, for information only, cuda)
-# The CPU test suite is not run here: its tests read pool memory from the host, which only the
-# cpu backend allows. GPU tests run with SOMA_BACKEND=cuda and SOMA_GPU_TESTS_REQUIRE_CUDA=1, so a
+# The conformance suites run here on cuda (CI runs them on cpu); tests that hold on the cpu
+# backend only report SKIPPED with their reason. GPU tests run with SOMA_BACKEND=cuda and SOMA_GPU_TESTS_REQUIRE_CUDA=1, so a
 # test that cannot reach the cuda backend FAILS instead of skipping.
 #
 # Exit status: 0 everything passed; 1 a test or sanitizer step failed; 2 tests passed but a
@@ -92,6 +95,11 @@ gpu_tests=()
 # e.g. tests/backend/cuda_backend_gpu_test).
 for test in "$build_abs"/tests/gpu/gpu_*_test "$build_abs"/tests/*/*_gpu_test; do
   [[ -x "$test" ]] && gpu_tests+=("$test")
+done
+conformance_tests=()
+for test in "$build_abs"/tests/capi/capi_*_test "$build_abs"/tests/cxx/cxx_api_test \
+  "$build_abs"/tests/model/model_test "$build_abs"/tests/reuse/reuse_*_test; do
+  [[ -x "$test" ]] && conformance_tests+=("$test")
 done
 if ((${#gpu_tests[@]} == 0)); then
   record FAIL setup "no GPU test programs in $BUILD_DIR/tests/gpu (was it built with scripts/build-gpu.sh?)"
@@ -185,28 +193,35 @@ else
 fi
 if [[ -n "$ctest_dir" ]]; then
   ctest_log="$OUT/ctest.log"
-  junit=()
-  if ctest --help 2>/dev/null | grep -q -- '--output-junit'; then
-    junit=(--output-junit "$OUT/ctest-gpu-junit.xml")
-  fi
-  (cd "$ctest_dir" && ctest -L gpu --output-on-failure --timeout 300 "${junit[@]}") \
-    >"$ctest_log" 2>&1
+  junit_option=0
+  ctest --help 2>/dev/null | grep -q -- '--output-junit' && junit_option=1
+  junit() { ((junit_option)) && echo "--output-junit $OUT/$1"; }
+  # The conformance tests compare this process's commits only: 8 at a time. The GPU tests
+  # compare the device-wide cuMemGetInfo: one at a time.
+  # shellcheck disable=SC2046 # junit's words are meant to split
+  (cd "$ctest_dir" && ctest -L gpu -R '^cuda[.]' -j 8 --output-on-failure --timeout 300 \
+    $(junit ctest-conformance-junit.xml)) >"$ctest_log" 2>&1
   status=$?
+  # shellcheck disable=SC2046
+  (cd "$ctest_dir" && ctest -L gpu -E '^cuda[.]' --output-on-failure --timeout 300 \
+    $(junit ctest-gpu-junit.xml)) >>"$ctest_log" 2>&1
+  status=$((status | $?))
   # ctest 3.25 says "100% tests passed, 0 tests failed out of N"; newer ones drop the middle.
-  line="$(grep -E '[0-9]+% tests passed(, [0-9]+ tests? failed)? out of' "$ctest_log" | tail -1)"
+  line="$(grep -E '[0-9]+% tests passed(, [0-9]+ tests? failed)? out of' "$ctest_log" |
+    paste -sd ';' -)"
   skipped="$(grep -cE '^[[:space:]]*[0-9]+ - .*\(Skipped\)$' "$ctest_log" || true)"
   if ((status == 0)) && [[ -n "$line" ]]; then
-    record PASS ctest "$line; $skipped skipped"
+    record PASS ctest "conformance; gpu: $line; $skipped skipped"
   else
     record FAIL ctest "exit $status: ${line:-no summary line}; $skipped skipped (see $ctest_log)"
     grep -E '^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Not Run|Exception)' \
-      "$ctest_log" | head -20 | tee -a "$summary"
+      "$ctest_log" | head -40 | tee -a "$summary"
     test_failures=$((test_failures + 1))
   fi
 fi
 
 # ---- 3 direct ---------------------------------------------------------------------------------
-for test in "${gpu_tests[@]}"; do
+for test in "${gpu_tests[@]}" "${conformance_tests[@]}"; do
   name="$(basename "$test")"
   say "direct: $name"
   log="$OUT/direct-$name.log"

@@ -190,9 +190,14 @@ SOMA_API somaError_t somaSetDevice(int device);
 SOMA_API somaError_t somaGetDevice(int* device);
 SOMA_API somaError_t somaDeviceGetAttribute(int* value, somaDeviceAttr attr, int device);
 SOMA_API somaError_t somaDeviceCanAccessPeer(int* canAccessPeer, int device, int peerDevice);
-/** Bytes of physical memory not committed by any pool on the current device, and the
- *  device's total (cudaMemGetInfo). */
+/** Free and total bytes of the current device (cudaMemGetInfo). cpu: the device's budget minus
+ *  what pools committed; cuda: the driver's device-wide figure, which other processes and the
+ *  driver's own allocations move too. */
 SOMA_API somaError_t somaMemGetInfo(size_t* freeBytes, size_t* totalBytes);
+/** soma's own: bytes of physical memory this process's pools hold on device (all pools,
+ *  destroyed ones still draining included; imported memory excluded). Unlike somaMemGetInfo
+ *  it moves only with soma's commits and releases, on every backend. */
+SOMA_API somaError_t somaDeviceGetCommittedBytes(size_t* bytes, int device);
 /** Waits for all work on every stream of the current device (S9, S12). */
 SOMA_API somaError_t somaDeviceSynchronize(void);
 

@@ -182,6 +182,16 @@ somaError_t somaMemGetInfo(size_t* freeBytes, size_t* totalBytes) {
   });
 }
 
+somaError_t somaDeviceGetCommittedBytes(size_t* bytes, int device) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (bytes == nullptr) return null_argument("somaDeviceGetCommittedBytes", "bytes");
+    result<std::size_t> committed = rt.committed_bytes(device);
+    if (!committed.ok()) return committed.take_error();
+    *bytes = committed.value();
+    return status::success();
+  });
+}
+
 somaError_t somaDeviceSynchronize(void) {
   return with_runtime([&](runtime& rt) { return rt.synchronize_device(); });
 }

@@ -116,6 +116,11 @@ status runtime::memory_info(std::size_t* free_bytes, std::size_t* total_bytes) c
   return status::success();
 }
 
+result<std::size_t> runtime::committed_bytes(int device) const {
+  if (status checked = check_device(device); !checked.ok()) return checked;
+  return backend_->committed_bytes(device);
+}
+
 // ---- synchronize hooks (S9, S12) -------------------------------------------------------
 
 void runtime::proven(stream_object& stream, std::uint64_t position) {

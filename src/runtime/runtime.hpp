@@ -77,6 +77,7 @@ class runtime {
   result<int> device_attribute(device_attribute attribute, int device) const;
   result<bool> can_access_peer(int device, int peer) const;
   status memory_info(std::size_t* free_bytes, std::size_t* total_bytes) const;
+  result<std::size_t> committed_bytes(int device) const;
   status synchronize_device();
 
   // -- streams and events (S12) -------------------------------------------------------

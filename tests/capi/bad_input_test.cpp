@@ -51,7 +51,8 @@ TEST_F(S1_BadInput, NullResultPointerIsInvalidValue) {
 TEST_F(S1_BadInput, SizeBeyondDeviceMemoryIsMemoryAllocationWithTheNumbers) {
   unique_stream stream;
   const somaMemPool_t pool = default_pool(0);
-  const std::size_t total = device_memory_bytes(0);
+  // The exact total (somaMemGetInfo): the MiB attribute rounds a GPU's figure down.
+  const std::size_t total = device_memory_info(0).total_bytes;
   const std::size_t request = total + 64 * MiB;
   const pool_stats before = read_pool_stats(pool);
   void* pointer = nullptr;
@@ -348,7 +349,7 @@ TEST_P(S5_BadPoolProps, IsRejectedWithTheDocumentedCode) {
   const somaMemPool_t pool = default_pool(0);
   SOMA_ASSERT_OK(somaDeviceSynchronize());
   const pool_stats before = read_pool_stats(pool);
-  const std::size_t free_before = device_memory_info(0).free_bytes;
+  const std::size_t committed_before = committed_bytes(0);
   somaMemPoolProps props = pool_props(0);
   GetParam().mutate(props);
   somaMemPool_t created = nullptr;
@@ -356,7 +357,7 @@ TEST_P(S5_BadPoolProps, IsRejectedWithTheDocumentedCode) {
   EXPECT_EQ(status, GetParam().expected);
   EXPECT_FALSE(last_message().empty());
   if (status == somaSuccess) (void)somaMemPoolDestroy(created);
-  EXPECT_EQ(device_memory_info(0).free_bytes, free_before);
+  EXPECT_EQ(committed_bytes(0), committed_before);
   expect_unchanged_and_usable(pool, before, stream);
 }
 
@@ -424,7 +425,7 @@ TEST_F(S5_BadPoolPropsFromC, UnknownValuesAndBitsAreInvalidValue) {
   const somaMemPool_t pool = default_pool(0);
   SOMA_ASSERT_OK(somaDeviceSynchronize());
   const pool_stats before = read_pool_stats(pool);
-  const std::size_t free_before = device_memory_info(0).free_bytes;
+  const std::size_t committed_before = committed_bytes(0);
   somaMemPool_t created = nullptr;
   SOMA_ASSERT_OK(c_caller_pool_create(&created, 0, somaMemAllocationTypePinned,
                                       somaMemLocationTypeDevice, somaMemHandleTypeNone))
@@ -452,7 +453,7 @@ TEST_F(S5_BadPoolPropsFromC, UnknownValuesAndBitsAreInvalidValue) {
     EXPECT_EQ(status, somaErrorInvalidValue) << bad.name;
     if (status == somaSuccess) (void)somaMemPoolDestroy(created);
   }
-  EXPECT_EQ(device_memory_info(0).free_bytes, free_before);
+  EXPECT_EQ(committed_bytes(0), committed_before);
   expect_unchanged_and_usable(pool, before, stream);
 }
 

@@ -16,7 +16,7 @@ class S8_Devices : public capi_test {};
 TEST_F(S8_Devices, CountFollowsTheConfiguration) {
   int count = 0;
   SOMA_ASSERT_OK(somaGetDeviceCount(&count));
-  if (using_default_test_config()) {
+  if (exact_test_config()) {
     EXPECT_EQ(count, kTestDeviceCount);
   } else {
     EXPECT_GE(count, 1);
@@ -39,7 +39,7 @@ TEST_F(S8_DeviceAttributes, MemoryAndGranularityFollowTheConfiguration) {
     EXPECT_GT(memory_mib, 0);
     EXPECT_GT(granularity_kib, 0);
     EXPECT_EQ(granularity_kib & (granularity_kib - 1), 0) << "a power of two";
-    if (using_default_test_config()) {
+    if (exact_test_config()) {
       EXPECT_EQ(static_cast<std::size_t>(memory_mib) * MiB, kTestDeviceMemoryBytes);
       EXPECT_EQ(static_cast<std::size_t>(granularity_kib) * KiB, kTestGranularityBytes);
     }
@@ -52,7 +52,8 @@ TEST_F(S8_Devices, MemGetInfoReportsTheCurrentDevice) {
     std::size_t free_bytes = 0;
     std::size_t total_bytes = 0;
     SOMA_ASSERT_OK(somaMemGetInfo(&free_bytes, &total_bytes));
-    EXPECT_EQ(total_bytes, device_memory_bytes(device));
+    // The attribute is in whole MiB; a GPU's total is not a whole number of them.
+    EXPECT_EQ(total_bytes / MiB, device_memory_bytes(device) / MiB);
     EXPECT_LE(free_bytes, total_bytes);
   }
 }
@@ -63,12 +64,20 @@ TEST_F(S8_Devices, MemGetInfoFreeDropsByWhatAPoolCommits) {
   SOMA_ASSERT_OK(synchronize_device(0));
   const memory_info device_0 = device_memory_info(0);
   const memory_info device_1 = device_memory_info(1);
+  const std::size_t committed_0 = committed_bytes(0);
+  const std::size_t committed_1 = committed_bytes(1);
   unique_pool pool(1);
   void* pointer = nullptr;
   SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, 2 * MiB, pool, stream));
   const std::uint64_t reserved = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
-  EXPECT_EQ(device_memory_info(1).free_bytes, device_1.free_bytes - reserved);
-  EXPECT_EQ(device_memory_info(0).free_bytes, device_0.free_bytes);
+  EXPECT_EQ(committed_bytes(1), committed_1 + reserved);
+  EXPECT_EQ(committed_bytes(0), committed_0);
+  if (on_cpu_backend()) {  // a GPU's free figure also moves with other processes
+    EXPECT_EQ(device_memory_info(1).free_bytes, device_1.free_bytes - reserved);
+    EXPECT_EQ(device_memory_info(0).free_bytes, device_0.free_bytes);
+  } else {
+    EXPECT_LE(device_memory_info(1).free_bytes + reserved, device_1.free_bytes + 64 * MiB);
+  }
   SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
 }

@@ -133,6 +133,7 @@ TEST_F(S1_Streams, DefaultStreamDoesNotSynchronizeWithOtherStreams) {
 }
 
 TEST_F(S1_Streams, NativeStreamsOnTheCpuBackend) {
+  SOMA_REQUIRE_CPU_BACKEND("what the cpu backend answers; tests/gpu covers native CUstreams");
   unique_stream stream;
   void* native = &stream;  // anything but NULL
   SOMA_ASSERT_OK(somaStreamGetNative(stream, &native));

@@ -40,10 +40,19 @@ class host_buffer {
   }
   host_buffer(const host_buffer&) = delete;
   host_buffer& operator=(const host_buffer&) = delete;
+  host_buffer(host_buffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+  host_buffer& operator=(host_buffer&&) = delete;
 
   unsigned char* data() const { return static_cast<unsigned char*>(data_); }
   std::size_t size() const { return bytes_; }
   unsigned char operator[](std::size_t i) const { return data()[i]; }
+  /// Number of bytes that differ from value.
+  std::size_t count_not(unsigned char value) const {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < bytes_; ++i) n += data()[i] != value ? 1 : 0;
+    return n;
+  }
   /// Whether every byte equals value (false for an empty buffer).
   bool all(unsigned char value) const {
     if (bytes_ == 0) return false;
@@ -56,6 +65,19 @@ class host_buffer {
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
 };
+
+/// Copies [pointer, pointer + bytes) of pool memory to the host in stream order and waits for
+/// the stream: the one way to read pool memory that works on every backend. On failure the
+/// buffer is empty (size 0) and the status is in *status when given.
+inline host_buffer read_back(const void* pointer, std::size_t bytes, somaStream_t stream,
+                             somaError_t* status = nullptr) {
+  host_buffer copy(bytes);
+  somaError_t result = somaMemcpyAsync(copy.data(), pointer, bytes, somaMemcpyDeviceToHost, stream);
+  if (result == somaSuccess) result = somaStreamSynchronize(stream);
+  if (status != nullptr) *status = result;
+  if (result != somaSuccess) return host_buffer(0);
+  return copy;
+}
 
 /// A 32-bit word of somaMallocHost memory that lives until the process exits.
 inline std::uint32_t* new_host_word() {

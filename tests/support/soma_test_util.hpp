@@ -230,6 +230,15 @@ inline memory_info device_memory_info(int device) {
   return info;
 }
 
+/// somaDeviceGetCommittedBytes: what this process's pools hold on device. Tests compare it
+/// rather than somaMemGetInfo's free figure, which on a GPU other processes move too.
+inline std::size_t committed_bytes(int device) {
+  std::size_t bytes = 0;
+  const somaError_t status = somaDeviceGetCommittedBytes(&bytes, device);
+  EXPECT_EQ(status, somaSuccess) << "somaDeviceGetCommittedBytes: " << last_message();
+  return bytes;
+}
+
 /// somaDeviceSynchronize of `device` (switches the calling thread's device and back).
 inline somaError_t synchronize_device(int device) {
   int previous = 0;

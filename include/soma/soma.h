@@ -274,6 +274,23 @@ SOMA_API somaError_t somaStreamWaitValue32(somaStream_t stream, uint32_t* addr, 
 SOMA_API somaError_t somaStreamWriteValue32(somaStream_t stream, uint32_t* addr, uint32_t value,
                                             unsigned int flags);
 
+/** soma's own: a memory range a host task declares it touches, and how (ProtRead or
+ *  ProtReadWrite). */
+typedef struct somaHostAccess {
+  const void* ptr;
+  size_t size;
+  somaMemAccessFlags access;
+} somaHostAccess;
+/** soma's own: somaLaunchHostFunc for a task that declares the memory it touches. Each range in
+ *  pool memory must lie in a live allocation that the stream's device may use that way (its own
+ *  pools, or pools whose somaMemPoolSetAccess granted it; S6): otherwise somaErrorNotPermitted
+ *  (no access, or read-only access to a range declared ProtReadWrite) or somaErrorInvalidValue
+ *  (not a live allocation, past its end, bad flags), and nothing is enqueued. Ranges in host
+ *  memory are not checked. */
+SOMA_API somaError_t somaLaunchHostFuncWithAccess(somaStream_t stream, somaHostFn_t fn,
+                                                  void* userData, const somaHostAccess* accesses,
+                                                  size_t count);
+
 /* ---- stream-ordered allocation (S1, S2, S4) ---------------------------------------------- */
 
 /** Allocates bytes from the current pool of the stream's device (S1, S4). Size 0 gives
@@ -301,6 +318,18 @@ SOMA_API somaError_t somaMemPoolGetAttribute(somaMemPool_t memPool, somaMemPoolA
 /** Releases memory whose free is known complete until at most minBytesToKeep stay
  *  reserved, as far as live memory and granularity allow (S9). */
 SOMA_API somaError_t somaMemPoolTrimTo(somaMemPool_t memPool, size_t minBytesToKeep);
+/** Grants (ProtRead, ProtReadWrite) or revokes (ProtNone) access of devices to every allocation
+ *  of the pool, present and future (S6). The owning device keeps read-write access (ProtNone
+ *  for it: InvalidDevice; ProtRead: NotSupported). Host locations: NotSupported; an unknown
+ *  location type or flags: InvalidValue; a bad ordinal or a device that cannot access the
+ *  owner's memory (somaDeviceCanAccessPeer): InvalidDevice. Every entry is checked before any
+ *  is applied. Independent of any peer-access switch. */
+SOMA_API somaError_t somaMemPoolSetAccess(somaMemPool_t memPool, const somaMemAccessDesc* descList,
+                                          size_t count);
+/** The access location has to the pool's memory: ReadWrite for the owning device, what
+ *  somaMemPoolSetAccess granted (ProtNone by default) for others. */
+SOMA_API somaError_t somaMemPoolGetAccess(somaMemAccessFlags* flags, somaMemPool_t memPool,
+                                          somaMemLocation* location);
 /** soma's own: gives the pool a name used in messages ("pool 'tenant-a' on device 0"). */
 SOMA_API somaError_t somaMemPoolSetName(somaMemPool_t memPool, const char* name);
 

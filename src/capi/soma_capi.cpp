@@ -4,6 +4,8 @@
 #include <cstring>
 #include <exception>
 #include <new>
+#include <string>
+#include <vector>
 
 #include "runtime/last_error.hpp"
 #include "runtime/runtime.hpp"
@@ -298,6 +300,28 @@ somaError_t somaLaunchHostFuncWithStatus(somaStream_t stream, somaHostStatusFn_t
   });
 }
 
+somaError_t somaLaunchHostFuncWithAccess(somaStream_t stream, somaHostFn_t fn, void* userData,
+                                         const somaHostAccess* accesses, size_t count) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (fn == nullptr) return null_argument("somaLaunchHostFuncWithAccess", "fn");
+    std::vector<runtime::host_access> ranges;
+    if (accesses != nullptr) {
+      ranges.reserve(count);
+      for (size_t i = 0; i < count; ++i) {
+        ranges.push_back({accesses[i].ptr, accesses[i].size,
+                          static_cast<soma::detail::backend::access_flags>(raw_value(accesses[i].access))});
+      }
+    }
+    return rt.launch_host_task_with_access(
+        handle_of(stream),
+        [fn, userData] {
+          fn(userData);
+          return status::success();
+        },
+        accesses == nullptr ? nullptr : ranges.data(), count);
+  });
+}
+
 somaError_t somaMemsetAsync(void* devPtr, int value, size_t count, somaStream_t stream) {
   return with_runtime(
       [&](runtime& rt) { return rt.memset_async(devPtr, value, count, handle_of(stream)); });
@@ -424,6 +448,34 @@ somaError_t somaMemPoolGetAttribute(somaMemPool_t memPool, somaMemPoolAttr attr,
 
 somaError_t somaMemPoolTrimTo(somaMemPool_t memPool, size_t minBytesToKeep) {
   return with_runtime([&](runtime& rt) { return rt.trim_pool(handle_of(memPool), minBytesToKeep); });
+}
+
+somaError_t somaMemPoolSetAccess(somaMemPool_t memPool, const somaMemAccessDesc* descList,
+                                 size_t count) {
+  return with_runtime([&](runtime& rt) -> status {
+    std::vector<runtime::access_request> requests;
+    if (descList != nullptr) {
+      requests.reserve(count);
+      for (size_t i = 0; i < count; ++i) {
+        requests.push_back({raw_value(descList[i].location.type), descList[i].location.id,
+                            raw_value(descList[i].flags)});
+      }
+    }
+    return rt.set_pool_access(handle_of(memPool), descList == nullptr ? nullptr : requests.data(),
+                              count);
+  });
+}
+
+somaError_t somaMemPoolGetAccess(somaMemAccessFlags* flags, somaMemPool_t memPool,
+                                 somaMemLocation* location) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (flags == nullptr) return null_argument("somaMemPoolGetAccess", "flags");
+    if (location == nullptr) return null_argument("somaMemPoolGetAccess", "location");
+    result<int> access = rt.pool_access(handle_of(memPool), raw_value(location->type), location->id);
+    if (!access.ok()) return access.take_error();
+    *flags = static_cast<somaMemAccessFlags>(access.value());
+    return status::success();
+  });
 }
 
 somaError_t somaMemPoolSetName(somaMemPool_t memPool, const char* name) {

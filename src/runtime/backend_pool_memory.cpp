@@ -10,11 +10,63 @@ backend_pool_memory::backend_pool_memory(backend::backend& platform, int device,
       granularity_bytes_(platform.properties(device).granularity_bytes) {}
 
 result<std::uintptr_t> backend_pool_memory::reserve(std::size_t bytes) {
-  return platform_.reserve_address(device_, bytes);
+  result<std::uintptr_t> base = platform_.reserve_address(device_, bytes);
+  if (!base.ok()) return base;
+  std::lock_guard lock(access_mutex_);
+  for (const auto& [device, flags] : granted_) {
+    if (status applied = platform_.set_access(base.value(), bytes, device, flags); !applied.ok()) {
+      platform_.free_address(base.value(), bytes);
+      return applied;
+    }
+  }
+  reservations_.emplace(base.value(), bytes);
+  return base;
 }
 
 void backend_pool_memory::free_reservation(std::uintptr_t base, std::size_t bytes) {
+  {
+    std::lock_guard lock(access_mutex_);
+    reservations_.erase(base);
+  }
   platform_.free_address(base, bytes);
+}
+
+backend::access_flags backend_pool_memory::access(int device) const {
+  if (device == device_) return backend::access_flags::read_write;
+  std::lock_guard lock(access_mutex_);
+  auto found = granted_.find(device);
+  return found == granted_.end() ? backend::access_flags::none : found->second;
+}
+
+status backend_pool_memory::set_access(int device, backend::access_flags flags) {
+  std::lock_guard lock(access_mutex_);
+  for (const auto& [base, bytes] : reservations_) {
+    if (status applied = platform_.set_access(base, bytes, device, flags); !applied.ok())
+      return applied;
+  }
+  if (flags == backend::access_flags::none) {
+    granted_.erase(device);
+  } else {
+    granted_[device] = flags;
+  }
+  return status::success();
+}
+
+memory_pool::memory_pool(pool_config config, std::unique_ptr<backend_pool_memory> memory,
+                         pool_properties properties, bool is_default)
+    : memory_pool(std::move(config), memory.release(), properties, is_default) {}
+
+memory_pool::memory_pool(pool_config config, backend_pool_memory* memory,
+                         pool_properties properties, bool is_default)
+    : pool(std::move(config), std::unique_ptr<pool_memory>(memory)),
+      memory_(*memory),
+      properties_(properties),
+      is_default_(is_default) {}
+
+backend::access_flags memory_pool::access(int device) const { return memory_.access(device); }
+
+status memory_pool::set_access(int device, backend::access_flags flags) {
+  return memory_.set_access(device, flags);
 }
 
 result<std::uint64_t> backend_pool_memory::commit(std::uintptr_t address, std::size_t bytes) {

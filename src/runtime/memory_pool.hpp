@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 
 #include "backend/backend.hpp"
 #include "core/pool.hpp"
@@ -19,13 +20,12 @@ struct pool_properties {
   std::size_t max_size_bytes = 0;  // 0 = the device's memory
 };
 
+class backend_pool_memory;
+
 class memory_pool final : public pool {
  public:
-  memory_pool(pool_config config, std::unique_ptr<pool_memory> memory,
-              pool_properties properties, bool is_default)
-      : pool(std::move(config), std::move(memory)),
-        properties_(properties),
-        is_default_(is_default) {}
+  memory_pool(pool_config config, std::unique_ptr<backend_pool_memory> memory,
+              pool_properties properties, bool is_default);
 
   const pool_properties& properties() const noexcept { return properties_; }
   bool is_default() const noexcept { return is_default_; }
@@ -34,7 +34,18 @@ class memory_pool final : public pool {
   std::uintptr_t handle() const noexcept { return handle_; }
   void set_handle(std::uintptr_t handle) noexcept { handle_ = handle; }
 
+  /// Access of `device` to every allocation of the pool, present and future (S6): read-write
+  /// for the owning device, what somaMemPoolSetAccess granted (none by default) for others.
+  backend::access_flags access(int device) const;
+  /// Grants or revokes access of a device other than the owner, on all mapped memory and on
+  /// every later growth. Requires: checked by the caller (device in range, not the owner).
+  status set_access(int device, backend::access_flags flags);
+
  private:
+  memory_pool(pool_config config, backend_pool_memory* memory, pool_properties properties,
+              bool is_default);
+
+  backend_pool_memory& memory_;  // owned by the base class
   const pool_properties properties_;
   const bool is_default_;
   std::atomic<bool> destroyed_{false};
@@ -54,8 +65,16 @@ class backend_pool_memory final : public pool_memory {
                 std::size_t offset_bytes) override;
   bool can_decommit_part() const override { return platform_.can_discard_physical_part(); }
 
+  /// Access other devices have to this memory (S6). set_access applies to every reservation
+  /// and is applied again to each new one, under one lock, so growth never misses a grant.
+  backend::access_flags access(int device) const;
+  status set_access(int device, backend::access_flags flags);
+
  private:
   std::map<std::uint64_t, std::size_t> mapped_bytes_;  // per physical handle; pool lock held
+  mutable std::mutex access_mutex_;                   // the two maps below
+  std::map<std::uintptr_t, std::size_t> reservations_;  // base -> bytes
+  std::map<int, backend::access_flags> granted_;        // devices other than the owner
   backend::backend& platform_;
   const int device_;
   const unsigned export_handle_types_;

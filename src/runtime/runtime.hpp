@@ -52,8 +52,11 @@ enum class device_attribute : int {
   granularity_kib = 20002,
 };
 
+class memory_pool;
+
 struct pointer_info {
   bool is_live = false;
+  const memory_pool* pool = nullptr;  ///< owner of a live allocation (destroyed pools too)
   bool is_host = false;  ///< inside a somaMallocHost allocation (base and size are its own)
   int device = -1;
   std::uintptr_t pool_handle = 0;
@@ -125,6 +128,24 @@ class runtime {
   status set_pool_attribute(std::uintptr_t handle, pool_attribute attribute, const void* value);
   status get_pool_attribute(std::uintptr_t handle, pool_attribute attribute, void* value) const;
   status trim_pool(std::uintptr_t handle, std::size_t keep_bytes);
+  /// S6: each entry is {location type, location id, flags} as somaMemAccessDesc holds them.
+  struct access_request {
+    int location_type = 0;
+    int location_id = 0;
+    int flags = 0;
+  };
+  status set_pool_access(std::uintptr_t handle, const access_request* requests, std::size_t count);
+  result<int> pool_access(std::uintptr_t handle, int location_type, int location_id) const;
+  /// A memory range a host task declares it reads (read) or reads and writes (read_write).
+  struct host_access {
+    const void* pointer = nullptr;
+    std::size_t bytes = 0;
+    backend::access_flags flags = backend::access_flags::none;
+  };
+  /// launch_host_task after checking that the stream's device may access each range (S6,
+  /// S13): ranges in pool memory must lie in live allocations the device has access to.
+  status launch_host_task_with_access(std::uintptr_t stream_handle, backend::host_task task,
+                                      const host_access* accesses, std::size_t count);
   status set_pool_name(std::uintptr_t handle, const char* name);
 
  private:
@@ -150,10 +171,15 @@ class runtime {
   void order_after_free(stream_object& stream, const required_wait& wait);
   status explain_unknown_pointer(std::uintptr_t address, const char* action) const;
   status check_range(const void* pointer, std::size_t bytes, const char* what) const;
+  /// check_range, then (for pool memory) that a stream of `device` may use the range as
+  /// `needed` (S6): the owning device always; others as somaMemPoolSetAccess granted.
+  status check_use(const void* pointer, std::size_t bytes, const char* what, int device,
+                   backend::access_flags needed) const;
   /// The host allocation holding [address, address + bytes): {base, size}, or {0, 0}.
   std::pair<std::uintptr_t, std::size_t> find_host(std::uintptr_t address) const;
   std::pair<std::uintptr_t, std::size_t> find_host_locked(std::uintptr_t address) const;
-  status check_value_word(std::uint32_t* address, const char* call) const;
+  status check_value_word(std::uint32_t* address, const char* call, int device,
+                          backend::access_flags needed) const;
   /// A synchronize or successful query showed stream complete up to position (S12).
   void proven(stream_object& stream, std::uint64_t position);
   void after_synchronize();

@@ -59,7 +59,8 @@ std::pair<std::uintptr_t, std::size_t> runtime::find_host(std::uintptr_t address
   return find_host_locked(address);
 }
 
-status runtime::check_value_word(std::uint32_t* address, const char* call) const {
+status runtime::check_value_word(std::uint32_t* address, const char* call, int device,
+                                 backend::access_flags needed) const {
   const auto word = reinterpret_cast<std::uintptr_t>(address);
   if (word == 0) return status(error_code::invalid_value, std::string(call) + ": the address is NULL");
   if (word % alignof(std::uint32_t) != 0) {
@@ -83,7 +84,7 @@ status runtime::check_value_word(std::uint32_t* address, const char* call) const
                   std::string(call) + ": " + format_address(word) +
                       " is neither host memory from somaMallocHost nor a live allocation");
   }
-  return check_range(address, sizeof(std::uint32_t), call);
+  return check_use(address, sizeof(std::uint32_t), call, device, needed);
 }
 
 status runtime::stream_wait_value32(std::uintptr_t stream_handle, std::uint32_t* address,
@@ -95,7 +96,10 @@ status runtime::stream_wait_value32(std::uintptr_t stream_handle, std::uint32_t*
                   "somaStreamWaitValue32: flags " + std::to_string(flags) +
                       " is not a somaStreamWaitValue condition (Geq 0, Eq 1, And 2, Nor 3)");
   }
-  if (status ok = check_value_word(address, "somaStreamWaitValue32"); !ok.ok()) return ok;
+  if (status ok = check_value_word(address, "somaStreamWaitValue32", s.value()->device,
+                                   backend::access_flags::read);
+      !ok.ok())
+    return ok;
   return s.value()->queue->enqueue_wait_value32(address, value,
                                                 static_cast<backend::wait_condition>(flags));
 }
@@ -108,7 +112,10 @@ status runtime::stream_write_value32(std::uintptr_t stream_handle, std::uint32_t
     return status(error_code::invalid_value, "somaStreamWriteValue32: flags " +
                                                  std::to_string(flags) + " is not 0 (the only flag)");
   }
-  if (status ok = check_value_word(address, "somaStreamWriteValue32"); !ok.ok()) return ok;
+  if (status ok = check_value_word(address, "somaStreamWriteValue32", s.value()->device,
+                                   backend::access_flags::read_write);
+      !ok.ok())
+    return ok;
   return s.value()->queue->enqueue_write_value32(address, value);
 }
 

@@ -126,6 +126,7 @@ pointer_info runtime::describe_pointer(const void* pointer) const {
   }
   if (owner == nullptr) return info;
   info.is_live = true;
+  info.pool = owner;
   info.device = owner->config().device;
   info.pool_handle = owner->handle();
   return info;

@@ -225,7 +225,10 @@ status runtime::memset_async(void* destination, int value, std::size_t bytes,
   result<stream_object*> s = resolve_stream(stream_handle);
   if (!s.ok()) return s.take_error();
   if (bytes == 0) return status::success();
-  if (status ok = check_range(destination, bytes, "somaMemsetAsync destination"); !ok.ok()) return ok;
+  if (status ok = check_use(destination, bytes, "somaMemsetAsync destination", s.value()->device,
+                            backend::access_flags::read_write);
+      !ok.ok())
+    return ok;
   return s.value()->queue->enqueue_memset(destination, value, bytes);
 }
 
@@ -234,8 +237,16 @@ status runtime::memcpy_async(void* destination, const void* source, std::size_t 
   result<stream_object*> s = resolve_stream(stream_handle);
   if (!s.ok()) return s.take_error();
   if (bytes == 0) return status::success();
-  if (status ok = check_range(destination, bytes, "somaMemcpyAsync destination"); !ok.ok()) return ok;
-  if (status ok = check_range(source, bytes, "somaMemcpyAsync source"); !ok.ok()) return ok;
+  // Each pointer's device comes from the pointer itself (S13); the stream's device runs the
+  // copy and must be allowed to write the destination and read the source.
+  if (status ok = check_use(destination, bytes, "somaMemcpyAsync destination", s.value()->device,
+                            backend::access_flags::read_write);
+      !ok.ok())
+    return ok;
+  if (status ok = check_use(source, bytes, "somaMemcpyAsync source", s.value()->device,
+                            backend::access_flags::read);
+      !ok.ok())
+    return ok;
   return s.value()->queue->enqueue_memcpy(destination, source, bytes);
 }
 

@@ -164,6 +164,19 @@ fi
 
 export SOMA_BACKEND=cuda
 export SOMA_GPU_TESTS_REQUIRE_CUDA=1
+# NVLink multicast (NVLS) stays off: the lent machines do not support changing it.
+export NCCL_NVLS_ENABLE=0
+# NCCL for the two-GPU test (loaded at run time): on the library path, or the copy a Python
+# package (PyTorch's nvidia-nccl) brought along.
+if [[ -z "${SOMA_NCCL_LIBRARY:-}" ]]; then
+  SOMA_NCCL_LIBRARY="$(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2 /{print $NF; exit}')"
+  if [[ -z "$SOMA_NCCL_LIBRARY" ]] && command -v python3 >/dev/null; then
+    SOMA_NCCL_LIBRARY="$(python3 -c 'import nvidia.nccl, os; d = os.path.dirname(nvidia.nccl.__file__ or list(nvidia.nccl.__path__)[0]); print(os.path.join(d, "lib", "libnccl.so.2"))' 2>/dev/null || true)"
+  fi
+  [[ -n "$SOMA_NCCL_LIBRARY" && -e "$SOMA_NCCL_LIBRARY" ]] || SOMA_NCCL_LIBRARY=""
+fi
+export SOMA_NCCL_LIBRARY
+record INFO nccl "${SOMA_NCCL_LIBRARY:-not found (the NCCL test skips)}"
 
 # Counts of a gtest console log: "passed failed skipped".
 gtest_counts() {

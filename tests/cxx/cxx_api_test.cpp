@@ -134,8 +134,8 @@ TEST(S1_CxxApi, MemoryResourceRoundTrip) {
   // never touches pool memory, which is device memory on cuda). The copy lands in
   // somaMallocHost memory, so it stays asynchronous and in stream order.
   soma_test::host_buffer copy(bytes);
-  soma::check(somaMemsetAsync(ptr, 0xab, bytes, s.handle()));
-  soma::check(somaMemcpyAsync(copy.data(), ptr, bytes, somaMemcpyDeviceToHost, s.handle()));
+  s.memset_async(ptr, 0xab, bytes);
+  s.memcpy_async(copy.data(), ptr, bytes);
   resource.deallocate(s, ptr, bytes);
   s.synchronize();
   EXPECT_TRUE(copy.all(0xab)) << "memset + memcpy did not read back what was written";
@@ -153,6 +153,47 @@ TEST(S1_CxxApi, MemoryResourceRoundTrip) {
   soma::pool other = make_pool();
   EXPECT_TRUE(resource == soma::memory_resource(p.handle()));
   EXPECT_FALSE(resource == soma::memory_resource(other));
+}
+
+TEST(S12_CxxApi, HostMemoryAndValueOperationsOrderStreams) {
+  soma::stream held;
+  soma::stream writer;
+  auto* words = static_cast<std::uint32_t*>(soma::malloc_host(2 * sizeof(std::uint32_t)));
+  ASSERT_NE(words, nullptr);
+  words[0] = 0;
+  words[1] = 0;
+  held.wait_value32(&words[0], 1);  // held until writer sets word 0
+  held.write_value32(&words[1], 7);
+  EXPECT_FALSE(held.query());
+  writer.write_value32(&words[0], 1);
+  held.synchronize();
+  EXPECT_EQ(std::atomic_ref<std::uint32_t>(words[1]).load(), 7u);
+  EXPECT_THROW(held.wait_value32(nullptr, 1), soma::error);
+  soma::free_host(words);
+  soma::free_host(words);  // refused, never throws
+  EXPECT_EQ(somaGetLastError(), somaErrorInvalidValue);
+  EXPECT_EQ(soma::malloc_host(0), nullptr);
+}
+
+TEST(S6_CxxApi, PoolAccessIsGrantedAndReported) {
+  if (soma::device_count() < 2) GTEST_SKIP() << "needs 2 devices";
+  soma::pool p = make_pool();
+  EXPECT_EQ(p.access(0), somaMemAccessFlagsProtReadWrite);
+  EXPECT_EQ(p.access(1), somaMemAccessFlagsProtNone);
+  p.set_access(1, somaMemAccessFlagsProtRead);
+  EXPECT_EQ(p.access(1), somaMemAccessFlagsProtRead);
+  try {
+    p.set_access(0, somaMemAccessFlagsProtNone);
+    ADD_FAILURE() << "the owner cannot lose access";
+  } catch (const soma::error& e) {
+    EXPECT_EQ(e.code(), somaErrorInvalidDevice);
+  }
+  const std::size_t before = soma::committed_bytes(0);
+  soma::stream s;
+  void* ptr = soma::malloc_async(1 << 20, p, s);
+  EXPECT_GE(soma::committed_bytes(0), before + (1 << 20));
+  soma::free_async(ptr, s);
+  s.synchronize();
 }
 
 TEST(S1_CxxApi, MemoryResourceRejectsAlignmentItCannotGive) {

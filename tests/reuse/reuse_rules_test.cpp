@@ -1,18 +1,15 @@
-// S11 reuse policies, one rule at a time (the 8-combination suite is reuse_policies_test.cpp):
-// the inserted wait of internal dependencies and "growing beats waiting" in an uncapped pool,
-// frees of destroyed streams, clock coverage by events (too early, just before the free, broken
-// chains, split remainders), and a covered or completed free next to a later one of the same
-// stream (docs/reuse-policies.md, "Known defect").
+// S11 reuse policies, one rule at a time, on every backend (the 8-combination suite is
+// reuse_policies_test.cpp): the inserted wait of internal dependencies and "growing beats
+// waiting" in an uncapped pool, frees of destroyed streams, clock coverage by events (too
+// early, just before the free, broken chains, split remainders), and a covered or completed
+// free next to a later one of the same stream (docs/reuse-policies.md, "A defect the tests
+// found, and its fix").
 #include <soma/soma.h>
 
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <memory>
-#include <string>
 #include <thread>
 
 #include "reuse_test_fixture.hpp"
@@ -32,47 +29,43 @@ TEST_F(S11_InternalDependencies, InsertedWaitHoldsBackLaterWorkUntilTheFreeCompl
   void* p = nullptr;
   SOMA_ASSERT_OK(allocate(&p, a_));
   SOMA_ASSERT_OK(gate_.hold(a_));
-  task_flag a_wrote;
-  SOMA_ASSERT_OK(launch_writer(a_, p, granule_, 0xA1, a_wrote));
+  const writer& a_wrote = make_writer(p, granule_, 0xA1);
+  SOMA_ASSERT_OK(launch_writer(a_, a_wrote));
   SOMA_ASSERT_OK(somaFreeAsync(p, a_));
 
   void* q = nullptr;
   SOMA_ASSERT_OK(allocate(&q, b_));
   ASSERT_EQ(q, p);
-  auto saw_a_pattern = std::make_shared<std::atomic<bool>>(false);
-  task_flag b_ran;
-  SOMA_ASSERT_OK(launch_host(b_, [q, bytes = granule_, saw = saw_a_pattern, ran = b_ran.shared()] {
-    const auto* data = static_cast<const unsigned char*>(q);
-    bool all = true;
-    for (std::size_t i = 0; i < bytes; ++i) all = all && data[i] == 0xA1;
-    saw->store(all);
-    std::memset(q, 0xB2, bytes);
-    ran->store(true);
-  }));
+  probe& b_probe = make_probe(q, granule_, 0xB2);
+  SOMA_ASSERT_OK(launch_probe(b_, b_probe));
   unique_event on_b;
   SOMA_ASSERT_OK(somaEventRecord(on_b, b_));
-  expect_held_back(b_, b_ran, "B must wait for A's free");
+  expect_held_back(b_, b_probe.ran, "B must wait for A's free");
   EXPECT_EQ(somaEventQuery(on_b), somaErrorNotReady);
-  EXPECT_FALSE(a_wrote.is_set());
+  EXPECT_FALSE(a_wrote.done.is_set());
   gate_.open();
   SOMA_ASSERT_OK(somaEventSynchronize(on_b));
-  EXPECT_TRUE(b_ran.is_set());
-  EXPECT_TRUE(saw_a_pattern->load()) << "B's task ran before A's writer finished";
+  EXPECT_TRUE(b_probe.ran.is_set());
+  EXPECT_TRUE(b_probe.saw(a_wrote)) << "B's work ran before A's writer finished";
   SOMA_ASSERT_OK(somaFreeAsync(q, b_));
   SOMA_ASSERT_OK(somaDeviceSynchronize());
 }
 
 // In a pool without a cap (the device's memory), a pending free on a held stream never makes
-// another stream wait: the pool grows.
+// another stream wait: the pool grows (once: B's next requests reuse B's own frees).
 TEST_F(S11_InternalDependencies, UncappedPoolGrowsInsteadOfWaiting) {
   pool_ = std::make_unique<unique_pool>(0);
   ASSERT_NE(pool_->get(), nullptr);
   SOMA_ASSERT_OK(set_pool_u64(pool(), somaMemPoolAttrReleaseThreshold, UINT64_MAX));
   void* p = nullptr;
   SOMA_ASSERT_OK(allocate(&p, a_, 4 * granule_));
+  // cuda committed a 32 MiB step for p: without this B would take that fresh memory and the
+  // pool would not need to grow.
+  ASSERT_NO_FATAL_FAILURE(take_headroom());
   SOMA_ASSERT_OK(gate_.hold(a_));
   SOMA_ASSERT_OK(somaFreeAsync(p, a_));
   const std::uint64_t reserved_before = reserved();
+  std::uint64_t reserved_after_first = 0;
   for (int i = 0; i < 4; ++i) {
     void* q = nullptr;
     SOMA_ASSERT_OK(allocate(&q, b_, granule_));
@@ -81,10 +74,14 @@ TEST_F(S11_InternalDependencies, UncappedPoolGrowsInsteadOfWaiting) {
                 reinterpret_cast<std::uintptr_t>(q) >= reinterpret_cast<std::uintptr_t>(p) +
                                                             4 * granule_)
         << "allocation " << i << " took part of A's pending free";
+    if (i == 0) {
+      expect_grew(reserved_before, "A's free is pending and the pool has no cap");
+      reserved_after_first = reserved();
+    }
     SOMA_ASSERT_OK(somaFreeAsync(q, b_));  // back into B's cache: the next one reuses it
   }
-  EXPECT_EQ(reserved(), reserved_before + granule_);
-  task_flag b_ran;
+  EXPECT_EQ(reserved(), reserved_after_first) << "the pool grew more than once";
+  stream_flag b_ran;
   SOMA_ASSERT_OK(launch_marker(b_, b_ran));
   expect_runs(b_, b_ran, "nothing made B wait on A");
   gate_.open();
@@ -102,7 +99,7 @@ TEST_F(S11_DestroyedStreams, HeldStreamDestroyedThenDeviceSynchronize) {
   SOMA_ASSERT_OK(allocate(&p, a_));
   SOMA_ASSERT_OK(gate_.hold(a_));
   SOMA_ASSERT_OK(somaFreeAsync(p, a_));
-  task_flag a_done;
+  stream_flag a_done;
   SOMA_ASSERT_OK(launch_marker(a_, a_done));
   a_.reset();
   gate_.open();
@@ -125,7 +122,7 @@ TEST_F(S11_DestroyedStreams, DeviceSynchronizeWaitsForTheirWorkAndProvesTheirFre
   SOMA_ASSERT_OK(allocate(&p, a_));
   SOMA_ASSERT_OK(gate_.hold(a_));
   SOMA_ASSERT_OK(somaFreeAsync(p, a_));
-  task_flag a_done;
+  stream_flag a_done;
   SOMA_ASSERT_OK(launch_marker(a_, a_done));
   a_.reset();
   std::thread opener([this] {
@@ -151,20 +148,21 @@ class S11_EventDependencies : public reuse_fixture {};
 
 // An event recorded before the last use of the block on A does not cover the free.
 TEST_F(S11_EventDependencies, EventRecordedBeforeTheLastUseDoesNotCoverTheFree) {
-  ASSERT_NO_FATAL_FAILURE(make_pool(2, policies{true, true, true}));
+  ASSERT_NO_FATAL_FAILURE(make_growable_pool(policies{true, true, true}));
   void* p = nullptr;
   SOMA_ASSERT_OK(allocate(&p, a_));
+  ASSERT_NO_FATAL_FAILURE(take_headroom());
   SOMA_ASSERT_OK(gate_.hold(a_));
   unique_event too_early;
   SOMA_ASSERT_OK(somaEventRecord(too_early, a_));
-  task_flag a_wrote;
-  SOMA_ASSERT_OK(launch_writer(a_, p, granule_, 0xA1, a_wrote));  // last use of p on A
+  SOMA_ASSERT_OK(launch_writer(a_, make_writer(p, granule_, 0xA1)));  // last use of p on A
   SOMA_ASSERT_OK(somaFreeAsync(p, a_));
   SOMA_ASSERT_OK(somaStreamWaitEvent(b_, too_early, 0));
+  const std::uint64_t reserved_before = reserved();
   void* q = nullptr;
   SOMA_ASSERT_OK(allocate(&q, b_));
   EXPECT_NE(q, p) << "B's clock covers A only up to the event, not up to the free";
-  EXPECT_EQ(reserved(), 2 * granule_);
+  expect_grew(reserved_before, "B is not ordered after A's free");
   gate_.open();
   SOMA_ASSERT_OK(somaFreeAsync(q, b_));
   SOMA_ASSERT_OK(somaDeviceSynchronize());
@@ -173,34 +171,37 @@ TEST_F(S11_EventDependencies, EventRecordedBeforeTheLastUseDoesNotCoverTheFree) 
 // The free is only a stamp (A, k): an event recorded just before it, with no work on A in
 // between, captures the same position and covers it.
 TEST_F(S11_EventDependencies, EventRecordedRightBeforeTheFreeCoversIt) {
-  ASSERT_NO_FATAL_FAILURE(make_pool(2, policies{true, false, false}));
+  ASSERT_NO_FATAL_FAILURE(make_growable_pool(policies{true, false, false}));
   void* p = nullptr;
   SOMA_ASSERT_OK(allocate(&p, a_));
+  ASSERT_NO_FATAL_FAILURE(take_headroom());
   SOMA_ASSERT_OK(gate_.hold(a_));
-  task_flag a_wrote;
-  SOMA_ASSERT_OK(launch_writer(a_, p, granule_, 0xA1, a_wrote));  // last use of p on A
+  const writer& a_wrote = make_writer(p, granule_, 0xA1);
+  SOMA_ASSERT_OK(launch_writer(a_, a_wrote));  // last use of p on A
   unique_event before_free;
   SOMA_ASSERT_OK(somaEventRecord(before_free, a_));
   SOMA_ASSERT_OK(somaFreeAsync(p, a_));
   SOMA_ASSERT_OK(somaStreamWaitEvent(b_, before_free, 0));
+  const std::uint64_t reserved_before = reserved();
   void* q = nullptr;
   SOMA_ASSERT_OK(allocate(&q, b_));
   EXPECT_EQ(q, p);
-  EXPECT_EQ(reserved(), granule_);
-  task_flag b_ran, b_saw_a;
-  SOMA_ASSERT_OK(launch_probe(b_, q, granule_, 0xB2, a_wrote, b_ran, b_saw_a));
+  EXPECT_EQ(reserved(), reserved_before);
+  probe& b_probe = make_probe(q, granule_, 0xB2);
+  SOMA_ASSERT_OK(launch_probe(b_, b_probe));
   gate_.open();
   SOMA_ASSERT_OK(somaStreamSynchronize(b_));
-  EXPECT_TRUE(b_saw_a.is_set());
+  EXPECT_TRUE(b_probe.saw(a_wrote));
   SOMA_ASSERT_OK(somaFreeAsync(q, b_));
   SOMA_ASSERT_OK(somaDeviceSynchronize());
 }
 
 // A wait on an event of B recorded before B waited on A does not carry A's free to C.
 TEST_F(S11_EventDependencies, ChainBrokenByAnEarlierEventIsNotFollowed) {
-  ASSERT_NO_FATAL_FAILURE(make_pool(2, policies{true, false, false}));
+  ASSERT_NO_FATAL_FAILURE(make_growable_pool(policies{true, false, false}));
   void* p = nullptr;
   SOMA_ASSERT_OK(allocate(&p, a_));
+  ASSERT_NO_FATAL_FAILURE(take_headroom());
   SOMA_ASSERT_OK(gate_.hold(a_));
   SOMA_ASSERT_OK(somaFreeAsync(p, a_));
   unique_event on_b_early, on_a;
@@ -208,9 +209,11 @@ TEST_F(S11_EventDependencies, ChainBrokenByAnEarlierEventIsNotFollowed) {
   SOMA_ASSERT_OK(somaEventRecord(on_a, a_));
   SOMA_ASSERT_OK(somaStreamWaitEvent(b_, on_a, 0));
   SOMA_ASSERT_OK(somaStreamWaitEvent(c_, on_b_early, 0));
+  const std::uint64_t reserved_before = reserved();
   void* q = nullptr;
   SOMA_ASSERT_OK(allocate(&q, c_));
   EXPECT_NE(q, p);
+  expect_grew(reserved_before, "C is not ordered after A's free");
   void* r = nullptr;
   SOMA_ASSERT_OK(allocate(&r, b_, granule_ / 2)) << "B itself is covered";
   EXPECT_EQ(r, p);
@@ -223,27 +226,28 @@ TEST_F(S11_EventDependencies, ChainBrokenByAnEarlierEventIsNotFollowed) {
 // X freed on A is covered by B's clock; Y, right next to X, is freed on A later and is not.
 // B may still take X (its free is covered); the later free next to it must not hide it.
 TEST_F(S11_EventDependencies, CoveredFreeStaysUsableNextToALaterFreeOfTheSameStream) {
-  ASSERT_NO_FATAL_FAILURE(make_pool(3, policies{true, false, false}));
+  ASSERT_NO_FATAL_FAILURE(make_growable_pool(policies{true, false, false}));
   void* x = nullptr;
   void* y = nullptr;
   SOMA_ASSERT_OK(allocate(&x, a_));
   SOMA_ASSERT_OK(allocate(&y, a_));
   ASSERT_EQ(reinterpret_cast<std::uintptr_t>(y), reinterpret_cast<std::uintptr_t>(x) + granule_)
       << "the test needs X and Y adjacent";
+  ASSERT_NO_FATAL_FAILURE(take_headroom());
   SOMA_ASSERT_OK(gate_.hold(a_));
   SOMA_ASSERT_OK(somaFreeAsync(x, a_));
   unique_event x_freed;
   SOMA_ASSERT_OK(somaEventRecord(x_freed, a_));
   SOMA_ASSERT_OK(somaStreamWaitEvent(b_, x_freed, 0));
-  task_flag a_used_y;
-  SOMA_ASSERT_OK(launch_writer(a_, y, granule_, 0xA1, a_used_y));  // Y still in use on A
+  SOMA_ASSERT_OK(launch_writer(a_, make_writer(y, granule_, 0xA1)));  // Y still in use on A
   SOMA_ASSERT_OK(somaFreeAsync(y, a_));
 
+  const std::uint64_t reserved_before = reserved();
   void* q = nullptr;
   SOMA_ASSERT_OK(allocate(&q, b_));
   EXPECT_EQ(q, x) << "B's clock covers X's free; merging X with the later free of Y (stamp of "
                      "the later one) made X unusable and the pool grew";
-  EXPECT_EQ(reserved(), 2 * granule_);
+  EXPECT_EQ(reserved(), reserved_before);
   gate_.open();
   SOMA_ASSERT_OK(somaFreeAsync(q, b_));
   SOMA_ASSERT_OK(somaDeviceSynchronize());
@@ -253,35 +257,55 @@ class S11_Opportunistic : public reuse_fixture {};
 
 // Same with opportunistic reuse: X's free has run, Y's (next to it, later on A) has not.
 TEST_F(S11_Opportunistic, CompletedFreeStaysUsableNextToAPendingFreeOfTheSameStream) {
-  ASSERT_NO_FATAL_FAILURE(make_pool(3, policies{false, true, false}));
+  ASSERT_NO_FATAL_FAILURE(make_growable_pool(policies{false, true, false}));
   void* x = nullptr;
   void* y = nullptr;
   SOMA_ASSERT_OK(allocate(&x, a_));
   SOMA_ASSERT_OK(allocate(&y, a_));
   ASSERT_EQ(reinterpret_cast<std::uintptr_t>(y), reinterpret_cast<std::uintptr_t>(x) + granule_)
       << "the test needs X and Y adjacent";
-  task_flag a_used_x, x_free_ran;
-  SOMA_ASSERT_OK(launch_writer(a_, x, granule_, 0xA1, a_used_x));
+  ASSERT_NO_FATAL_FAILURE(take_headroom());
+  stream_gate x_gate;
+  SOMA_ASSERT_OK(x_gate.hold(a_));
+  SOMA_ASSERT_OK(launch_writer(a_, make_writer(x, granule_, 0xA1)));
   SOMA_ASSERT_OK(somaFreeAsync(x, a_));
+  // C asks for memory while X's free is pending and is the last thing on A: C gets fresh
+  // memory, and a backend that learns completion by asking (cuda: a marker event recorded on
+  // A now, at X's free) will know once A passes it. Asked only later, while A is held again,
+  // cuda could not tell that X's position completed.
+  void* fresh = nullptr;
+  SOMA_ASSERT_OK(allocate(&fresh, c_));
+  EXPECT_NE(fresh, x);
+  stream_flag x_free_ran;
   SOMA_ASSERT_OK(launch_marker(a_, x_free_ran));
-  ASSERT_TRUE(x_free_ran.wait());
   SOMA_ASSERT_OK(gate_.hold(a_));
   SOMA_ASSERT_OK(somaFreeAsync(y, a_));  // pending behind the gate
+  // Y's free from A's cache into the pool's index, next to X, as the miss of B's request did
+  // before C's request took X there first (a release drains every cache; keeping all that is
+  // reserved, it releases nothing).
+  SOMA_ASSERT_OK(somaMemPoolTrimTo(pool(), reserved()));
+  x_gate.open();
+  ASSERT_TRUE(x_free_ran.wait());
 
+  const std::uint64_t reserved_before = reserved();
   void* q = nullptr;
   SOMA_ASSERT_OK(allocate(&q, b_));
   EXPECT_EQ(q, x) << "X's free has completed; merging it with Y's pending free hid it";
-  EXPECT_EQ(reserved(), 2 * granule_);
+  EXPECT_EQ(reserved(), reserved_before);
   gate_.open();
   SOMA_ASSERT_OK(somaFreeAsync(q, b_));
+  SOMA_ASSERT_OK(somaFreeAsync(fresh, c_));
   SOMA_ASSERT_OK(somaDeviceSynchronize());
 }
 
 // Part of a block reused through a dependency: the rest stays pending for others.
 TEST_F(S11_EventDependencies, SplitRemainderKeepsTheFreeStamp) {
-  ASSERT_NO_FATAL_FAILURE(make_pool(2, policies{true, false, false}));
+  ASSERT_NO_FATAL_FAILURE(make_growable_pool(policies{true, false, false}));
   void* p = nullptr;
   SOMA_ASSERT_OK(allocate(&p, a_));
+  // cuda committed more than p: without this B's half would come from that fresh memory
+  // before the pool looks at A's cached free.
+  ASSERT_NO_FATAL_FAILURE(take_headroom());
   SOMA_ASSERT_OK(gate_.hold(a_));
   SOMA_ASSERT_OK(somaFreeAsync(p, a_));
   unique_event freed;
@@ -290,13 +314,14 @@ TEST_F(S11_EventDependencies, SplitRemainderKeepsTheFreeStamp) {
   void* half = nullptr;
   SOMA_ASSERT_OK(allocate(&half, b_, granule_ / 2));
   EXPECT_EQ(half, p);
+  const std::uint64_t reserved_before = reserved();
   void* other = nullptr;
   SOMA_ASSERT_OK(allocate(&other, c_, granule_ / 2));
   EXPECT_TRUE(reinterpret_cast<std::uintptr_t>(other) < reinterpret_cast<std::uintptr_t>(p) ||
               reinterpret_cast<std::uintptr_t>(other) >=
                   reinterpret_cast<std::uintptr_t>(p) + granule_)
       << "C is not ordered after A: the remainder of A's block is not C's";
-  EXPECT_EQ(reserved(), 2 * granule_);
+  expect_grew(reserved_before, "the only free memory is the remainder of A's pending free");
   gate_.open();
   SOMA_ASSERT_OK(somaFreeAsync(half, b_));
   SOMA_ASSERT_OK(somaFreeAsync(other, c_));

@@ -1,6 +1,12 @@
 // Shared by the S11 reuse-policy tests (reuse_policies_test.cpp, reuse_rules_test.cpp): the
-// three flags, host tasks that write, probe and mark, and a fixture with streams A, B, C, a gate
-// and an explicit pool of a few granules that keeps freed memory.
+// three flags, stream work that writes, probes and marks, and a fixture with streams A, B, C, a
+// gate and an explicit pool of a few granules that keeps freed memory.
+//
+// Everything here runs on every backend. Pool memory is device memory on cuda, so nothing on
+// the host touches it: a writer is a somaMemsetAsync plus value writes, a probe copies the
+// block into somaMallocHost memory (somaMemcpyAsync, in stream order) before it overwrites it.
+// How far a stream got is read from words the stream writes (stream_flag), never from host
+// tasks: the driver may run all streams' host tasks on one thread, one after another.
 //
 // Requires: the including binary links `soma` and GoogleTest.
 #pragma once
@@ -12,19 +18,22 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
 
-#include "host_task.hpp"
+#include "host_words.hpp"
 #include "soma_test_util.hpp"
 #include "stream_gate.hpp"
 
 namespace soma_test::reuse {
 
-// How long a test waits to see that a held-back host task does not run. A task that is not
-// held back runs within microseconds; a correct implementation never runs it in this window.
+// How long a test waits to see that held-back stream work does not run. Work that is not held
+// back runs within microseconds; a correct implementation never runs it in this window.
 inline constexpr std::chrono::milliseconds kHeldBackWindow{50};
 
 struct policies {
@@ -52,51 +61,118 @@ inline somaError_t set_policies(somaMemPool_t pool, policies p) {
   return status;
 }
 
-/// A flag set by a host task; shared with the task so it may outlive the test's scope.
-class task_flag {
- public:
-  bool is_set() const { return value_->load(); }
-  /// Waits until set; false on timeout.
-  bool wait(std::chrono::milliseconds timeout = std::chrono::seconds(10)) const {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (!value_->load()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return true;
-  }
-  std::shared_ptr<std::atomic<bool>> shared() const { return value_; }
+/// A 32-bit value no earlier writer of this process used. Stale device memory (cuda does not
+/// clear physical memory it hands out again) may hold an older token, never this one, so
+/// seeing it proves the writer ran.
+inline std::uint32_t unique_token() {
+  static std::atomic<std::uint32_t> count{0};
+  return 0x70000000u | (count.fetch_add(1) + 1);
+}
 
- private:
-  std::shared_ptr<std::atomic<bool>> value_ = std::make_shared<std::atomic<bool>>(false);
+/// Work on a block: fill it with `fill`, put `token` into its first word and into the
+/// writer's sentinel word (device memory outside the pool under test), then set `done`.
+struct writer {
+  void* block = nullptr;
+  std::size_t bytes = 0;
+  unsigned char fill = 0;
+  std::uint32_t token = 0;
+  std::uint32_t* sentinel = nullptr;  // a word of reuse_fixture's sentinel block
+  int slot = 0;                       // its index there
+  stream_flag done;
 };
 
-/// Enqueues on stream a host task that fills [pointer, pointer + bytes) with `fill` and then
-/// sets `done`.
-inline somaError_t launch_writer(somaStream_t stream, void* pointer, std::size_t bytes,
-                          unsigned char fill, const task_flag& done) {
-  return launch_host(stream, [pointer, bytes, fill, done = done.shared()] {
-    std::memset(pointer, fill, bytes);
-    done->store(true);
-  });
+/// Enqueues w's work on stream.
+inline somaError_t launch_writer(somaStream_t stream, const writer& w) {
+  somaError_t status = somaMemsetAsync(w.block, w.fill, w.bytes, stream);
+  if (status == somaSuccess)
+    status = somaStreamWriteValue32(stream, static_cast<std::uint32_t*>(w.block), w.token, 0);
+  if (status == somaSuccess) status = somaStreamWriteValue32(stream, w.sentinel, w.token, 0);
+  if (status == somaSuccess) status = w.done.set_on(stream);
+  return status;
 }
 
-/// Enqueues on stream a host task that records whether `prerequisite` was set when it started
-/// (in `saw_prerequisite`), writes `fill` over the memory and then sets `ran`.
-inline somaError_t launch_probe(somaStream_t stream, void* pointer, std::size_t bytes,
-                         unsigned char fill, const task_flag& prerequisite, const task_flag& ran,
-                         const task_flag& saw_prerequisite) {
-  return launch_host(stream, [pointer, bytes, fill, prerequisite = prerequisite.shared(),
-                              ran = ran.shared(), saw = saw_prerequisite.shared()] {
-    saw->store(prerequisite->load());
-    std::memset(pointer, fill, bytes);
-    ran->store(true);
-  });
+/// Work that finds out, in stream order, what ran before it: it copies its block and the
+/// sentinel block to the host, then fills its block with `fill` and sets `ran`. Read `seen`
+/// and `sentinels_seen` only once `ran` is set.
+struct probe {
+  probe(void* block_, std::size_t bytes_, unsigned char fill_, const std::uint32_t* sentinels_,
+        std::size_t sentinel_bytes)
+      : block(block_), bytes(bytes_), fill(fill_), sentinels(sentinels_), seen(bytes_),
+        sentinels_seen(sentinel_bytes) {}
+
+  /// Whether the writer's work had completed when the probe ran: its token in the sentinel
+  /// (whatever block the probe works on) and, for the writer's own block, its bytes.
+  ::testing::AssertionResult saw(const writer& w) const {
+    if (!ran.is_set()) return ::testing::AssertionFailure() << "the probe has not run";
+    const std::uint32_t sentinel = word(sentinels_seen, static_cast<std::size_t>(w.slot));
+    if (sentinel != w.token) {
+      return ::testing::AssertionFailure()
+             << "the probe ran before the writer's work completed: sentinel " << hex(sentinel)
+             << ", the writer's token " << hex(w.token);
+    }
+    if (block != w.block) return ::testing::AssertionSuccess();
+    const std::uint32_t first = word(seen, 0);
+    std::size_t wrong = 0;
+    for (std::size_t i = sizeof(std::uint32_t); i < bytes && i < w.bytes; ++i)
+      wrong += seen[i] != w.fill ? 1 : 0;
+    if (first != w.token || wrong != 0) {
+      return ::testing::AssertionFailure()
+             << "the probe found the block without the writer's bytes: first word "
+             << hex(first) << " (token " << hex(w.token) << "), " << wrong
+             << " bytes other than " << hex(w.fill);
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  void* block;
+  std::size_t bytes;
+  unsigned char fill;
+  const std::uint32_t* sentinels;
+  host_buffer seen;            // the block as the probe found it
+  host_buffer sentinels_seen;  // the sentinel block as the probe found it
+  stream_flag ran;
+
+ private:
+  static std::string hex(std::uint32_t value) {
+    char text[16];
+    std::snprintf(text, sizeof text, "0x%x", static_cast<unsigned>(value));
+    return text;
+  }
+  static std::uint32_t word(const host_buffer& buffer, std::size_t index) {
+    std::uint32_t value = 0;
+    if ((index + 1) * sizeof value <= buffer.size())
+      std::memcpy(&value, buffer.data() + index * sizeof value, sizeof value);
+    return value;
+  }
+};
+
+/// Enqueues the probe's work on stream.
+inline somaError_t launch_probe(somaStream_t stream, const probe& p) {
+  somaError_t status =
+      somaMemcpyAsync(p.seen.data(), p.block, p.bytes, somaMemcpyDeviceToHost, stream);
+  if (status == somaSuccess) {
+    status = somaMemcpyAsync(p.sentinels_seen.data(), p.sentinels, p.sentinels_seen.size(),
+                             somaMemcpyDeviceToHost, stream);
+  }
+  if (status == somaSuccess) status = somaMemsetAsync(p.block, p.fill, p.bytes, stream);
+  if (status == somaSuccess) status = p.ran.set_on(stream);
+  return status;
 }
 
-/// Enqueues a host task that only sets `ran`.
-inline somaError_t launch_marker(somaStream_t stream, const task_flag& ran) {
-  return launch_host(stream, [ran = ran.shared()] { ran->store(true); });
+/// Enqueues a marker: `ran` is set once the stream's earlier work completed.
+inline somaError_t launch_marker(somaStream_t stream, const stream_flag& ran) {
+  return ran.set_on(stream);
+}
+
+/// Waits until `ran` is set, then a moment more; false on timeout. For a test whose stream
+/// must be done as the pool sees it, not only as far as the flag: a backend that learns
+/// completion by asking (cuda: cuStreamQuery of the idle stream) may find the stream busy for
+/// microseconds after its last value write became visible, and opportunistic reuse asks once
+/// per request.
+inline bool wait_completed(const stream_flag& ran) {
+  if (!ran.wait()) return false;
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return true;
 }
 
 /// Polls somaStreamQuery until it reports success (the stream drained); false on timeout.
@@ -111,26 +187,62 @@ inline bool drains(somaStream_t stream, std::chrono::milliseconds timeout = std:
 }
 
 /// Streams A, B, C on device 0, a gate to hold them, and an explicit pool on device 0 made by
-/// make_pool. TearDown opens the gate before the base class synchronizes every device.
+/// make_pool. TearDown opens the gate and waits for the device before the base class resets
+/// the pools; writers and probes live as long as the fixture, so no stream outlives the
+/// memory it copies to.
 class reuse_fixture : public capi_test {
  protected:
+  /// Writers a test may make (one sentinel word each).
+  static constexpr int kMaxWriters = 64;
+  /// Cap of a pool the tests let grow: far beyond what they allocate, on every backend.
+  static constexpr int kGrowableGranules = 64;
+
   void SetUp() override {
     ASSERT_NO_FATAL_FAILURE(capi_test::SetUp());
     granule_ = granularity_bytes(0);
     ASSERT_GE(granule_, 4 * KiB);
+    // The sentinels live in device 0's current (default) pool, not in the pool under test,
+    // so they change nothing there. Synchronized: every stream may use them at once.
+    SOMA_ASSERT_OK(somaMallocAsync(&sentinels_, kMaxWriters * sizeof(std::uint32_t), nullptr));
+    SOMA_ASSERT_OK(somaStreamSynchronize(nullptr));
   }
 
   void TearDown() override {
     gate_.open();
+    (void)somaDeviceSynchronize();
+    if (headroom_ != nullptr) (void)somaFreeAsync(headroom_, nullptr);
+    if (sentinels_ != nullptr) (void)somaFreeAsync(sentinels_, nullptr);
     capi_test::TearDown();
   }
 
-  /// An explicit pool capped at `granules` granules that keeps freed memory.
+  /// An explicit pool capped at `granules` granules that keeps freed memory. cuda commits in
+  /// steps of 32 MiB up to the cap, so a pool of a few granules holds its cap after the first
+  /// allocation: "the pool cannot grow" is exact for one granule, and for two it means fresh
+  /// memory the first allocation left behind; take_headroom makes growth real.
   void make_pool(int granules, policies p) {
     pool_ = std::make_unique<unique_pool>(0, static_cast<std::size_t>(granules) * granule_);
     ASSERT_NE(pool_->get(), nullptr);
     SOMA_ASSERT_OK(set_pool_u64(*pool_, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
     SOMA_ASSERT_OK(set_policies(*pool_, p));
+  }
+
+  /// A pool with room to grow (kGrowableGranules); pair with take_headroom.
+  void make_growable_pool(policies p) { make_pool(kGrowableGranules, p); }
+
+  /// Allocates, on the default stream until TearDown, the memory the pool committed beyond what
+  /// is in use. A backend that grows in steps larger than the request (cuda: 32 MiB) leaves
+  /// fresh memory that a later request takes before it looks at freed blocks in stream caches;
+  /// afterwards, a request that no freed block serves must grow the pool, on every backend
+  /// (cpu commits what is asked, so there is nothing to take).
+  /// Requires: nothing freed in the pool yet; live sizes whole granules.
+  void take_headroom() {
+    ASSERT_EQ(headroom_, nullptr) << "one headroom per test";
+    const std::uint64_t before = reserved();
+    const std::uint64_t fresh = before - used();
+    if (fresh == 0) return;
+    SOMA_ASSERT_OK(somaMallocFromPoolAsync(&headroom_, fresh, pool(), nullptr));
+    headroom_bytes_ = fresh;
+    ASSERT_EQ(reserved(), before) << "the pool's fresh memory was not one block";
   }
 
   somaMemPool_t pool() const { return pool_->get(); }
@@ -142,20 +254,55 @@ class reuse_fixture : public capi_test {
   }
 
   std::uint64_t reserved() const { return pool_u64(pool(), somaMemPoolAttrReservedMemCurrent); }
-  std::uint64_t used() const { return pool_u64(pool(), somaMemPoolAttrUsedMemCurrent); }
+  /// Bytes in use by the test's own allocations (the headroom left out).
+  std::uint64_t used() const {
+    return pool_u64(pool(), somaMemPoolAttrUsedMemCurrent) - headroom_bytes_;
+  }
 
-  /// Asserts that a host task enqueued on stream is held back: it has not run after
+  /// Asserts that the pool grew since reserved() was `before`: by one granule on cpu (it
+  /// commits what a one-granule request needs), by its growth step elsewhere.
+  void expect_grew(std::uint64_t before, const char* why) const {
+    const std::uint64_t now = reserved();
+    EXPECT_GT(now, before) << "the pool did not grow although " << why;
+    if (on_cpu_backend()) {
+      EXPECT_EQ(now, before + granule_) << why;
+    }
+  }
+
+  /// A writer of `fill` over [block, block + bytes), owned by the fixture.
+  writer& make_writer(void* block, std::size_t bytes, unsigned char fill) {
+    if (static_cast<int>(writers_.size()) == kMaxWriters) std::abort();  // raise kMaxWriters
+    auto w = std::make_unique<writer>();
+    w->block = block;
+    w->bytes = bytes;
+    w->fill = fill;
+    w->token = unique_token();
+    w->slot = static_cast<int>(writers_.size());
+    w->sentinel = static_cast<std::uint32_t*>(sentinels_) + w->slot;
+    writers_.push_back(std::move(w));
+    return *writers_.back();
+  }
+
+  /// A probe of [block, block + bytes) that then writes `fill`, owned by the fixture.
+  probe& make_probe(void* block, std::size_t bytes, unsigned char fill) {
+    probes_.push_back(std::make_unique<probe>(block, bytes, fill,
+                                              static_cast<const std::uint32_t*>(sentinels_),
+                                              kMaxWriters * sizeof(std::uint32_t)));
+    return *probes_.back();
+  }
+
+  /// Asserts that work enqueued on stream before `ran` is held back: `ran` is not set after
   /// kHeldBackWindow, and the stream reports NotReady.
-  static void expect_held_back(somaStream_t stream, const task_flag& ran, const char* why) {
+  static void expect_held_back(somaStream_t stream, const stream_flag& ran, const char* why) {
     std::this_thread::sleep_for(kHeldBackWindow);
-    EXPECT_FALSE(ran.is_set()) << "a host task ran although " << why;
+    EXPECT_FALSE(ran.is_set()) << "stream work ran although " << why;
     EXPECT_EQ(somaStreamQuery(stream), somaErrorNotReady) << why;
   }
 
-  /// Asserts that a host task enqueued on stream runs and the stream drains (nothing made it
-  /// wait on a held stream).
-  static void expect_runs(somaStream_t stream, const task_flag& ran, const char* why) {
-    EXPECT_TRUE(ran.wait()) << "a host task did not run although " << why;
+  /// Asserts that work enqueued on stream before `ran` runs and the stream drains (nothing
+  /// made it wait on a held stream).
+  static void expect_runs(somaStream_t stream, const stream_flag& ran, const char* why) {
+    EXPECT_TRUE(ran.wait()) << "stream work did not run although " << why;
     EXPECT_TRUE(drains(stream)) << "the stream did not drain although " << why;
   }
 
@@ -165,6 +312,13 @@ class reuse_fixture : public capi_test {
   unique_stream b_;
   unique_stream c_;
   stream_gate gate_;
+
+ private:
+  void* sentinels_ = nullptr;  // kMaxWriters words of device memory, one per writer
+  void* headroom_ = nullptr;   // what take_headroom allocated
+  std::uint64_t headroom_bytes_ = 0;
+  std::deque<std::unique_ptr<writer>> writers_;
+  std::deque<std::unique_ptr<probe>> probes_;
 };
 
 }  // namespace soma_test::reuse

@@ -65,10 +65,16 @@ class stream_timeline {
   // -- happens-before (S11) ---------------------------------------------------------------
   /// This stream's clock with its own tail included: what an event recorded now captures.
   vector_clock capture_clock() const {
-    std::lock_guard lock(clock_mutex_);
-    vector_clock captured = clock_;
-    captured.raise(this, enqueued_position());
+    vector_clock captured;
+    capture_clock_into(captured);
     return captured;
+  }
+  /// capture_clock into an existing clock, reusing its storage: an event recorded again and
+  /// again (ping-pong) then allocates nothing.
+  void capture_clock_into(vector_clock& captured) const {
+    std::lock_guard lock(clock_mutex_);
+    captured = clock_;
+    captured.raise(this, enqueued_position());
   }
   /// Later work on this stream is ordered after everything `happened_before` covers.
   void merge_clock(const vector_clock& happened_before) {

@@ -189,7 +189,7 @@ status runtime::record_event(std::uintptr_t event_handle, std::uintptr_t stream_
   if (status failed = s.value()->queue->sticky_error(); !failed.ok()) return failed;
   e.value()->recorded_stream = s.value();
   e.value()->recorded_position = s.value()->timeline.enqueued_position();
-  e.value()->clock = s.value()->timeline.capture_clock();
+  s.value()->timeline.capture_clock_into(e.value()->clock);
   return e.value()->backend_event->record(*s.value()->queue);
 }
 

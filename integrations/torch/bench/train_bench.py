@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+"""A transformer training loop under four CUDA allocators: step time and peak memory.
+
+    python3 integrations/torch/bench/train_bench.py [--library PATH] [--out DIR] [--quick]
+
+The workload of shared/targets.md: a transformer of torch.nn layers (8 x
+nn.TransformerEncoderLayer, d_model 1024, 16 heads, feed-forward 4096, causal attention,
+embedding and output layer over a 32000-token vocabulary), parameters in bf16, AdamW, loss in
+fp32. Two workloads:
+
+  fixed     every step batch 8 x 2048 tokens
+  variable  batch 8, sequence length drawn each step uniformly from [128, 2048] (seeded, so
+            every allocator runs the same sequence of shapes)
+
+Four allocators, each in a process of its own (PyTorch fixes its allocator at the first CUDA
+allocation):
+
+  native             PyTorch's caching allocator (PYTORCH_CUDA_ALLOC_CONF unset)
+  expandable         PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  cuda_malloc_async  PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (the driver's pool)
+  soma               soma_torch.enable() (libsoma_torch.so, release threshold UINT64_MAX)
+
+Each run: --warmup steps (not timed), then --steps timed steps; a step is the data (token
+ids drawn on the GPU, causal mask), forward, loss, backward, AdamW step, zero_grad, timed
+between two torch.cuda.synchronize() with time.perf_counter(). Reported: median (and p10, p90)
+step time, and peak reserved over peak allocated for the whole run (warm-up included, as the
+memory a job must have): torch.cuda.max_memory_reserved / max_memory_allocated for the three
+PyTorch configurations (under cudaMallocAsync these are the driver pool's reserved and used
+high watermarks), soma's reserved and used high watermarks (soma_torch.stats) for soma, whose
+statistics PyTorch cannot read through its pluggable-allocator hook.
+
+Writes DIR/torch-bench.json (every figure, every step time), DIR/torch-bench.md (the table)
+and DIR/bench-<allocator>-<workload>.log (each run's output). Exit status 0 when every run
+finished, 1 otherwise (missing a goal is reported, not an error).
+"""
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
+HERE = os.path.dirname(os.path.abspath(__file__))
+TORCH_INTEGRATION = os.path.dirname(HERE)  # integrations/torch: soma_torch.py
+
+ALLOCATORS = {
+    "native": None,
+    "expandable": "expandable_segments:True",
+    "cuda_malloc_async": "backend:cudaMallocAsync",
+    "soma": None,
+}
+WORKLOADS = ("fixed", "variable")
+# shared/targets.md: reserved/allocated goals for soma, and its step time against native.
+RATIO_GOALS = {"fixed": 1.01, "variable": 1.02}
+STEP_TIME_GOAL = 1.01
+GIB = 2**30
+
+
+def parse_arguments():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--library", help="libsoma_torch.so (default: soma_torch's search)")
+    parser.add_argument("--out", default="torch-bench-out", help="directory for the results")
+    parser.add_argument("--allocators", default=",".join(ALLOCATORS),
+                        help="comma-separated subset of " + ", ".join(ALLOCATORS))
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--steps", type=int, default=100, help="timed steps per run")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed steps first")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--max-seq", type=int, default=2048)
+    parser.add_argument("--min-seq", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--d-model", type=int, default=1024)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--ffn", type=int, default=4096)
+    parser.add_argument("--vocab", type=int, default=32000)
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per run")
+    parser.add_argument("--quick", action="store_true", help="20 timed steps, 5 warm-up")
+    parser.add_argument("--child", nargs=2, metavar=("ALLOCATOR", "WORKLOAD"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.warmup = 20, 5
+    return args
+
+
+def sequence_lengths(args, workload):
+    """The sequence length of every step (warm-up first): the same in every process."""
+    count = args.warmup + args.steps
+    if workload == "fixed":
+        return [args.max_seq] * count
+    rng = random.Random(args.seed)
+    return [rng.randint(args.min_seq, args.max_seq) for _ in range(count)]
+
+
+# ---- one run (child process) --------------------------------------------------------------------
+
+def run_child(args):
+    allocator, workload = args.child
+    soma_torch = None
+    if allocator == "soma":
+        sys.path.insert(0, TORCH_INTEGRATION)
+        import soma_torch  # noqa: E402 (enabled before torch touches CUDA)
+
+        soma_torch.enable(library=args.library)
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    if not torch.cuda.is_available():
+        raise SystemExit("no CUDA device visible to PyTorch")
+    device = torch.device("cuda", 0)
+    torch.manual_seed(args.seed)
+
+    class Transformer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(args.vocab, args.d_model)
+            self.layers = nn.ModuleList([
+                nn.TransformerEncoderLayer(args.d_model, args.heads, args.ffn, dropout=0.0,
+                                           activation="gelu", batch_first=True, norm_first=True)
+                for _ in range(args.layers)
+            ])
+            self.norm = nn.LayerNorm(args.d_model)
+            self.head = nn.Linear(args.d_model, args.vocab, bias=False)
+
+        def forward(self, tokens, mask):
+            x = self.embed(tokens)
+            for layer in self.layers:
+                x = layer(x, src_mask=mask, is_causal=True)
+            return self.head(self.norm(x))
+
+    with torch.device(device):
+        model = Transformer().to(torch.bfloat16)
+    parameters = sum(p.numel() for p in model.parameters())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    generator = torch.Generator(device=device)
+    generator.manual_seed(args.seed)
+
+    def train_step(length):
+        tokens = torch.randint(0, args.vocab, (args.batch, length + 1), device=device,
+                               generator=generator)
+        inputs, targets = tokens[:, :-1], tokens[:, 1:]
+        mask = nn.Transformer.generate_square_subsequent_mask(length, device=device,
+                                                              dtype=torch.bfloat16)
+        logits = model(inputs, mask)
+        loss = F.cross_entropy(logits.float().reshape(-1, args.vocab), targets.reshape(-1))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    lengths = sequence_lengths(args, workload)
+    step_ms = []
+    losses = []
+    started = time.perf_counter()
+    for index, length in enumerate(lengths):
+        torch.cuda.synchronize()
+        begin = time.perf_counter()
+        loss = train_step(length)
+        torch.cuda.synchronize()
+        elapsed_ms = (time.perf_counter() - begin) * 1e3
+        losses.append(float(loss))
+        if index >= args.warmup:
+            step_ms.append(elapsed_ms)
+    wall_s = time.perf_counter() - started
+
+    if allocator == "soma":
+        stats = soma_torch.stats()
+        peak_reserved = stats["reserved_high_bytes"]
+        peak_allocated = stats["used_high_bytes"]
+        extra = {
+            "soma": {key: stats[key] for key in (
+                "allocations", "frees", "failed_allocations", "failed_frees",
+                "cross_stream_frees", "streams", "reserved_bytes", "used_bytes")},
+            "soma_hooks": stats["hooks"],
+            "soma_config": stats["config"],
+        }
+        if stats["failed_allocations"] or stats["failed_frees"]:
+            raise SystemExit(f"soma counted failures: {stats}; last: {soma_torch.last_error()}")
+    else:
+        peak_reserved = torch.cuda.max_memory_reserved(device)
+        peak_allocated = torch.cuda.max_memory_allocated(device)
+        extra = {"backend": torch.cuda.memory.get_allocator_backend(),
+                 "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
+    free_bytes, total_bytes = torch.cuda.mem_get_info(device)
+    ordered = sorted(step_ms)
+
+    def percentile(fraction):
+        return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+    result = {
+        "allocator": allocator,
+        "workload": workload,
+        "median_ms": statistics.median(step_ms),
+        "mean_ms": statistics.fmean(step_ms),
+        "p10_ms": percentile(0.10),
+        "p90_ms": percentile(0.90),
+        "peak_reserved_bytes": peak_reserved,
+        "peak_allocated_bytes": peak_allocated,
+        "ratio": peak_reserved / peak_allocated if peak_allocated else None,
+        "device_used_at_end_bytes": total_bytes - free_bytes,
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "batch": args.batch,
+        "sequence_lengths": lengths,
+        "parameters": parameters,
+        "wall_s": wall_s,
+        "step_ms": step_ms,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "gpu": torch.cuda.get_device_name(device),
+        **extra,
+    }
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+# ---- the whole benchmark (parent process) -------------------------------------------------------
+
+def child_environment(allocator):
+    env = dict(os.environ)
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    if ALLOCATORS[allocator] is not None:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = ALLOCATORS[allocator]
+    if allocator == "soma":
+        env.setdefault("SOMA_BACKEND", "cuda")
+    return env
+
+
+def child_command(args, allocator, workload):
+    command = [sys.executable, os.path.abspath(__file__), "--child", allocator, workload]
+    for name in ("steps", "warmup", "batch", "max_seq", "min_seq", "layers", "d_model", "heads",
+                 "ffn", "vocab", "seed"):
+        command += ["--" + name.replace("_", "-"), str(getattr(args, name))]
+    if args.library:
+        command += ["--library", args.library]
+    return command
+
+
+def run_one(args, allocator, workload):
+    log_path = os.path.join(args.out, f"bench-{allocator}-{workload}.log")
+    started = time.perf_counter()
+    try:
+        completed = subprocess.run(child_command(args, allocator, workload),
+                                   env=child_environment(allocator), stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, timeout=args.timeout)
+        output, status = completed.stdout, completed.returncode
+    except subprocess.TimeoutExpired as expired:
+        output = expired.stdout or ""
+        if isinstance(output, bytes):
+            output = output.decode(errors="replace")
+        status = f"timeout after {args.timeout} s"
+    with open(log_path, "w") as log:
+        log.write(output)
+    lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
+    seconds = time.perf_counter() - started
+    if status != 0 or not lines:
+        last = (output.strip().splitlines() or ["no output"])[-1].strip()
+        print(f"bench: {allocator:>17} {workload:>8}: FAILED ({status}) in {seconds:.0f} s: {last}",
+              flush=True)
+        return {"allocator": allocator, "workload": workload, "error": f"exit {status}: {last}",
+                "log": log_path}
+    result = json.loads(lines[-1][len("RESULT "):])
+    print(f"bench: {allocator:>17} {workload:>8}: median {result['median_ms']:.2f} ms, "
+          f"peak reserved {result['peak_reserved_bytes'] / GIB:.2f} GiB / allocated "
+          f"{result['peak_allocated_bytes'] / GIB:.2f} GiB = {result['ratio']:.3f} "
+          f"({seconds:.0f} s)", flush=True)
+    return result
+
+
+def summarize(results):
+    """Adds each run's step time relative to native and the goal verdicts of soma's runs."""
+    native = {r["workload"]: r for r in results
+              if r["allocator"] == "native" and "error" not in r}
+    for result in results:
+        if "error" in result:
+            continue
+        base = native.get(result["workload"])
+        result["vs_native"] = result["median_ms"] / base["median_ms"] if base else None
+        if result["allocator"] == "soma":
+            goal = RATIO_GOALS[result["workload"]]
+            result["ratio_goal"] = goal
+            result["ratio_goal_met"] = result["ratio"] is not None and result["ratio"] <= goal
+            if result["vs_native"] is not None:
+                result["step_time_goal_met"] = result["vs_native"] <= STEP_TIME_GOAL
+
+
+def table(results):
+    rows = ["| allocator | workload | median step (ms) | vs native | p10-p90 (ms) | "
+            "peak reserved (GiB) | peak allocated (GiB) | reserved/allocated |",
+            "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        if "error" in r:
+            rows.append(f"| {r['allocator']} | {r['workload']} | failed: {r['error'][:100]} "
+                        "| | | | | |")
+            continue
+        vs_native = f"{r['vs_native']:.3f}" if r.get("vs_native") else "-"
+        rows.append(
+            f"| {r['allocator']} | {r['workload']} | {r['median_ms']:.2f} | {vs_native} | "
+            f"{r['p10_ms']:.1f}-{r['p90_ms']:.1f} | {r['peak_reserved_bytes'] / GIB:.3f} | "
+            f"{r['peak_allocated_bytes'] / GIB:.3f} | {r['ratio']:.3f} |")
+    verdicts = []
+    for r in results:
+        if r.get("allocator") == "soma" and "error" not in r:
+            ratio = "met" if r["ratio_goal_met"] else "MISSED"
+            line = (f"- soma, {r['workload']}: reserved/allocated {r['ratio']:.3f} "
+                    f"(goal <= {r['ratio_goal']}: {ratio})")
+            if "step_time_goal_met" in r:
+                line += (f"; step time {r['vs_native']:.3f} x native (goal <= {STEP_TIME_GOAL}: "
+                         f"{'met' if r['step_time_goal_met'] else 'MISSED'})")
+            verdicts.append(line)
+    return "\n".join(rows + [""] + verdicts) + "\n"
+
+
+def run_parent(args):
+    os.makedirs(args.out, exist_ok=True)
+    allocators = [a for a in args.allocators.split(",") if a]
+    workloads = [w for w in args.workloads.split(",") if w]
+    for name in allocators:
+        if name not in ALLOCATORS:
+            raise SystemExit(f"unknown allocator {name!r}; known: {', '.join(ALLOCATORS)}")
+    for name in workloads:
+        if name not in WORKLOADS:
+            raise SystemExit(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
+    print(f"bench: {len(allocators) * len(workloads)} runs, each {args.warmup} warm-up + "
+          f"{args.steps} timed steps, batch {args.batch}, sequence length {args.max_seq} (fixed) "
+          f"or [{args.min_seq}, {args.max_seq}] (variable, seed {args.seed})", flush=True)
+    started = time.perf_counter()
+    results = [run_one(args, allocator, workload)
+               for workload in workloads for allocator in allocators]
+    summarize(results)
+    text = table(results)
+    print()
+    print(text, end="")
+    first = next((r for r in results if "error" not in r), {})
+    report = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "gpu": first.get("gpu"),
+        "torch": first.get("torch"),
+        "cuda": first.get("cuda"),
+        "parameters": first.get("parameters"),
+        "settings": {key: getattr(args, key) for key in (
+            "steps", "warmup", "batch", "max_seq", "min_seq", "layers", "d_model", "heads", "ffn",
+            "vocab", "seed")},
+        "total_seconds": time.perf_counter() - started,
+        "results": results,
+    }
+    with open(os.path.join(args.out, "torch-bench.json"), "w") as out:
+        json.dump(report, out, indent=1)
+    with open(os.path.join(args.out, "torch-bench.md"), "w") as out:
+        out.write(f"{report['gpu']}, PyTorch {report['torch']} (CUDA {report['cuda']}), "
+                  f"{report['date']}; {report['parameters']} parameters, batch {args.batch}, "
+                  f"{args.warmup} warm-up + {args.steps} timed steps\n\n")
+        out.write(text)
+    print(f"bench: {report['total_seconds']:.0f} s in all; results in {args.out}")
+    return 0 if all("error" not in r for r in results) else 1
+
+
+def main():
+    args = parse_arguments()
+    if args.child:
+        run_child(args)
+        return 0
+    return run_parent(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

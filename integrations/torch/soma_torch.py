@@ -1,0 +1,308 @@
+"""soma as PyTorch's CUDA allocator.
+
+    import soma_torch                      # integrations/torch on sys.path / PYTHONPATH
+    soma_torch.enable()                    # before the first CUDA tensor
+    import torch
+    ... train ...
+    print(soma_torch.stats())              # soma's figures for this process
+
+`enable()` loads libsoma_torch.so, configures soma's pools (release threshold, reuse
+policies), installs the library with torch.cuda.memory.CUDAPluggableAllocator and the hooks
+PyTorch lets a pluggable allocator set (empty_cache, record_stream, memory fraction, base
+allocation), and returns the statistics. PyTorch's own statistics
+(torch.cuda.memory_stats, max_memory_reserved, ...) are not available under a pluggable
+allocator: use `stats()`. docs/torch.md tells what the hooks see and what they do not.
+
+The library is found from, in order: the `library` argument, $SOMA_TORCH_LIBRARY, the
+directory of this file (the build tree holds a copy of it beside the library), then
+integrations/torch/libsoma_torch.so under $SOMA_BUILD_DIR, build/gpu, build/release and
+build/dev of the repository this file lives in.
+"""
+
+import ctypes
+import os
+import threading
+
+__all__ = [
+    "enable",
+    "enabled",
+    "stats",
+    "empty_cache",
+    "synchronize",
+    "reset_peak",
+    "library_path",
+    "last_error",
+    "KEEP_EVERYTHING",
+]
+
+#: Release threshold that keeps all freed memory in soma's pools (PyTorch's caching behaviour).
+KEEP_EVERYTHING = 2**64 - 1
+
+_LIBRARY_NAME = "libsoma_torch.so"
+_BUILD_DIRS = ("build/gpu", "build/release", "build/dev")
+_COUNTERS = (
+    "reserved_bytes",
+    "reserved_high_bytes",
+    "used_bytes",
+    "used_high_bytes",
+    "allocations",
+    "frees",
+    "failed_allocations",
+    "failed_frees",
+    "cross_stream_frees",
+    "streams",
+)
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in _COUNTERS]
+
+
+_lock = threading.Lock()
+_state = None  # dict once enabled
+
+
+def library_path(library=None):
+    """The path of libsoma_torch.so that enable() would load (see the module docstring)."""
+    if library:
+        return os.path.realpath(library)
+    from_environment = os.environ.get("SOMA_TORCH_LIBRARY")
+    if from_environment:
+        return os.path.realpath(from_environment)
+    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), _LIBRARY_NAME)
+    if os.path.exists(beside):  # this file's copy in a build tree
+        return os.path.realpath(beside)
+    repository = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    build_dirs = list(_BUILD_DIRS)
+    if os.environ.get("SOMA_BUILD_DIR"):
+        build_dirs.insert(0, os.environ["SOMA_BUILD_DIR"])
+    tried = []
+    for build_dir in build_dirs:
+        candidate = os.path.join(repository, build_dir, "integrations", "torch", _LIBRARY_NAME)
+        tried.append(candidate)
+        if os.path.exists(candidate):
+            return os.path.realpath(candidate)
+    raise FileNotFoundError(
+        f"{_LIBRARY_NAME} not found; build the target soma_torch, pass library=..., or set "
+        f"SOMA_TORCH_LIBRARY. Looked at: {', '.join(tried)}"
+    )
+
+
+def _load(path):
+    lib = ctypes.CDLL(path)
+    lib.soma_torch_configure.argtypes = [ctypes.c_uint64, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    lib.soma_torch_configure.restype = ctypes.c_int
+    lib.soma_torch_get_stats.argtypes = [ctypes.c_int, ctypes.POINTER(_Stats)]
+    lib.soma_torch_get_stats.restype = ctypes.c_int
+    lib.soma_torch_reset_peak.argtypes = [ctypes.c_int]
+    lib.soma_torch_reset_peak.restype = ctypes.c_int
+    lib.soma_torch_synchronize.argtypes = [ctypes.c_int]
+    lib.soma_torch_synchronize.restype = ctypes.c_int
+    lib.soma_torch_device_count.argtypes = []
+    lib.soma_torch_device_count.restype = ctypes.c_int
+    lib.soma_torch_adopts_native_streams.argtypes = []
+    lib.soma_torch_adopts_native_streams.restype = ctypes.c_int
+    lib.soma_torch_empty_cache.argtypes = []
+    lib.soma_torch_empty_cache.restype = None
+    lib.soma_torch_record_stream.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.soma_torch_record_stream.restype = None
+    lib.soma_torch_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.soma_torch_last_error.restype = ctypes.c_size_t
+    return lib
+
+
+def _address(lib, symbol):
+    return ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value
+
+
+def _message(lib):
+    buffer = ctypes.create_string_buffer(1024)
+    lib.soma_torch_last_error(buffer, len(buffer))
+    return buffer.value.decode(errors="replace")
+
+
+def _check(lib, status, call):
+    if status != 0:
+        raise RuntimeError(f"soma_torch: {call} failed (soma error {status}): {_message(lib)}")
+
+
+def _configure(lib, release_threshold, follow, opportunistic, internal):
+    threshold = KEEP_EVERYTHING if release_threshold is None else int(release_threshold)
+    if not 0 <= threshold <= KEEP_EVERYTHING:
+        raise ValueError(f"release_threshold must be in [0, 2**64 - 1], not {release_threshold}")
+    status = lib.soma_torch_configure(threshold, int(bool(follow)), int(bool(opportunistic)),
+                                      int(bool(internal)))
+    _check(lib, status, "soma_torch_configure")
+    return threshold
+
+
+def enable(
+    release_threshold=None,
+    follow_event_dependencies=True,
+    allow_opportunistic=True,
+    allow_internal_dependencies=True,
+    library=None,
+):
+    """Makes soma PyTorch's CUDA allocator for this process and returns stats().
+
+    Call it before anything allocates CUDA memory (PyTorch fixes its allocator then): ideally
+    before the first torch.cuda call. Arguments set every device's soma pool:
+
+    release_threshold: bytes a pool keeps after frees at soma's synchronize points (S9);
+        None keeps everything (KEEP_EVERYTHING), as PyTorch's caching allocator does. soma
+        does not see torch.cuda.synchronize(); it releases at synchronize() and
+        empty_cache() of this module.
+    follow_event_dependencies, allow_opportunistic, allow_internal_dependencies: soma's
+        three cross-stream reuse policies (S11), all on by default.
+    library: path of libsoma_torch.so (default: see library_path()).
+
+    A second call reconfigures the pools (the allocator stays installed).
+    """
+    global _state
+    import torch
+
+    with _lock:
+        if _state is not None:
+            threshold = _configure(_state["lib"], release_threshold, follow_event_dependencies,
+                                   allow_opportunistic, allow_internal_dependencies)
+            _state["config"].update(
+                release_threshold=threshold,
+                follow_event_dependencies=bool(follow_event_dependencies),
+                allow_opportunistic=bool(allow_opportunistic),
+                allow_internal_dependencies=bool(allow_internal_dependencies),
+            )
+            return stats()
+        if torch.cuda.is_initialized():
+            raise RuntimeError(
+                "soma_torch.enable() must run before CUDA is initialized in this process "
+                "(PyTorch cannot change an allocator that has been used); call it first"
+            )
+        path = library_path(library)
+        lib = _load(path)
+        if lib.soma_torch_device_count() < 0:
+            raise RuntimeError(f"soma_torch: {_message(lib)}")
+        threshold = _configure(lib, release_threshold, follow_event_dependencies,
+                               allow_opportunistic, allow_internal_dependencies)
+
+        allocator = torch.cuda.memory.CUDAPluggableAllocator(
+            path, "soma_torch_malloc", "soma_torch_free")
+        raw = allocator.allocator()
+        hooks = []
+        for setter, symbol in (
+            ("set_reset_fn", "soma_torch_empty_cache"),
+            ("set_record_stream_fn", "soma_torch_record_stream"),
+            ("set_memory_fraction_fn", "soma_torch_set_memory_fraction"),
+            ("set_base_alloc_fn", "soma_torch_base_allocation"),
+        ):
+            if hasattr(raw, setter):
+                getattr(raw, setter)(_address(lib, symbol))
+                hooks.append(setter)
+        torch.cuda.memory.change_current_allocator(allocator)
+
+        # Without PyTorch's record_stream hook, Tensor.record_stream is wrapped instead: it
+        # covers the Python method, not PyTorch's internal C++ calls (docs/torch.md).
+        record_stream = "hook" if "set_record_stream_fn" in hooks else "tensor-method"
+        if record_stream == "tensor-method":
+            _wrap_record_stream(torch, lib)
+
+        _state = {
+            "lib": lib,
+            "path": path,
+            "allocator": allocator,  # keeps PyTorch's wrapper (and the library) alive
+            "hooks": hooks,
+            "record_stream": record_stream,
+            "config": {
+                "release_threshold": threshold,
+                "follow_event_dependencies": bool(follow_event_dependencies),
+                "allow_opportunistic": bool(allow_opportunistic),
+                "allow_internal_dependencies": bool(allow_internal_dependencies),
+            },
+        }
+    return stats()
+
+
+def _wrap_record_stream(torch, lib):
+    original = torch.Tensor.record_stream
+
+    def record_stream(self, stream):
+        original(self, stream)
+        if self.is_cuda:
+            lib.soma_torch_record_stream(self.untyped_storage().data_ptr(), stream.cuda_stream)
+
+    record_stream.__doc__ = original.__doc__
+    torch.Tensor.record_stream = record_stream
+
+
+def enabled():
+    """Whether enable() installed soma in this process."""
+    return _state is not None
+
+
+def _lib():
+    if _state is None:
+        raise RuntimeError("soma_torch.enable() has not been called in this process")
+    return _state["lib"]
+
+
+def stats(device=None):
+    """soma's statistics for this process.
+
+    With device=None: a dict with, for every counter, the sum over devices (reserved_bytes,
+    reserved_high_bytes, used_bytes, used_high_bytes, allocations, frees,
+    failed_allocations, failed_frees, cross_stream_frees, streams), plus "devices" (a dict
+    of the same per device), "library", "hooks", "record_stream", "adopts_native_streams"
+    and "config". With a device index: that device's counters only.
+
+    reserved = physical memory soma's pool holds on the device, used = the sum of the sizes
+    of live tensors' allocations; *_high = the peak since the start or reset_peak(). The sum
+    of per-device peaks is not a process-wide simultaneous peak when several devices are in use.
+    """
+    lib = _lib()
+    if device is not None:
+        return _device_stats(lib, int(device))
+    count = lib.soma_torch_device_count()
+    if count < 0:
+        raise RuntimeError(f"soma_torch: {_message(lib)}")
+    devices = {index: _device_stats(lib, index) for index in range(count)}
+    result = {name: sum(figures[name] for figures in devices.values()) for name in _COUNTERS}
+    result.update(
+        devices=devices,
+        library=_state["path"],
+        hooks=list(_state["hooks"]),
+        record_stream=_state["record_stream"],
+        adopts_native_streams=lib.soma_torch_adopts_native_streams() == 1,
+        config=dict(_state["config"]),
+    )
+    return result
+
+
+def _device_stats(lib, device):
+    figures = _Stats()
+    _check(lib, lib.soma_torch_get_stats(device, ctypes.byref(figures)), "soma_torch_get_stats")
+    return {name: getattr(figures, name) for name in _COUNTERS}
+
+
+def empty_cache():
+    """Returns every free granule of soma's pools to the driver (after a device synchronize).
+    torch.cuda.empty_cache() does the same where PyTorch has the reset hook."""
+    _lib().soma_torch_empty_cache()
+
+
+def synchronize(device=None):
+    """Waits for the devices' work (PyTorch's streams included) and lets soma's pools release
+    memory above their release threshold. device=None: every device soma has a pool on."""
+    lib = _lib()
+    _check(lib, lib.soma_torch_synchronize(-1 if device is None else int(device)),
+           "soma_torch_synchronize")
+
+
+def reset_peak(device=None):
+    """Resets reserved_high_bytes and used_high_bytes to the current values."""
+    lib = _lib()
+    _check(lib, lib.soma_torch_reset_peak(-1 if device is None else int(device)),
+           "soma_torch_reset_peak")
+
+
+def last_error():
+    """The library's last failure message ("" if none)."""
+    return _message(_lib())

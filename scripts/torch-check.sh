@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# Runs soma's PyTorch checks ON A GPU MACHINE with PyTorch installed, from the repository root,
+# over a build directory built elsewhere with scripts/build-gpu.sh and carried here (build/gpu:
+# it holds integrations/torch/libsoma_torch.so and its test). Needs the NVIDIA driver and
+# python3 with torch (CUDA build); no compiler, no network.
+#
+#   bash scripts/torch-check.sh [--quick] [--no-bench]
+#
+#   OUT        where logs, JSON and the table go (default ./torch-out)
+#   BUILD_DIR  the carried build directory (default build/gpu)
+#
+# Steps (each logged to $OUT/<step>.log; every step runs even if an earlier one failed):
+#   1 environment  nvidia-smi, python3, torch (version, CUDA, device), what libsoma_torch.so
+#                  links (ldd)
+#   2 shim         integrations/torch/tests/soma_torch_shim_test with SOMA_BACKEND=cuda: the
+#                  library's C functions on real CUDA streams (stream 0 adopted as the legacy
+#                  stream, record_stream ordering, threads)
+#   3 python       integrations/torch/tests/test_soma_torch.py: soma as PyTorch's allocator,
+#                  training steps of torch.nn models checked against the CPU, record_stream,
+#                  soma's used memory back to 0 (a SKIP here is a failure: this is a GPU machine)
+#   4 bench        integrations/torch/bench/train_bench.py: the transformer training loop
+#                  (fixed and variable shapes) under PyTorch's native allocator, expandable
+#                  segments, the cudaMallocAsync backend and soma, each in its own process;
+#                  writes $OUT/torch-bench.json, $OUT/torch-bench.md (the table for
+#                  docs/benchmarks.md) and $OUT/bench-<allocator>-<workload>.log.
+#                  About 4 minutes on one H200 (--quick: about 2).
+# $OUT/summary.txt gathers the verdicts and the table.
+#
+# Exit status: 0 everything passed; 1 a test failed; 2 tests passed but a benchmark run
+# failed; 3 the setup is wrong (no build directory, no library, no PyTorch).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 3
+repo_root="$(pwd -P)"
+
+quick=0
+run_bench=1
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    --no-bench) run_bench=0 ;;
+    -h | --help)
+      sed -n '2,31p' "${BASH_SOURCE[0]}"
+      exit 0
+      ;;
+    *)
+      echo "torch-check: unknown argument '$arg' (see --help)" >&2
+      exit 3
+      ;;
+  esac
+done
+
+OUT="${OUT:-./torch-out}"
+BUILD_DIR="${BUILD_DIR:-build/gpu}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd -P)"
+summary="$OUT/summary.txt"
+: >"$summary"
+
+say() { echo "torch-check: $*"; }
+record() { # record <PASS|FAIL|WARN|SKIP|INFO> <step> <detail...>
+  local verdict="$1" step="$2"
+  shift 2
+  printf '%-5s %-10s %s\n' "$verdict" "$step" "$*" | tee -a "$summary"
+}
+
+# NVLink multicast stays off: the lent machines do not support changing it.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export SOMA_BACKEND=cuda
+export SOMA_GPU_TESTS_REQUIRE_CUDA=1
+
+{
+  echo "soma torch-check, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), host $(hostname)"
+  echo "repository $repo_root, build $BUILD_DIR, out $OUT"
+  echo "commit $(git -C "$repo_root" rev-parse --short HEAD 2>/dev/null || echo '?')" \
+    "$(git -C "$repo_root" status --porcelain 2>/dev/null | grep -q . && echo '(with local changes)')"
+  echo
+} | tee -a "$summary"
+
+# ---- 1 environment ----------------------------------------------------------------------------
+if [[ ! -d "$BUILD_DIR" ]]; then
+  record FAIL setup "no $BUILD_DIR: build it with scripts/build-gpu.sh and carry it here"
+  exit 3
+fi
+build_abs="$(cd "$BUILD_DIR" && pwd -P)"
+library="$build_abs/integrations/torch/libsoma_torch.so"
+shim_test="$build_abs/integrations/torch/tests/soma_torch_shim_test"
+if [[ ! -f "$library" ]]; then
+  record FAIL setup "no $library (is 'add_subdirectory(integrations)' in CMakeLists.txt?)"
+  exit 3
+fi
+# Run paths point at libsoma through $ORIGIN; this is a second way to it.
+export LD_LIBRARY_PATH="$build_abs/src/capi${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+libraries() { for program in "$library" "$shim_test"; do
+  [[ -e "$program" ]] && { echo "-- $program"; ldd "$program" 2>&1; }
+done; }
+libraries >"$OUT/ldd.log"
+if grep -qE 'GLIBCXX_[0-9.]+. not found|CXXABI_[0-9.]+. not found' "$OUT/ldd.log" &&
+  [[ -d "$build_abs/runtime-libs" ]]; then
+  # This machine's libstdc++ is older than the build machine's: use the copy carried along
+  # (for python3 too, which must load it before torch loads the system's).
+  export LD_LIBRARY_PATH="$build_abs/runtime-libs:$LD_LIBRARY_PATH"
+  record INFO setup "libstdc++ here is too old for the build; using $BUILD_DIR/runtime-libs"
+  libraries >"$OUT/ldd.log"
+fi
+if grep -qE 'not found' "$OUT/ldd.log"; then
+  record FAIL setup "a library is missing here (see $OUT/ldd.log):"
+  grep -E 'not found' "$OUT/ldd.log" | sort -u | tee -a "$summary"
+  exit 3
+fi
+
+{
+  echo "== nvidia-smi"
+  nvidia-smi 2>&1 || echo "(nvidia-smi failed: $?)"
+  echo
+  echo "== python3 and torch"
+  command -v python3
+  python3 --version 2>&1
+  python3 - <<'PY' 2>&1
+import torch
+print("torch", torch.__version__, "cuda", torch.version.cuda)
+print("cuda available", torch.cuda.is_available(), "devices", torch.cuda.device_count())
+if torch.cuda.is_available():
+    print("device 0", torch.cuda.get_device_name(0))
+PY
+  echo
+  echo "== environment"
+  env | grep -E '^(CUDA_VISIBLE_DEVICES|LD_LIBRARY_PATH|PYTORCH_|SOMA_|NCCL_NVLS|TORCH_SYMM|NVSHMEM)' | sort
+} >"$OUT/environment.log" 2>&1
+torch_line="$(python3 -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda, "available" if torch.cuda.is_available() else "NO DEVICE")' 2>/dev/null)"
+if [[ -z "$torch_line" ]]; then
+  record FAIL setup "python3 cannot import torch (see $OUT/environment.log)"
+  exit 3
+fi
+record INFO torch "$torch_line"
+gpu_line="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
+record INFO gpu "${gpu_line:-nvidia-smi sees no GPU}"
+
+test_failures=0
+bench_failures=0
+
+# ---- 2 shim -----------------------------------------------------------------------------------
+if [[ -x "$shim_test" ]]; then
+  say "shim test on cuda"
+  log="$OUT/shim.log"
+  (cd "$(dirname "$shim_test")" && timeout 300 "$shim_test" --gtest_output="xml:$OUT/shim.xml") \
+    >"$log" 2>&1
+  status=$?
+  passed="$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\?\..*/\1/p' "$log" | tail -1)"
+  failed="$(sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\?, listed below:.*/\1/p' "$log" | tail -1)"
+  skipped="$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\?, listed below:.*/\1/p' "$log" | tail -1)"
+  counts="${passed:-0} passed, ${failed:-0} failed, ${skipped:-0} skipped"
+  if ((status == 0)) && [[ -n "$passed" ]]; then
+    record PASS shim "$counts (skips: tests that need 2 devices)"
+  else
+    record FAIL shim "exit $status: $counts (see $log)"
+    grep -E '^\[  FAILED  \] [^ ]+$' "$log" | sort -u | head -20 | tee -a "$summary"
+    test_failures=$((test_failures + 1))
+  fi
+else
+  record FAIL shim "no $shim_test (built without tests?)"
+  test_failures=$((test_failures + 1))
+fi
+
+# ---- 3 python ---------------------------------------------------------------------------------
+say "python test (soma as PyTorch's allocator)"
+log="$OUT/python.log"
+timeout 300 python3 integrations/torch/tests/test_soma_torch.py --library "$library" >"$log" 2>&1
+status=$?
+line="$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)"
+if ((status == 0)); then
+  record PASS python "$line"
+elif ((status == 77)); then
+  record FAIL python "skipped on a GPU machine: $(tail -1 "$log")"
+  test_failures=$((test_failures + 1))
+else
+  record FAIL python "exit $status: ${line:-no summary} (see $log)"
+  grep -E '^FAIL ' "$log" | head -10 | tee -a "$summary"
+  test_failures=$((test_failures + 1))
+fi
+grep -E '^(PASS|soma_torch:) ' "$log" >>"$summary"
+
+# ---- 4 bench ----------------------------------------------------------------------------------
+if ((run_bench == 0)); then
+  record SKIP bench "--no-bench"
+else
+  say "benchmark: transformer training, 4 allocators x 2 workloads"
+  bench_args=(--library "$library" --out "$OUT")
+  ((quick == 1)) && bench_args+=(--quick)
+  timeout 540 python3 integrations/torch/bench/train_bench.py "${bench_args[@]}" \
+    >"$OUT/bench.log" 2>&1
+  status=$?
+  if ((status == 0)); then
+    record PASS bench "$OUT/torch-bench.md, $OUT/torch-bench.json"
+  else
+    record FAIL bench "exit $status (see $OUT/bench.log)"
+    grep -E 'FAILED' "$OUT/bench.log" | head -10 | tee -a "$summary"
+    bench_failures=$((bench_failures + 1))
+  fi
+  if [[ -f "$OUT/torch-bench.md" ]]; then
+    { echo; cat "$OUT/torch-bench.md"; } | tee -a "$summary"
+  fi
+fi
+
+echo | tee -a "$summary"
+if ((test_failures > 0)); then
+  say "FAILED: $test_failures test step(s); see $summary"
+  exit 1
+elif ((bench_failures > 0)); then
+  say "tests passed; the benchmark failed; see $summary"
+  exit 2
+fi
+say "all passed; see $summary"
+exit 0

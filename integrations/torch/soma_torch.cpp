@@ -7,8 +7,10 @@
 #include <exception>
 #include <new>
 
+#include "allocation_trace.hpp"
 #include "shim.hpp"
 
+using soma::torch_integration::allocation_trace;
 using soma::torch_integration::pool_settings;
 using soma::torch_integration::shim;
 
@@ -48,12 +50,18 @@ extern "C" {
 
 void* soma_torch_malloc(ssize_t size, int device, cudaStream_t stream) {
   return guarded("soma_torch_malloc", static_cast<void*>(nullptr), [&] {
-    return shim::instance().allocate(static_cast<std::int64_t>(size), device, stream);
+    void* pointer = shim::instance().allocate(static_cast<std::int64_t>(size), device, stream);
+    if (allocation_trace::instance().active())
+      allocation_trace::instance().allocated(pointer, static_cast<std::size_t>(size));
+    return pointer;
   });
 }
 
 void soma_torch_free(void* ptr, ssize_t /*size*/, int device, cudaStream_t stream) {
-  guarded_void("soma_torch_free", [&] { shim::instance().free(ptr, device, stream); });
+  guarded_void("soma_torch_free", [&] {
+    if (allocation_trace::instance().active()) allocation_trace::instance().freed(ptr);
+    shim::instance().free(ptr, device, stream);
+  });
 }
 
 void soma_torch_record_stream(void* ptr, cudaStream_t stream) {

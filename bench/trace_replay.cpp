@@ -1,0 +1,146 @@
+// trace_replay: replays an allocation trace (integrations/torch: SOMA_TORCH_TRACE) against
+// soma's pool logic with synthetic memory, and prints what fragmentation cost: peak reserved
+// over peak used. No GPU and no physical memory are needed, so PyTorch's allocation pattern
+// recorded on a GPU machine can be studied and the pool tuned here.
+//
+//   trace_replay TRACE [--granularity BYTES] [--growth-step BYTES] [--partial-decommit]
+//
+// Defaults model the cuda backend on an H200: 2 MiB granules, commits in 32 MiB steps, whole
+// commits released only, release threshold never reached (soma_torch's default).
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+
+#include "core/pool.hpp"
+#include "core/pool_memory.hpp"
+#include "core/stream_timeline.hpp"
+
+namespace {
+
+using namespace soma::detail;
+
+/// Address space and commits that exist only as numbers: the pool never touches its memory.
+class synthetic_memory final : public pool_memory {
+ public:
+  synthetic_memory(std::size_t granularity, bool partial) : granularity_(granularity), partial_(partial) {}
+  std::size_t granularity_bytes() const override { return granularity_; }
+  result<std::uintptr_t> reserve(std::size_t bytes) override {
+    const std::uintptr_t base = next_base_;
+    next_base_ += (bytes + granularity_ - 1) / granularity_ * granularity_ + granularity_;
+    return base;
+  }
+  void free_reservation(std::uintptr_t, std::size_t) override {}
+  result<std::uint64_t> commit(std::uintptr_t address, std::size_t bytes) override {
+    committed_ += bytes;
+    ++commits_;
+    if (verbose_ != nullptr)
+      std::fprintf(verbose_, "commit %zu MiB at +%zu MiB, committed %.3f GiB\n", bytes >> 20,
+                   (address - (std::uintptr_t{1} << 44)) >> 20,
+                   static_cast<double>(committed_) / (1 << 30));
+    return next_token_++;
+  }
+  void decommit(std::uintptr_t, std::size_t bytes, std::uint64_t, std::size_t) override {
+    committed_ -= bytes;
+    ++decommits_;
+  }
+  bool can_decommit_part() const override { return partial_; }
+
+  std::size_t commits() const { return commits_; }
+  std::FILE* verbose_ = nullptr;  ///< where each commit is reported (--verbose)
+  std::size_t decommits() const { return decommits_; }
+
+ private:
+  const std::size_t granularity_;
+  const bool partial_;
+  std::uintptr_t next_base_ = std::uintptr_t{1} << 44;
+  std::uint64_t next_token_ = 1;
+  std::size_t committed_ = 0;
+  std::size_t commits_ = 0;
+  std::size_t decommits_ = 0;
+};
+
+std::size_t parse_size(const char* text) { return std::strtoull(text, nullptr, 0); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s TRACE [--granularity B] [--growth-step B] [--partial-decommit]\n",
+                 argv[0]);
+    return 2;
+  }
+  std::size_t granularity = std::size_t{2} << 20;
+  std::size_t growth_step = std::size_t{32} << 20;
+  bool partial = false;
+  bool verbose = false;
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--granularity") == 0 && i + 1 < argc) granularity = parse_size(argv[++i]);
+    else if (std::strcmp(argv[i], "--growth-step") == 0 && i + 1 < argc) growth_step = parse_size(argv[++i]);
+    else if (std::strcmp(argv[i], "--partial-decommit") == 0) partial = true;
+    else if (std::strcmp(argv[i], "--verbose") == 0) verbose = true;
+  }
+  std::ifstream trace(argv[1]);
+  if (!trace) {
+    std::fprintf(stderr, "trace_replay: cannot read %s\n", argv[1]);
+    return 2;
+  }
+  auto memory = std::make_unique<synthetic_memory>(granularity, partial);
+  synthetic_memory* observed = memory.get();
+  if (verbose) observed->verbose_ = stdout;
+  pool_config config;
+  config.name = "replay";
+  config.max_size_bytes = std::size_t{140} << 30;
+  config.reservation_bytes = config.max_size_bytes * 2;
+  config.growth_step_bytes = growth_step;
+  pool replayed(config, std::move(memory));
+  replayed.set_release_threshold_bytes(UINT64_MAX);
+  stream_timeline stream(0);
+
+  std::unordered_map<std::uint64_t, block*> live;
+  std::size_t events = 0;
+  std::string kind;
+  std::uint64_t id = 0;
+  std::size_t bytes = 0;
+  while (trace >> kind >> id) {
+    ++events;
+    if (kind == "a") {
+      trace >> bytes;
+      if (bytes == 0) continue;
+      if (verbose) {
+        const pool_statistics now = replayed.statistics();
+        std::printf("event %zu: allocate %zu (%.1f MiB), used %.3f GiB, reserved %.3f GiB\n", events,
+                    bytes, static_cast<double>(bytes) / (1 << 20),
+                    static_cast<double>(now.used_bytes) / (1 << 30),
+                    static_cast<double>(now.reserved_bytes) / (1 << 30));
+      }
+      result<block*> made = replayed.allocate(bytes, stream, nullptr);
+      if (!made.ok()) {
+        std::fprintf(stderr, "trace_replay: event %zu: %s\n", events, made.error().message().c_str());
+        return 1;
+      }
+      live[id] = made.value();
+    } else if (kind == "f") {
+      auto found = live.find(id);
+      if (found == live.end()) continue;
+      replayed.free(found->second, stream);
+      live.erase(found);
+    }
+  }
+  const pool_statistics s = replayed.statistics();
+  std::printf("trace %s: %zu events, granularity %zu KiB, growth step %zu MiB, %s release\n", argv[1],
+              events, granularity >> 10, growth_step >> 20, partial ? "granule" : "whole-commit");
+  std::printf("peak used %.3f GiB, peak reserved %.3f GiB, reserved/used %.3f; %zu commits\n",
+              static_cast<double>(s.used_high_bytes) / (1 << 30),
+              static_cast<double>(s.reserved_high_bytes) / (1 << 30),
+              static_cast<double>(s.reserved_high_bytes) / static_cast<double>(s.used_high_bytes),
+              observed->commits());
+  for (auto& [unused, b] : live) replayed.free(b, stream);
+  return 0;
+}

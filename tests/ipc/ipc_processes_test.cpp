@@ -518,6 +518,7 @@ int bad_data_exporter(role_context& peers) {
   ROLE_TRY(send_allocation(stale, kSmall, importer));
   ROLE_TRY(send_allocation(c, kSmall, importer));
   ROLE_OK(somaFreeAsync(stale, stream));  // its export data is stale from now on
+  ROLE_OK(somaMemPoolDestroy(q.release()));  // c stays live, but nothing of q can be imported
   ROLE_CHECK(importer.signal(freed));
   ROLE_CHECK(importer.wait_signal(done));
   // Nothing the importer tried changed this process's pool or memory.
@@ -559,6 +560,7 @@ int bad_data_importer(role_context& peers) {
   ROLE_TRY(refused(p, c.data, "another pool"));       // foreign: data of pool q given to p
   ROLE_TRY(refused(q, a.data, "another pool"));
   ROLE_TRY(refused(p, stale.data, "stale export data"));  // freed by the exporter
+  ROLE_TRY(refused(q, c.data, "destroyed"));  // the exporter destroyed q
   somaMemPoolPtrExportData forged = a.data;
   forged.reserved[kNonceAt] ^= 0x01;
   ROLE_TRY(refused(p, forged, "nonce"));

@@ -72,7 +72,7 @@ void import_connection::served(std::uint64_t export_id, const export_data_bytes&
 transfer_result import_connection::receive_answer(std::uint32_t request_id, const deadline& until,
                                                   received_message* out) {
   for (;;) {
-    const transfer_result got = receive_message(socket_.get(), wire::largest_message, until, out);
+    transfer_result got = receive_message(socket_.get(), wire::largest_message, until, out);
     if (!got.ok()) return got;
     wire::header head;
     if (!wire::read_header(*out, &head)) {

@@ -156,21 +156,15 @@ void* runtime::find_imported_allocation(std::uintptr_t pool_handle, std::uint64_
 result<void*> runtime::add_imported_allocation(std::uintptr_t pool_handle, std::uint64_t key,
                                                std::uintptr_t address, std::size_t bytes,
                                                std::function<void()> release) {
-  block* entry = nullptr;
-  {
-    std::lock_guard lock(registry_mutex_);  // the pool is not torn down meanwhile
-    memory_pool* p = pools_.find(pool_handle);
-    if (p != nullptr && p->imports() != nullptr) {
-      auto [added, is_new] = p->imports()->add(key, address, bytes, p, std::move(release));
-      if (is_new) pointers_.insert(added);
-      entry = added;
-    }
-  }
-  if (entry == nullptr) {
+  std::lock_guard lock(registry_mutex_);  // the pool is not torn down meanwhile
+  memory_pool* p = pools_.find(pool_handle);
+  if (p == nullptr || p->imports() == nullptr) {
     release();
     return status(error_code::invalid_handle,
                   "somaMemPoolImportPointer: the imported pool was destroyed during the import");
   }
+  auto [entry, is_new] = p->imports()->add(key, address, bytes, p, std::move(release));
+  if (is_new) pointers_.insert(entry);
   return reinterpret_cast<void*>(entry->address);
 }
 

@@ -308,7 +308,7 @@ SOMA_API somaError_t somaMemPoolSetName(somaMemPool_t memPool, const char* name)
 
 SOMA_API somaError_t somaPointerGetAttributes(somaPointerAttributes* attributes, const void* ptr);
 
-/* ---- sharing pools between processes (S7) ------------------------------------------------------ */
+/* ---- sharing pools between processes (S7) ------------------------------------------------- */
 /* docs/ipc.md: how it works, what a handle grants, the lifetime rule. */
 
 /** Exports memPool as an OS handle for one other process. The pool must have been created with
@@ -318,7 +318,8 @@ SOMA_API somaError_t somaPointerGetAttributes(somaPointerAttributes* attributes,
  *  over a Unix socket) and closes. Each call gives a new descriptor: give each importing process
  *  its own. Default pool, pool without that handle type, imported pool, another handle type,
  *  flags != 0, NULL shareableHandle: InvalidValue; destroyed pool: InvalidResourceHandle. */
-SOMA_API somaError_t somaMemPoolExportToShareableHandle(void* shareableHandle, somaMemPool_t memPool,
+SOMA_API somaError_t somaMemPoolExportToShareableHandle(void* shareableHandle,
+                                                        somaMemPool_t memPool,
                                                         somaMemAllocationHandleType handleType,
                                                         unsigned long long flags);
 /** Imports a pool exported by another process. For somaMemHandleTypePosixFileDescriptor,
@@ -328,7 +329,8 @@ SOMA_API somaError_t somaMemPoolExportToShareableHandle(void* shareableHandle, s
  *  trimmed or exported again (InvalidValue); somaMemPoolDestroy releases it. A descriptor that
  *  is not open, not a pool handle, whose exporter is gone or does not answer within
  *  SOMA_IPC_TIMEOUT_MS (default 10000 ms): InvalidValue, with the reason in the message. */
-SOMA_API somaError_t somaMemPoolImportFromShareableHandle(somaMemPool_t* memPool, void* shareableHandle,
+SOMA_API somaError_t somaMemPoolImportFromShareableHandle(somaMemPool_t* memPool,
+                                                          void* shareableHandle,
                                                           somaMemAllocationHandleType handleType,
                                                           unsigned long long flags);
 /** Export data for the live allocation that starts at ptr, of an exportable pool: 64 bytes to

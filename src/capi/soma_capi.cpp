@@ -466,7 +466,8 @@ somaError_t somaMemPoolExportToShareableHandle(void* shareableHandle, somaMemPoo
   return with_runtime([&](runtime& rt) -> status {
     if (shareableHandle == nullptr)
       return null_argument("somaMemPoolExportToShareableHandle", "shareableHandle");
-    result<int> fd = soma::detail::ipc::export_pool(rt, handle_of(memPool), raw_value(handleType), flags);
+    result<int> fd =
+        soma::detail::ipc::export_pool(rt, handle_of(memPool), raw_value(handleType), flags);
     if (!fd.ok()) return fd.take_error();
     *static_cast<int*>(shareableHandle) = fd.value();
     return status::success();
@@ -478,9 +479,8 @@ somaError_t somaMemPoolImportFromShareableHandle(somaMemPool_t* memPool, void* s
                                                  unsigned long long flags) {
   return with_runtime([&](runtime& rt) -> status {
     if (memPool == nullptr) return null_argument("somaMemPoolImportFromShareableHandle", "memPool");
-    return store(soma::detail::ipc::import_pool(rt, reinterpret_cast<std::intptr_t>(shareableHandle),
-                                                raw_value(handleType), flags),
-                 memPool);
+    const auto fd = reinterpret_cast<std::intptr_t>(shareableHandle);
+    return store(soma::detail::ipc::import_pool(rt, fd, raw_value(handleType), flags), memPool);
   });
 }
 

@@ -50,7 +50,8 @@ result<export_data> decode_export_data(const export_data_bytes& bytes) {
     return malformed("format version " + std::to_string(v) + ", this soma reads version " +
                      std::to_string(version));
   if (const auto type = get<std::uint16_t>(bytes, 6); type != handle_type_posix_fd)
-    return malformed("handle type " + std::to_string(type) + " is not somaMemHandleTypePosixFileDescriptor (1)");
+    return malformed("handle type " + std::to_string(type) +
+                     " is not somaMemHandleTypePosixFileDescriptor (1)");
   if (get<std::uint32_t>(bytes, 60) != 0) return malformed("reserved bytes are not zero");
   export_data data;
   data.pool_id = get<std::uint64_t>(bytes, 8);
@@ -61,7 +62,8 @@ result<export_data> decode_export_data(const export_data_bytes& bytes) {
   data.exporter_pid = get<std::uint32_t>(bytes, 56);
   if (data.pool_id == 0 || data.export_id == 0) return malformed("pool id or export id is 0");
   if (data.bytes == 0) return malformed("size is 0");
-  if (data.offset_bytes + data.bytes < data.offset_bytes) return malformed("offset + size overflows");
+  if (data.offset_bytes + data.bytes < data.offset_bytes)
+    return malformed("offset + size overflows");
   return data;
 }
 

@@ -43,7 +43,8 @@ result<int> export_service::open_connection(runtime& rt, std::uintptr_t pool_han
   const std::uint64_t one = 1;
   if (::write(wake_.get(), &one, sizeof one) != sizeof one) {
     incoming_.pop_back();
-    return status(error_code::unknown, "waking the export service failed (" + errno_text(errno) + ")");
+    return status(error_code::unknown,
+                  "waking the export service failed (" + errno_text(errno) + ")");
   }
   return given.release();
 }

@@ -24,7 +24,8 @@ constexpr int handle_type_posix_fd = 1;
 status invalid(const std::string& message) { return status(error_code::invalid_value, message); }
 
 status check_type_and_flags(const char* call, int handle_type, unsigned long long flags) {
-  if (flags != 0) return invalid(std::string(call) + ": flags must be 0, not " + std::to_string(flags));
+  if (flags != 0)
+    return invalid(std::string(call) + ": flags must be 0, not " + std::to_string(flags));
   if (handle_type != handle_type_posix_fd) {
     return invalid(std::string(call) + ": handle type " + std::to_string(handle_type) +
                    " is not supported; soma shares pools as "
@@ -131,7 +132,8 @@ result<int> export_pool(runtime& rt, std::uintptr_t pool_handle, int handle_type
   result<std::uint64_t> pool_id =
       rt.exportable_pool(pool_handle, static_cast<unsigned>(handle_type), proposed.value(), call);
   if (!pool_id.ok()) return pool_id.take_error();
-  if (status checked = check_type_and_flags(call, handle_type, flags); !checked.ok()) return checked;
+  if (status checked = check_type_and_flags(call, handle_type, flags); !checked.ok())
+    return checked;
   result<int> device = rt.pool_device(pool_handle);
   if (!device.ok()) return device.take_error();
   return export_service::instance().open_connection(rt, pool_handle, pool_id.value(),
@@ -164,8 +166,8 @@ result<std::uintptr_t> import_pool(runtime& rt, std::intptr_t os_handle, int han
     return checked;
   if (os_handle < 0 || os_handle > INT_MAX) {
     return invalid(call + ": " + std::to_string(os_handle) +
-                   " is not a file descriptor (pass the int from somaMemPoolExportToShareableHandle, "
-                   "cast to void*)");
+                   " is not a file descriptor (pass the int from "
+                   "somaMemPoolExportToShareableHandle, cast to void*)");
   }
   const int fd = static_cast<int>(os_handle);
   const std::string which = call + ": descriptor " + std::to_string(fd);
@@ -183,10 +185,12 @@ result<std::uintptr_t> import_pool(runtime& rt, std::intptr_t os_handle, int han
                            "SOCK_SEQPACKET one)");
   }
   unique_fd own(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
-  if (!own) return status(error_code::out_of_memory, which + ": dup failed (" + errno_text(errno) + ")");
+  if (!own)
+    return status(error_code::out_of_memory, which + ": dup failed (" + errno_text(errno) + ")");
   result<std::shared_ptr<import_connection>> connection =
       import_connection::open(std::move(own), fd, timeout_ms());
-  if (!connection.ok()) return status(connection.error().code(), call + ": " + connection.error().message());
+  if (!connection.ok())
+    return status(connection.error().code(), call + ": " + connection.error().message());
   const exporter_info& exporter = connection.value()->exporter();
   if (exporter.backend != rt.backend_name()) {
     return invalid(which + ": the exporting process runs the " + exporter.backend +
@@ -201,7 +205,8 @@ result<std::uintptr_t> import_pool(runtime& rt, std::intptr_t os_handle, int han
                                  "imported from process " + std::to_string(exporter.pid));
 }
 
-result<void*> import_pointer(runtime& rt, std::uintptr_t pool_handle, const export_data_bytes& raw) {
+result<void*> import_pointer(runtime& rt, std::uintptr_t pool_handle,
+                             const export_data_bytes& raw) {
   const std::string call = "somaMemPoolImportPointer";
   result<imported_pool_view> pool = rt.imported_pool(pool_handle, call.c_str());
   if (!pool.ok()) return pool.take_error();
@@ -234,7 +239,8 @@ result<void*> import_pointer(runtime& rt, std::uintptr_t pool_handle, const expo
   result<mapped_range> mapped = map_pieces(platform, pool.value().device, received);
   if (!mapped.ok()) {
     return status(mapped.error().code(), call + ": mapping " + format_bytes(span) +
-                                             " of imported memory failed: " + mapped.error().message());
+                                             " of imported memory failed: " +
+                                             mapped.error().message());
   }
   const mapped_range range = mapped.value();
   connection.served(data.export_id, raw);

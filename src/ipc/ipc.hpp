@@ -36,6 +36,7 @@ result<std::uintptr_t> import_pool(runtime& rt, std::intptr_t os_handle, int han
 result<export_data_bytes> export_pointer(runtime& rt, const void* pointer);
 /// somaMemPoolImportPointer: maps the allocation, or gives the pointer of an earlier import of
 /// the same allocation that is still live.
-result<void*> import_pointer(runtime& rt, std::uintptr_t pool_handle, const export_data_bytes& data);
+result<void*> import_pointer(runtime& rt, std::uintptr_t pool_handle,
+                             const export_data_bytes& data);
 
 }  // namespace soma::detail::ipc

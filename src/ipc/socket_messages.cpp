@@ -99,7 +99,8 @@ transfer_result receive_message(int socket, std::size_t max_bytes, const deadlin
           out->fds.emplace_back(fd);
         }
       }
-      if ((message.msg_flags & MSG_CTRUNC) != 0) return {transfer::failed, "descriptors were cut off"};
+      if ((message.msg_flags & MSG_CTRUNC) != 0)
+        return {transfer::failed, "descriptors were cut off"};
       if ((message.msg_flags & MSG_TRUNC) != 0)
         return {transfer::failed, "a message longer than " + std::to_string(max_bytes) + " bytes"};
       out->bytes.resize(static_cast<std::size_t>(received));

@@ -9,7 +9,9 @@
 namespace soma::detail {
 namespace {
 
-status invalid(std::string message) { return status(error_code::invalid_value, std::move(message)); }
+status invalid(std::string message) {
+  return status(error_code::invalid_value, std::move(message));
+}
 
 }  // namespace
 
@@ -18,7 +20,8 @@ status invalid(std::string message) { return status(error_code::invalid_value, s
 result<std::uint64_t> runtime::exportable_pool(std::uintptr_t pool_handle, unsigned handle_type,
                                                std::uint64_t proposed_pool_id, const char* call) {
   result<memory_pool*> found = resolve_pool(pool_handle);
-  if (!found.ok()) return status(found.error().code(), std::string(call) + ": " + found.error().message());
+  if (!found.ok())
+    return status(found.error().code(), std::string(call) + ": " + found.error().message());
   memory_pool& p = *found.value();
   if (p.is_imported()) {
     return invalid(std::string(call) + ": " + p.describe() +
@@ -132,7 +135,8 @@ result<std::uintptr_t> runtime::create_imported_pool(int device, std::shared_ptr
 result<imported_pool_view> runtime::imported_pool(std::uintptr_t pool_handle,
                                                   const char* call) const {
   result<memory_pool*> found = resolve_pool(pool_handle);
-  if (!found.ok()) return status(found.error().code(), std::string(call) + ": " + found.error().message());
+  if (!found.ok())
+    return status(found.error().code(), std::string(call) + ": " + found.error().message());
   const memory_pool& p = *found.value();
   if (!p.is_imported()) {
     return invalid(std::string(call) + ": " + p.describe() +
@@ -142,7 +146,8 @@ result<imported_pool_view> runtime::imported_pool(std::uintptr_t pool_handle,
   imported_pool_view view;
   view.device = p.config().device;
   view.link = p.imports()->link();
-  if (view.link == nullptr) return invalid(std::string(call) + ": " + p.describe() + " was destroyed");
+  if (view.link == nullptr)
+    return invalid(std::string(call) + ": " + p.describe() + " was destroyed");
   return view;
 }
 
@@ -168,7 +173,7 @@ result<void*> runtime::add_imported_allocation(std::uintptr_t pool_handle, std::
   return reinterpret_cast<void*>(entry->address);
 }
 
-// ---- what the rest of the runtime asks of imported pools -----------------------------------------
+// ---- what the rest of the runtime asks of imported pools ----------------------------------------
 
 status runtime::free_imported(memory_pool& owner, block* live, stream_object& stream) {
   bool reap = false;

@@ -81,7 +81,8 @@ TEST_F(S7_IpcExportCalls, WrongHandleTypeFlagsOutputOrPoolAreRefused) {
   const somaMemPool_t dead = destroyed.release();
   SOMA_ASSERT_OK(somaMemPoolDestroy(dead));
   EXPECT_EQ(export_pool(dead, &fd), somaErrorInvalidResourceHandle);
-  EXPECT_EQ(export_pool(reinterpret_cast<somaMemPool_t>(0x1234), &fd), somaErrorInvalidResourceHandle);
+  EXPECT_EQ(export_pool(reinterpret_cast<somaMemPool_t>(0x1234), &fd),
+            somaErrorInvalidResourceHandle);
   EXPECT_EQ(fd, -1);
   EXPECT_EQ(open_descriptor_count(), descriptors);
 }
@@ -172,7 +173,7 @@ TEST_F(S7_IpcExportPointerCalls, SameAllocationGivesTheSameDataAFreshOneNew) {
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
 }
 
-// ---- import of pools ------------------------------------------------------------------------------
+// ---- import of pools ----------------------------------------------------------------------------
 
 /// Imports fd expecting InvalidValue with `why`; the output stays as it was and the caller's
 /// descriptor stays open (the caller owns it).

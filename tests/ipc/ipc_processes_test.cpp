@@ -20,6 +20,7 @@
 
 #include "peer_processes.hpp"
 #include "soma_test_util.hpp"
+#include "stream_gate.hpp"
 
 namespace {
 
@@ -64,7 +65,8 @@ int expect_bytes(const void* pointer, std::size_t offset, std::size_t bytes, uns
                  somaStream_t stream, int line) {
   somaError_t status = somaSuccess;
   const soma_test::host_buffer copy =
-      soma_test::read_back(static_cast<const unsigned char*>(pointer) + offset, bytes, stream, &status);
+      soma_test::read_back(static_cast<const unsigned char*>(pointer) + offset, bytes, stream,
+                           &status);
   if (status != somaSuccess) {
     return soma_test::ipc::role_failed(__FILE__, line, "read back",
                                        (std::string(somaGetErrorName(status)) + ": " +
@@ -100,8 +102,9 @@ int receive_pool(const soma_test::ipc::peer& from, somaMemPool_t* pool) {
   int fd = -1;
   ROLE_CHECK(from.receive_value(&word, &fd));
   ROLE_CHECK(fd >= 0);
-  ROLE_OK(somaMemPoolImportFromShareableHandle(pool, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
-                                              somaMemHandleTypePosixFileDescriptor, 0));
+  void* const handle = reinterpret_cast<void*>(static_cast<std::intptr_t>(fd));
+  ROLE_OK(
+      somaMemPoolImportFromShareableHandle(pool, handle, somaMemHandleTypePosixFileDescriptor, 0));
   ::close(fd);
   return 0;
 }
@@ -121,7 +124,8 @@ int round_trip_refused(somaMemPool_t pool, const shared_allocation& shared) {
   somaMemPoolPtrExportData forged = shared.data;
   forged.reserved[kNonceAt] ^= 0x80;
   void* pointer = nullptr;
-  ROLE_EXPECT_ERROR(somaMemPoolImportPointer(&pointer, pool, &forged), somaErrorInvalidValue, "nonce");
+  ROLE_EXPECT_ERROR(somaMemPoolImportPointer(&pointer, pool, &forged), somaErrorInvalidValue,
+                    "nonce");
   return 0;
 }
 
@@ -225,7 +229,7 @@ TEST(S7_IpcShare, BothProcessesSeeTheSameBytes) {
   EXPECT_ROLES_EXIT(soma_test::ipc::run_roles({"share_exporter", "share_importer"}), 0, 0);
 }
 
-// ---- importing twice ------------------------------------------------------------------------------
+// ---- importing twice ----------------------------------------------------------------------------
 
 int twice_exporter(role_context& peers) {
   const auto& importer = peers[1];
@@ -283,7 +287,7 @@ TEST(S7_IpcShare, ImportingTheSameDataTwiceGivesTheSamePointer) {
   EXPECT_ROLES_EXIT(soma_test::ipc::run_roles({"twice_exporter", "twice_importer"}), 0, 0);
 }
 
-// ---- an allocation over several physical chunks --------------------------------------------------
+// ---- an allocation over several physical chunks -------------------------------------------------
 
 /// Mappings of soma memfds (cpu backend) that overlap [pointer, pointer + bytes).
 int memfd_mappings_in(const void* pointer, std::size_t bytes) {
@@ -364,7 +368,61 @@ TEST(S7_IpcShare, AllocationOverSeveralPhysicalChunks) {
   EXPECT_ROLES_EXIT(soma_test::ipc::run_roles({"chunks_exporter", "chunks_importer"}), 0, 0);
 }
 
-// ---- several importers, each with its own handle ---------------------------------------------------
+// ---- the free of an imported pointer is stream ordered ------------------------------------------
+
+int unmap_exporter(role_context& peers) {
+  const auto& importer = peers[1];
+  soma_test::unique_stream stream;
+  soma_test::unique_pool pool(exportable_props());
+  void* a = nullptr;
+  ROLE_OK(somaMallocFromPoolAsync(&a, kSmall, pool, stream));
+  ROLE_OK(somaMemsetAsync(a, 0x45, kSmall, stream));
+  ROLE_OK(somaStreamSynchronize(stream));
+  ROLE_TRY(send_pool(pool, importer));
+  ROLE_TRY(send_allocation(a, kSmall, importer));
+  ROLE_CHECK(importer.wait_signal(done));
+  ROLE_OK(somaFreeAsync(a, stream));
+  ROLE_OK(somaStreamSynchronize(stream));
+  return 0;
+}
+
+int unmap_importer(role_context& peers) {
+  const auto& exporter = peers[0];
+  soma_test::unique_stream stream;
+  somaMemPool_t pool = nullptr;
+  ROLE_TRY(receive_pool(exporter, &pool));
+  shared_allocation shared;
+  ROLE_CHECK(exporter.receive_value(&shared));
+  void* a = nullptr;
+  ROLE_OK(somaMemPoolImportPointer(&a, pool, &shared.data));
+  const bool on_cpu = soma_test::on_cpu_backend();  // there the mapping can be seen in /proc
+  if (on_cpu) ROLE_CHECK(memfd_mappings_in(a, shared.bytes) == 1);
+
+  // Work queued before the free still uses the memory: the free waits for it.
+  soma_test::host_buffer host(kSmall);
+  soma_test::stream_gate gate;
+  ROLE_OK(gate.hold(stream));
+  ROLE_OK(somaMemcpyAsync(host.data(), a, kSmall, somaMemcpyDeviceToHost, stream));
+  ROLE_OK(somaFreeAsync(a, stream));
+  somaPointerAttributes attributes{};
+  ROLE_OK(somaPointerGetAttributes(&attributes, a));
+  ROLE_CHECK(attributes.isLiveAllocation == 0);  // dead for the application at once
+  ROLE_CHECK(somaStreamQuery(stream) == somaErrorNotReady);
+  if (on_cpu) ROLE_CHECK(memfd_mappings_in(a, shared.bytes) == 1);  // still mapped for the copy
+  gate.open();
+  ROLE_OK(somaStreamSynchronize(stream));
+  ROLE_CHECK(host.all(0x45));
+  if (on_cpu) ROLE_CHECK(memfd_mappings_in(a, shared.bytes) == 0);  // unmapped after the free ran
+  ROLE_OK(somaMemPoolDestroy(pool));
+  ROLE_CHECK(exporter.signal(done));
+  return 0;
+}
+
+TEST(S7_IpcShare, FreeOfAnImportedPointerUnmapsOnceItsStreamPassesIt) {
+  EXPECT_ROLES_EXIT(soma_test::ipc::run_roles({"unmap_exporter", "unmap_importer"}), 0, 0);
+}
+
+// ---- several importers, each with its own handle ------------------------------------------------
 
 int many_exporter(role_context& peers) {
   soma_test::unique_stream stream;
@@ -410,7 +468,7 @@ TEST(S7_IpcShare, SeveralImportersEachWithItsOwnHandle) {
                     0, 0, 0);
 }
 
-// ---- imported pools are restricted as CUDA's are ---------------------------------------------------
+// ---- imported pools are restricted as CUDA's are ------------------------------------------------
 
 int restricted_exporter(role_context& peers) {
   const auto& importer = peers[1];
@@ -450,8 +508,10 @@ int restricted_importer(role_context& peers) {
        {somaMemPoolReuseFollowEventDependencies, somaMemPoolReuseAllowOpportunistic,
         somaMemPoolReuseAllowInternalDependencies}) {
     int flag = 0;
-    ROLE_EXPECT_ERROR(somaMemPoolSetAttribute(pool, attr, &flag), somaErrorInvalidValue, "imported pool");
-    ROLE_EXPECT_ERROR(somaMemPoolGetAttribute(pool, attr, &flag), somaErrorInvalidValue, "imported pool");
+    ROLE_EXPECT_ERROR(somaMemPoolSetAttribute(pool, attr, &flag), somaErrorInvalidValue,
+                      "imported pool");
+    ROLE_EXPECT_ERROR(somaMemPoolGetAttribute(pool, attr, &flag), somaErrorInvalidValue,
+                      "imported pool");
   }
   std::uint64_t threshold = 0;
   ROLE_EXPECT_ERROR(somaMemPoolSetAttribute(pool, somaMemPoolAttrReleaseThreshold, &threshold),
@@ -493,10 +553,11 @@ int restricted_importer(role_context& peers) {
 }
 
 TEST(S7_IpcImportedPool, CannotAllocateChangeAttributesTrimOrBeExportedAgain) {
-  EXPECT_ROLES_EXIT(soma_test::ipc::run_roles({"restricted_exporter", "restricted_importer"}), 0, 0);
+  EXPECT_ROLES_EXIT(soma_test::ipc::run_roles({"restricted_exporter", "restricted_importer"}), 0,
+                    0);
 }
 
-// ---- bad export data maps nothing ----------------------------------------------------------------
+// ---- bad export data maps nothing ---------------------------------------------------------------
 
 int bad_data_exporter(role_context& peers) {
   const auto& importer = peers[1];
@@ -594,7 +655,7 @@ TEST(S7_IpcBadExportData, ForgedStaleForeignOrMalformedDataMapsNothing) {
   EXPECT_ROLES_EXIT(soma_test::ipc::run_roles({"bad_data_exporter", "bad_data_importer"}), 0, 0);
 }
 
-// ---- lifetime: an exporter that frees too early -----------------------------------------------------
+// ---- lifetime: an exporter that frees too early -------------------------------------------------
 
 int early_free_exporter(role_context& peers) {
   const auto& importer = peers[1];
@@ -642,7 +703,8 @@ int early_free_importer(role_context& peers) {
 }
 
 TEST(S7_IpcLifetime, ExporterFreeingEarlyLeavesTheImporterItsMemory) {
-  EXPECT_ROLES_EXIT(soma_test::ipc::run_roles({"early_free_exporter", "early_free_importer"}), 0, 0);
+  EXPECT_ROLES_EXIT(soma_test::ipc::run_roles({"early_free_exporter", "early_free_importer"}), 0,
+                    0);
 }
 
 // ---- faults: the exporter dies -----------------------------------------------------------------
@@ -826,6 +888,8 @@ const soma_test::ipc::role kRoles[] = {
     {"twice_importer", twice_importer},
     {"chunks_exporter", chunks_exporter},
     {"chunks_importer", chunks_importer},
+    {"unmap_exporter", unmap_exporter},
+    {"unmap_importer", unmap_importer},
     {"many_exporter", many_exporter},
     {"many_importer", many_importer},
     {"restricted_exporter", restricted_exporter},

@@ -71,7 +71,8 @@ class peer {
     return ::sendmsg(fd_, &message, MSG_NOSIGNAL) == static_cast<ssize_t>(bytes);
   }
   /// Receives one message of exactly `bytes`; a descriptor that came with it goes to *fd.
-  bool receive(void* data, std::size_t bytes, int* fd = nullptr, int wait_ms = kDefaultWaitMs) const {
+  bool receive(void* data, std::size_t bytes, int* fd = nullptr,
+               int wait_ms = kDefaultWaitMs) const {
     pollfd entry{fd_, POLLIN, 0};
     if (::poll(&entry, 1, wait_ms) != 1 || (entry.revents & POLLIN) == 0) return false;
     iovec part{data, bytes};
@@ -213,8 +214,9 @@ struct role_outcome {
 
 /// Runs the named roles, each in its own process, all connected pairwise; waits at most
 /// timeout for all of them (then kills the rest). Role i's peers[j] talks to role j.
-inline std::vector<role_outcome> run_roles(std::initializer_list<const char*> names,
-                                           std::chrono::seconds timeout = std::chrono::seconds(90)) {
+inline std::vector<role_outcome> run_roles(
+    std::initializer_list<const char*> names,
+    std::chrono::seconds timeout = std::chrono::seconds(90)) {
   const std::size_t n = names.size();
   std::vector<std::vector<int>> link(n, std::vector<int>(n, -1));
   for (std::size_t i = 0; i < n; ++i) {
@@ -287,7 +289,8 @@ inline std::vector<role_outcome> run_roles(std::initializer_list<const char*> na
         ::kill(pids[k], SIGKILL);
         ::waitpid(pids[k], nullptr, 0);
         outcomes[k].status = 128 + SIGKILL;
-        outcomes[k].messages = "(killed: still running after " + std::to_string(timeout.count()) + " s)\n";
+        outcomes[k].messages =
+            "(killed: still running after " + std::to_string(timeout.count()) + " s)\n";
         pids[k] = -1;
       }
       break;

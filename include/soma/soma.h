@@ -337,6 +337,47 @@ SOMA_API somaError_t somaMemPoolSetName(somaMemPool_t memPool, const char* name)
 
 SOMA_API somaError_t somaPointerGetAttributes(somaPointerAttributes* attributes, const void* ptr);
 
+/* ---- sharing pools between processes (S7) ------------------------------------------------- */
+/* docs/ipc.md: how it works, what a handle grants, the lifetime rule. */
+
+/** Exports memPool as an OS handle for one other process. The pool must have been created with
+ *  handleType in its handleTypes (exportability is fixed at creation); handleType must be
+ *  somaMemHandleTypePosixFileDescriptor: an int is written through shareableHandle, a new
+ *  descriptor (close-on-exec) that the caller owns, passes to the importing process (SCM_RIGHTS
+ *  over a Unix socket) and closes. Each call gives a new descriptor: give each importing process
+ *  its own. Default pool, pool without that handle type, imported pool, another handle type,
+ *  flags != 0, NULL shareableHandle: InvalidValue; destroyed pool: InvalidResourceHandle. */
+SOMA_API somaError_t somaMemPoolExportToShareableHandle(void* shareableHandle,
+                                                        somaMemPool_t memPool,
+                                                        somaMemAllocationHandleType handleType,
+                                                        unsigned long long flags);
+/** Imports a pool exported by another process. For somaMemHandleTypePosixFileDescriptor,
+ *  shareableHandle is the descriptor's int value cast to void* (as CUDA); the caller keeps
+ *  owning the descriptor. The imported pool is on the exporter's device ordinal, cannot
+ *  allocate, be a current pool, change or read its release threshold and reuse policies, be
+ *  trimmed or exported again (InvalidValue); somaMemPoolDestroy releases it. A descriptor that
+ *  is not open, not a pool handle, whose exporter is gone or does not answer within
+ *  SOMA_IPC_TIMEOUT_MS (default 10000 ms): InvalidValue, with the reason in the message. */
+SOMA_API somaError_t somaMemPoolImportFromShareableHandle(somaMemPool_t* memPool,
+                                                          void* shareableHandle,
+                                                          somaMemAllocationHandleType handleType,
+                                                          unsigned long long flags);
+/** Export data for the live allocation that starts at ptr, of an exportable pool: 64 bytes to
+ *  pass by any channel. Exporting the same allocation again gives the same data; it goes stale
+ *  when the allocation is freed. Need not wait for the allocating stream. A pointer that is not
+ *  the start of a live allocation, or of a pool that is not exportable (default, no handle
+ *  types, imported): InvalidValue. */
+SOMA_API somaError_t somaMemPoolExportPointer(somaMemPoolPtrExportData* exportData, void* ptr);
+/** Maps the allocation named by exportData into this process and returns its address here. The
+ *  memory is shared: both processes see the same bytes (order accesses across processes, e.g.
+ *  with messages after a stream synchronize). Importing the same data again while the first
+ *  import is live gives the same pointer. Free it with somaFreeAsync, which unmaps it once the
+ *  stream passes the free, and before the exporter frees the allocation. Data that is
+ *  malformed, of another pool, forged (wrong nonce, never issued) or stale (freed), a pool that
+ *  is not imported, an exporter that is gone: InvalidValue, and nothing is mapped. */
+SOMA_API somaError_t somaMemPoolImportPointer(void** ptr, somaMemPool_t memPool,
+                                              somaMemPoolPtrExportData* exportData);
+
 #ifdef __cplusplus
 }
 #endif

@@ -522,6 +522,29 @@ void pool::reset_used_high() noexcept {
   used_high_bytes_.store(used_now(), std::memory_order_release);
 }
 
+status pool::visit_physical_pieces(std::uintptr_t address, std::size_t bytes,
+                                   const std::function<status(const physical_piece&)>& visit) const {
+  std::lock_guard lock(mutex_);
+  const std::uintptr_t end = address + bytes;
+  auto it = chunks_.upper_bound(address);
+  if (it != chunks_.begin()) --it;
+  std::uintptr_t covered = address;  // everything below is backed and visited
+  for (; it != chunks_.end() && it->first < end; ++it) {
+    const std::uintptr_t piece_end = it->first + it->second.size_bytes;
+    if (piece_end <= covered) continue;
+    if (it->first > covered) break;  // a hole
+    const physical_piece piece{it->first, it->second.size_bytes, it->second.token,
+                               it->second.offset_bytes};
+    if (status visited = visit(piece); !visited.ok()) return visited;
+    covered = piece_end;
+  }
+  if (covered < end) {
+    return status(error_code::invalid_value, describe() + ": " + format_address(covered) +
+                                                 " is not backed by physical memory");
+  }
+  return status::success();
+}
+
 bool pool::owns_address(std::uintptr_t address) const {
   std::lock_guard lock(mutex_);
   for (const reservation& r : reservations_) {

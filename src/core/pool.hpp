@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -48,6 +49,14 @@ struct address_diagnosis {
 struct required_wait {
   const stream_timeline* stream = nullptr;  ///< nullptr: nothing to wait for
   std::uint64_t position = 0;
+};
+
+/// One physical commit (or what is left of it) backing part of a pool's address space.
+struct physical_piece {
+  std::uintptr_t address = 0;   ///< where it is mapped
+  std::size_t size_bytes = 0;
+  std::uint64_t token = 0;      ///< pool_memory's token: the backend's physical handle
+  std::size_t offset_bytes = 0; ///< where the piece starts inside its commit
 };
 
 /// The allocation logic of design §2 "The flow of one allocation".
@@ -107,6 +116,13 @@ class pool {
     reuse_policies_[static_cast<std::size_t>(policy - 1) % 3].store(enabled, std::memory_order_relaxed);
   }
   void set_name(std::string name);
+
+  /// Calls visit for each physical piece backing [address, address + bytes), in address
+  /// order, under the pool lock (so none is released meanwhile); stops at the first failure
+  /// and returns it. invalid_value if part of the range is not mapped. Used to export an
+  /// allocation's memory to another process (S7).
+  status visit_physical_pieces(std::uintptr_t address, std::size_t bytes,
+                               const std::function<status(const physical_piece&)>& visit) const;
 
   address_diagnosis diagnose(std::uintptr_t address) const;
   bool owns_address(std::uintptr_t address) const;

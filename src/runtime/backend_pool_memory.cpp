@@ -52,6 +52,27 @@ status backend_pool_memory::set_access(int device, backend::access_flags flags) 
   return status::success();
 }
 
+status backend_pool_memory::adopt_range(std::uintptr_t address, std::size_t bytes) {
+  std::lock_guard lock(access_mutex_);
+  for (const auto& [device, flags] : granted_) {
+    if (status applied = platform_.set_access(address, bytes, device, flags); !applied.ok())
+      return applied;
+  }
+  reservations_.emplace(address, bytes);
+  return status::success();
+}
+
+void backend_pool_memory::forget_range(std::uintptr_t address) {
+  std::lock_guard lock(access_mutex_);
+  reservations_.erase(address);
+}
+
+status memory_pool::adopt_mapping(std::uintptr_t address, std::size_t bytes) {
+  return memory_.adopt_range(address, bytes);
+}
+
+void memory_pool::forget_mapping(std::uintptr_t address) { memory_.forget_range(address); }
+
 memory_pool::memory_pool(pool_config config, std::unique_ptr<backend_pool_memory> memory,
                          pool_properties properties, bool is_default)
     : memory_pool(std::move(config), memory.release(), properties, is_default) {}
@@ -61,7 +82,9 @@ memory_pool::memory_pool(pool_config config, backend_pool_memory* memory,
     : pool(std::move(config), std::unique_ptr<pool_memory>(memory)),
       memory_(*memory),
       properties_(properties),
-      is_default_(is_default) {}
+      is_default_(is_default),
+      exports_(properties.export_handle_types != 0 ? std::make_unique<export_table>() : nullptr),
+      imports_(properties.imported ? std::make_unique<import_table>() : nullptr) {}
 
 backend::access_flags memory_pool::access(int device) const { return memory_.access(device); }
 

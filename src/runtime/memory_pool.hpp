@@ -10,6 +10,7 @@
 
 #include "backend/backend.hpp"
 #include "core/pool.hpp"
+#include "runtime/pool_sharing.hpp"
 
 namespace soma::detail {
 
@@ -18,6 +19,7 @@ struct pool_properties {
   int device = 0;
   unsigned export_handle_types = 0;
   std::size_t max_size_bytes = 0;  // 0 = the device's memory
+  bool imported = false;  // S7: memory another process exported; the pool cannot allocate
 };
 
 class backend_pool_memory;
@@ -33,6 +35,12 @@ class memory_pool final : public pool {
   void mark_destroyed() noexcept { destroyed_.store(true, std::memory_order_release); }
   std::uintptr_t handle() const noexcept { return handle_; }
   void set_handle(std::uintptr_t handle) noexcept { handle_ = handle; }
+  /// S7: imported from another process (somaMemPoolImportFromShareableHandle).
+  bool is_imported() const noexcept { return properties_.imported; }
+  /// Export records of an exportable pool; nullptr for the others.
+  export_table* exports() const noexcept { return exports_.get(); }
+  /// Mappings of an imported pool; nullptr for the others.
+  import_table* imports() const noexcept { return imports_.get(); }
 
   /// Access of `device` to every allocation of the pool, present and future (S6): read-write
   /// for the owning device, what somaMemPoolSetAccess granted (none by default) for others.
@@ -40,6 +48,10 @@ class memory_pool final : public pool {
   /// Grants or revokes access of a device other than the owner, on all mapped memory and on
   /// every later growth. Requires: checked by the caller (device in range, not the owner).
   status set_access(int device, backend::access_flags flags);
+  /// S6 for S7: memory mapped outside the pool's own growth (an imported allocation) gets the
+  /// grants made so far and every later one, until forget_mapping.
+  status adopt_mapping(std::uintptr_t address, std::size_t bytes);
+  void forget_mapping(std::uintptr_t address);
 
  private:
   memory_pool(pool_config config, backend_pool_memory* memory, pool_properties properties,
@@ -50,6 +62,8 @@ class memory_pool final : public pool {
   const bool is_default_;
   std::atomic<bool> destroyed_{false};
   std::uintptr_t handle_ = 0;
+  const std::unique_ptr<export_table> exports_;
+  const std::unique_ptr<import_table> imports_;
 };
 
 /// pool_memory over the backend: reservations and chunks of one pool on one device.
@@ -63,12 +77,20 @@ class backend_pool_memory final : public pool_memory {
   result<std::uint64_t> commit(std::uintptr_t address, std::size_t bytes) override;
   void decommit(std::uintptr_t address, std::size_t bytes, std::uint64_t token,
                 std::size_t offset_bytes) override;
-  bool can_decommit_part() const override { return platform_.can_discard_physical_part(); }
+  bool can_decommit_part() const override {
+    // Memory of an exportable pool goes back in whole commits: giving back part of one would
+    // drop pages an importer may still map (S7 lifetime), while closing a whole commit leaves
+    // them to the importer's mapping.
+    return export_handle_types_ == 0 && platform_.can_discard_physical_part();
+  }
 
   /// Access other devices have to this memory (S6). set_access applies to every reservation
   /// and is applied again to each new one, under one lock, so growth never misses a grant.
   backend::access_flags access(int device) const;
   status set_access(int device, backend::access_flags flags);
+  /// A range mapped by someone else (imports) that grants reach as they reach reservations.
+  status adopt_range(std::uintptr_t address, std::size_t bytes);
+  void forget_range(std::uintptr_t address);
 
  private:
   std::map<std::uint64_t, std::size_t> mapped_bytes_;  // per physical handle; pool lock held

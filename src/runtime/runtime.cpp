@@ -144,7 +144,8 @@ void runtime::reap_destroyed_pools() {
     std::lock_guard lock(registry_mutex_);
     for (auto it = all_pools_.begin(); it != all_pools_.end();) {
       memory_pool& p = **it;
-      if (p.is_destroyed() && p.try_release_everything()) {
+      const bool imports_released = release_imported(p);  // S7: unmaps what was freed
+      if (p.is_destroyed() && imports_released && p.try_release_everything()) {
         finished.push_back(std::move(*it));
         it = all_pools_.erase(it);
       } else {

@@ -201,6 +201,46 @@ class runtime {
 
   mutable std::mutex host_mutex_;
   std::map<std::uintptr_t, std::size_t> host_allocations_;  // somaMallocHost: base -> bytes
+
+  // -- sharing between processes (S7): hooks for src/ipc, runtime_ipc_hooks.cpp ----------
+ public:
+  /// The backend, for src/ipc to import, map and unmap physical memory.
+  backend::backend& platform() noexcept { return *backend_; }
+  /// Checks that pool_handle may be exported as handle_type (call names the API call in
+  /// messages); returns the pool's identity in export data, `proposed_pool_id` if it has none.
+  result<std::uint64_t> exportable_pool(std::uintptr_t pool_handle, unsigned handle_type,
+                                        std::uint64_t proposed_pool_id, const char* call);
+  /// Device of a pool (any kind), for the exporter's handshake.
+  result<int> pool_device(std::uintptr_t pool_handle) const;
+  /// Export data fields for the live allocation that starts at pointer.
+  result<pointer_export> export_pointer(const void* pointer, std::uint64_t proposed_pool_id,
+                                        const export_nonce& fresh_nonce);
+  /// The physical memory behind export export_id of pool_handle as descriptors the caller
+  /// owns, if the record is live and nonce and bytes match it (invalid_value otherwise).
+  result<exported_memory> export_memory(std::uintptr_t pool_handle, std::uint64_t export_id,
+                                        const export_nonce& nonce, std::size_t bytes);
+  /// A new imported pool of device, holding link until it is destroyed.
+  result<std::uintptr_t> create_imported_pool(int device, std::shared_ptr<import_link> link,
+                                              std::string name);
+  /// An imported pool's device and link (call names the API call in messages).
+  result<imported_pool_view> imported_pool(std::uintptr_t pool_handle, const char* call) const;
+  /// The live allocation imported under key into pool_handle, or nullptr.
+  void* find_imported_allocation(std::uintptr_t pool_handle, std::uint64_t key) const;
+  /// Makes [address, address + bytes) a live allocation of the imported pool; release unmaps
+  /// it once its free completed. If key is live already, release runs now and the existing
+  /// allocation is returned.
+  result<void*> add_imported_allocation(std::uintptr_t pool_handle, std::uint64_t key,
+                                        std::uintptr_t address, std::size_t bytes,
+                                        std::function<void()> release);
+
+ private:
+  status free_imported(memory_pool& owner, block* live, stream_object& stream);
+  status refuse_imported_allocation(const memory_pool& pool) const;
+  /// The imported pool whose live mapping holds address (base and size into *info), or nullptr.
+  memory_pool* find_imported(std::uintptr_t address, pointer_info* info) const;
+  /// Releases the mappings whose free completed; true if pool holds none any more.
+  static bool release_imported(memory_pool& pool);
+  std::atomic<bool> has_imported_pools_{false};
 };
 
 }  // namespace soma::detail

@@ -47,6 +47,7 @@ result<void*> runtime::allocate_from_pool(std::size_t bytes, std::uintptr_t pool
                                           std::uintptr_t stream_handle) {
   result<memory_pool*> p = resolve_pool(pool_handle);
   if (!p.ok()) return p.take_error();
+  if (p.value()->is_imported()) return refuse_imported_allocation(*p.value());
   result<stream_object*> s = resolve_stream(stream_handle);
   if (!s.ok()) return s.take_error();
   if (bytes == 0) return static_cast<void*>(nullptr);
@@ -61,6 +62,8 @@ status runtime::free(void* pointer, std::uintptr_t stream_handle) {
   block* live = pointers_.remove(address);
   if (live == nullptr) return explain_unknown_pointer(address, "somaFreeAsync");
   auto* owner = static_cast<memory_pool*>(live->owner);
+  if (owner->imports() != nullptr) return free_imported(*owner, live, *s.value());
+  if (owner->exports() != nullptr) owner->exports()->forget(address);  // S7: data goes stale
   // Read before the free: once it is done another thread may tear the pool down.
   const bool owner_destroyed = owner->is_destroyed();
   owner->free(live, s.value()->timeline);
@@ -124,6 +127,7 @@ pointer_info runtime::describe_pointer(const void* pointer) const {
       break;
     }
   }
+  if (owner == nullptr) owner = find_imported(address, &info);  // S7: inside an imported mapping
   if (owner == nullptr) return info;
   info.is_live = true;
   info.pool = owner;
@@ -140,6 +144,7 @@ status runtime::check_range(const void* pointer, std::size_t bytes, const char* 
     std::lock_guard lock(registry_mutex_);
     for (const auto& p : all_pools_) in_pool = in_pool || p->owns_address(address);
   }
+  in_pool = in_pool || find_imported(address, nullptr) != nullptr;  // S7
   if (!in_pool) return status::success();  // host memory the application owns
   pointer_info info = describe_pointer(pointer);
   if (!info.is_live) {

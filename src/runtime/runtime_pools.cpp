@@ -112,6 +112,8 @@ status runtime::destroy_pool(std::uintptr_t handle) {
   current.compare_exchange_strong(expected,
                                   devices_[static_cast<std::size_t>(p->config().device)]->default_pool);
   p->mark_destroyed();
+  // S7: an imported pool lets go of its exporter now; its imported allocations stay until freed.
+  if (p->imports() != nullptr) p->imports()->set_link(nullptr);
   // With nothing live and every free complete it goes now; otherwise after its last free.
   reap_destroyed_pools();
   return status::success();
@@ -126,6 +128,10 @@ status runtime::set_device_pool(int device, std::uintptr_t pool_handle) {
   if (status checked = check_device(device); !checked.ok()) return checked;
   result<memory_pool*> p = resolve_pool(pool_handle);
   if (!p.ok()) return p.take_error();
+  if (p.value()->is_imported()) {
+    return invalid("somaDeviceSetMemPool: " + p.value()->describe() + " is an imported pool, "
+                   "which cannot allocate and so cannot be a current pool");
+  }
   if (p.value()->config().device != device) {
     return invalid("somaDeviceSetMemPool: " + p.value()->describe() + " cannot be the current "
                    "pool of device " + std::to_string(device));
@@ -144,6 +150,10 @@ status runtime::set_pool_attribute(std::uintptr_t handle, pool_attribute attribu
   result<memory_pool*> found = resolve_pool(handle);
   if (!found.ok()) return found.take_error();
   memory_pool& p = *found.value();
+  if (p.is_imported()) {  // S7, as CUDA: an imported pool's attributes belong to its exporter
+    return invalid("somaMemPoolSetAttribute: " + p.describe() + " is an imported pool; its "
+                   "attributes cannot be changed");
+  }
   if (value == nullptr) return invalid("somaMemPoolSetAttribute: value is NULL");
   switch (attribute) {
     case pool_attribute::reuse_follow_event_dependencies:
@@ -183,6 +193,11 @@ status runtime::get_pool_attribute(std::uintptr_t handle, pool_attribute attribu
   result<memory_pool*> found = resolve_pool(handle);
   if (!found.ok()) return found.take_error();
   const memory_pool& p = *found.value();
+  if (p.is_imported() && attribute >= pool_attribute::reuse_follow_event_dependencies &&
+      attribute <= pool_attribute::release_threshold) {  // S7, as CUDA
+    return invalid("somaMemPoolGetAttribute: " + p.describe() + " is an imported pool; its "
+                   "release threshold and reuse policies are the exporter's");
+  }
   if (value == nullptr) return invalid("somaMemPoolGetAttribute: value is NULL");
   const pool_statistics stats = p.statistics();
   auto put64 = [value](std::uint64_t v) { *static_cast<std::uint64_t*>(value) = v; };
@@ -205,6 +220,10 @@ status runtime::get_pool_attribute(std::uintptr_t handle, pool_attribute attribu
 status runtime::trim_pool(std::uintptr_t handle, std::size_t keep_bytes) {
   result<memory_pool*> found = resolve_pool(handle);
   if (!found.ok()) return found.take_error();
+  if (found.value()->is_imported()) {  // S7, as CUDA
+    return invalid("somaMemPoolTrimTo: " + found.value()->describe() + " is an imported pool; "
+                   "its memory is the exporter's to release");
+  }
   found.value()->trim_to(keep_bytes);
   return status::success();
 }

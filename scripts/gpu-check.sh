@@ -18,7 +18,7 @@
 #                   run (and removed afterwards). Where it exists and is something else, ctest is
 #                   skipped and step 3 decides alone.
 #   3 direct        every GPU test program (tests/gpu/gpu_*_test, tests/*/*_gpu_test) and every
-#                   conformance program (capi, cxx, model, reuse) with SOMA_BACKEND=cuda, run
+#                   conformance program (capi, cxx, model, reuse, ipc) with SOMA_BACKEND=cuda, run
 #                   whole, all its tests in one process
 #   4 sanitizer     the same under compute-sanitizer --tool memcheck
 #                   --track-stream-ordered-races all: must report 0 errors
@@ -98,7 +98,8 @@ for test in "$build_abs"/tests/gpu/gpu_*_test "$build_abs"/tests/*/*_gpu_test; d
 done
 conformance_tests=()
 for test in "$build_abs"/tests/capi/capi_*_test "$build_abs"/tests/cxx/cxx_api_test \
-  "$build_abs"/tests/model/model_test "$build_abs"/tests/reuse/reuse_*_test; do
+  "$build_abs"/tests/model/model_test "$build_abs"/tests/reuse/reuse_*_test \
+  "$build_abs"/tests/ipc/ipc_*_test; do
   [[ -x "$test" ]] && conformance_tests+=("$test")
 done
 if ((${#gpu_tests[@]} == 0)); then

@@ -128,17 +128,22 @@ void runtime::proven(stream_object& stream, std::uint64_t position) {
 }
 
 void runtime::after_synchronize() {
-  std::vector<memory_pool*> pools;
   {
-    std::lock_guard lock(registry_mutex_);
-    pools.reserve(all_pools_.size());
-    for (const auto& p : all_pools_) pools.push_back(p.get());
+    // Shared: a concurrent reap cannot delete a pool while it releases memory here.
+    std::shared_lock using_pools(reap_mutex_);
+    std::vector<memory_pool*> pools;
+    {
+      std::lock_guard lock(registry_mutex_);
+      pools.reserve(all_pools_.size());
+      for (const auto& p : all_pools_) pools.push_back(p.get());
+    }
+    for (memory_pool* p : pools) p->on_synchronize();
   }
-  for (memory_pool* p : pools) p->on_synchronize();
   reap_destroyed_pools();
 }
 
 void runtime::reap_destroyed_pools() {
+  std::unique_lock deleting(reap_mutex_);
   std::vector<std::unique_ptr<memory_pool>> finished;
   {
     std::lock_guard lock(registry_mutex_);
@@ -153,7 +158,8 @@ void runtime::reap_destroyed_pools() {
       }
     }
   }
-  // finished pools are deleted here, outside the registry lock.
+  // finished pools are deleted here, outside the registry lock but under `deleting`.
+  finished.clear();
 }
 
 status runtime::synchronize_device() {

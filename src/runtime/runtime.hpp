@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -193,6 +194,10 @@ class runtime {
   handle_table<event_object> events_;
   handle_table<memory_pool> pools_;
 
+  // Held shared while pools are used outside the registry lock (after_synchronize), exclusive
+  // while destroyed pools are deleted, so no pool is deleted under a caller. Taken before
+  // registry_mutex_.
+  std::shared_mutex reap_mutex_;
   mutable std::mutex registry_mutex_;  // the lists below
   std::vector<std::unique_ptr<stream_object>> all_streams_;  // live and destroyed
   std::vector<stream_object*> live_streams_;

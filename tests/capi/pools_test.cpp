@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include <cstdint>
 #include <string>
 
@@ -298,6 +301,35 @@ TEST_F(S3_Pools, PoolsOnDifferentDevicesCommitOnTheirOwnDevice) {
   SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
   EXPECT_EQ(committed_bytes(1), device_1);
+}
+
+}  // namespace
+
+namespace {
+
+using namespace soma_test;
+
+// Regression: a synchronize releases memory of every pool outside the registry lock; a pool
+// destroyed and reaped by another thread meanwhile must not be touched (the sanitizer builds
+// of CI see a use after free if it is).
+TEST_F(S5_ExplicitPools, DestroyAndReapWhileAnotherThreadSynchronizes) {
+  std::atomic<bool> stop{false};
+  std::thread synchronizer([&] {
+    while (!stop.load()) (void)somaDeviceSynchronize();
+  });
+  unique_stream stream;
+  for (int round = 0; round < 200; ++round) {
+    somaMemPool_t pool = nullptr;
+    const somaMemPoolProps props = pool_props(0);
+    SOMA_ASSERT_OK(somaMemPoolCreate(&pool, &props));
+    void* pointer = nullptr;
+    SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, 64 * KiB, pool, stream));
+    SOMA_ASSERT_OK(somaMemPoolDestroy(pool));  // live allocation: reaped at its free
+    SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
+    SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+  }
+  stop.store(true);
+  synchronizer.join();
 }
 
 }  // namespace

@@ -4,9 +4,13 @@
 // recorded on a GPU machine can be studied and the pool tuned here.
 //
 //   trace_replay TRACE [--granularity BYTES] [--growth-step BYTES] [--partial-decommit]
+//                [--compact]
 //
 // Defaults model the cuda backend on an H200: 2 MiB granules, commits in 32 MiB steps, whole
-// commits released only, release threshold never reached (soma_torch's default).
+// commits released only, release threshold never reached (soma_torch's default). --compact
+// models somaMemPoolAttrCompactBeforeGrowth as the runtime does it: the stream is synchronized
+// (its frees proven), the pool trimmed to 0, the allocation retried; commits then go back by
+// granule, as the cuda backend's granule commits allow.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -50,7 +54,7 @@ class synthetic_memory final : public pool_memory {
     committed_ -= bytes;
     ++decommits_;
   }
-  bool can_decommit_part() const override { return partial_; }
+  bool can_decommit_part(std::uint64_t) const override { return partial_; }
 
   std::size_t commits() const { return commits_; }
   std::FILE* verbose_ = nullptr;  ///< where each commit is reported (--verbose)
@@ -80,18 +84,20 @@ int main(int argc, char** argv) {
   std::size_t growth_step = std::size_t{32} << 20;
   bool partial = false;
   bool verbose = false;
+  bool compact = false;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--granularity") == 0 && i + 1 < argc) granularity = parse_size(argv[++i]);
     else if (std::strcmp(argv[i], "--growth-step") == 0 && i + 1 < argc) growth_step = parse_size(argv[++i]);
     else if (std::strcmp(argv[i], "--partial-decommit") == 0) partial = true;
     else if (std::strcmp(argv[i], "--verbose") == 0) verbose = true;
+    else if (std::strcmp(argv[i], "--compact") == 0) compact = true;
   }
   std::ifstream trace(argv[1]);
   if (!trace) {
     std::fprintf(stderr, "trace_replay: cannot read %s\n", argv[1]);
     return 2;
   }
-  auto memory = std::make_unique<synthetic_memory>(granularity, partial);
+  auto memory = std::make_unique<synthetic_memory>(granularity, partial || compact);
   synthetic_memory* observed = memory.get();
   if (verbose) observed->verbose_ = stdout;
   pool_config config;
@@ -101,7 +107,9 @@ int main(int argc, char** argv) {
   config.growth_step_bytes = growth_step;
   pool replayed(config, std::move(memory));
   replayed.set_release_threshold_bytes(UINT64_MAX);
+  replayed.set_compact_before_growth(compact);
   stream_timeline stream(0);
+  std::size_t compactions = 0;
 
   std::unordered_map<std::uint64_t, block*> live;
   std::size_t events = 0;
@@ -120,7 +128,19 @@ int main(int argc, char** argv) {
                     static_cast<double>(now.used_bytes) / (1 << 30),
                     static_cast<double>(now.reserved_bytes) / (1 << 30));
       }
-      result<block*> made = replayed.allocate(bytes, stream, nullptr);
+      required_wait wait;
+      result<block*> made = replayed.allocate(bytes, stream, &wait);
+      if (!made.ok() && wait.synchronize_and_compact) {
+        ++compactions;  // what the runtime does: synchronize, prove, trim, retry
+        if (verbose) std::printf("compaction at event %zu (allocation of %zu bytes)\n", events, bytes);
+        const std::uint64_t position = stream.note_enqueued();
+        stream.note_completed(position);
+        stream.prove_completed(position);
+        replayed.trim_to(0);
+        wait = required_wait{};
+        wait.allow_compaction = false;
+        made = replayed.allocate(bytes, stream, &wait);
+      }
       if (!made.ok()) {
         std::fprintf(stderr, "trace_replay: event %zu: %s\n", events, made.error().message().c_str());
         return 1;
@@ -136,6 +156,7 @@ int main(int argc, char** argv) {
   const pool_statistics s = replayed.statistics();
   std::printf("trace %s: %zu events, granularity %zu KiB, growth step %zu MiB, %s release\n", argv[1],
               events, granularity >> 10, growth_step >> 20, partial ? "granule" : "whole-commit");
+  std::printf("compactions %zu (each a stream synchronize on the GPU)\n", compactions);
   std::printf("peak used %.3f GiB, peak reserved %.3f GiB, reserved/used %.3f; %zu commits\n",
               static_cast<double>(s.used_high_bytes) / (1 << 30),
               static_cast<double>(s.reserved_high_bytes) / (1 << 30),

@@ -184,7 +184,7 @@ grep -E '^(PASS|soma_torch:) ' "$log" >>"$summary"
 if ((run_bench == 0)); then
   record SKIP bench "--no-bench"
 else
-  say "benchmark: transformer training, 4 allocators x 2 workloads"
+  say "benchmark: transformer training, 5 allocators (soma with and without compaction) x 2 workloads"
   bench_args=(--library "$library" --out "$OUT")
   ((quick == 1)) && bench_args+=(--quick)
   timeout 540 python3 integrations/torch/bench/train_bench.py "${bench_args[@]}" \

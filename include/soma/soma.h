@@ -113,6 +113,13 @@ typedef enum somaMemPoolAttr {
   somaMemPoolAttrReservedMemHigh = 6,            /**< uint64_t, set only to 0 = reset */
   somaMemPoolAttrUsedMemCurrent = 7,             /**< uint64_t, get only */
   somaMemPoolAttrUsedMemHigh = 8,                /**< uint64_t, set only to 0 = reset */
+  /** soma's own, int, default 0. 1: when an allocation would make the pool grow although it
+   *  holds as much free memory as the request, only not in one piece, soma synchronizes the
+   *  allocating stream, gives the pool's free memory back (as TrimTo(0)) and then grows, so the
+   *  peak stays near live memory; on cuda the pool then commits one physical allocation per
+   *  granule, so free granules inside a commit can go back. Costs a synchronize at such an
+   *  allocation. Not for pools created exportable (their commits stay whole). */
+  somaMemPoolAttrCompactBeforeGrowth = 1000,
 } somaMemPoolAttr;
 
 typedef enum somaDeviceAttr {

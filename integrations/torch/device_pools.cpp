@@ -1,5 +1,8 @@
 #include "device_pools.hpp"
 
+#include <cstdlib>
+#include <string>
+
 #include <cstring>
 
 #include "failure_log.hpp"
@@ -86,6 +89,14 @@ somaError_t device_pools::apply(somaMemPool_t pool, const pool_settings& setting
     status = somaMemPoolSetAttribute(pool, somaMemPoolReuseAllowOpportunistic, &opportunistic);
   if (status == somaSuccess)
     status = somaMemPoolSetAttribute(pool, somaMemPoolReuseAllowInternalDependencies, &internal);
+  // SOMA_TORCH_COMPACT=1: compaction before growth (somaMemPoolAttrCompactBeforeGrowth), peak
+  // memory near live memory for a stream synchronize where the pool would grow while holding
+  // fragmented free memory (docs/torch.md).
+  const char* compact = std::getenv("SOMA_TORCH_COMPACT");
+  if (status == somaSuccess && compact != nullptr && std::string(compact) == "1") {
+    int on = 1;
+    status = somaMemPoolSetAttribute(pool, somaMemPoolAttrCompactBeforeGrowth, &on);
+  }
   return status;
 }
 

@@ -142,6 +142,7 @@ def enable(
     allow_opportunistic=True,
     allow_internal_dependencies=True,
     library=None,
+    compact_before_growth=False,
 ):
     """Makes soma PyTorch's CUDA allocator for this process and returns stats().
 
@@ -155,11 +156,19 @@ def enable(
     follow_event_dependencies, allow_opportunistic, allow_internal_dependencies: soma's
         three cross-stream reuse policies (S11), all on by default.
     library: path of libsoma_torch.so (default: see library_path()).
+    compact_before_growth: soma's somaMemPoolAttrCompactBeforeGrowth on every pool: where a
+        pool would grow while holding fragmented free memory, soma synchronizes the allocating
+        stream and gives that memory back first. Peak memory then stays near live memory, at
+        the price of such synchronizes (sets SOMA_TORCH_COMPACT=1 for the library; takes
+        effect for pools created afterwards, so pass it to the first call).
 
     A second call reconfigures the pools (the allocator stays installed).
     """
     global _state
     import torch
+
+    if compact_before_growth:
+        os.environ["SOMA_TORCH_COMPACT"] = "1"
 
     with _lock:
         if _state is not None:

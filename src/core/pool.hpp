@@ -45,10 +45,16 @@ struct address_diagnosis {
 };
 
 /// An ordering the allocator must add before handing a block to a stream (S11 internal
-/// dependencies): the stream waits until `stream` has completed `position`.
+/// dependencies): the stream waits until `stream` has completed `position`. Also carries the
+/// compaction handshake (S9): with compaction allowed and the pool set to compact before
+/// growth, an allocation that would grow although the pool holds as much free memory fails
+/// with synchronize_and_compact set; the caller synchronizes the stream, calls trim_to(0) and
+/// allocates again with compaction not allowed.
 struct required_wait {
   const stream_timeline* stream = nullptr;  ///< nullptr: nothing to wait for
   std::uint64_t position = 0;
+  bool allow_compaction = true;          ///< in: the caller can synchronize and retry
+  bool synchronize_and_compact = false;  ///< out: do that, then retry
 };
 
 /// One physical commit (or what is left of it) backing part of a pool's address space.
@@ -117,6 +123,13 @@ class pool {
   }
   void set_name(std::string name);
 
+  /// S9, soma's own: before growing, give fragmented free memory back first (the caller
+  /// synchronizes the stream so its frees can go), so peak memory stays near live memory.
+  bool compact_before_growth() const noexcept { return compact_.load(std::memory_order_relaxed); }
+  void set_compact_before_growth(bool enabled) noexcept {
+    compact_.store(enabled, std::memory_order_relaxed);
+  }
+
   /// Calls visit for each physical piece backing [address, address + bytes), in address
   /// order, under the pool lock (so none is released meanwhile); stops at the first failure
   /// and returns it. invalid_value if part of the range is not mapped. Used to export an
@@ -129,6 +142,14 @@ class pool {
   const pool_config& config() const noexcept { return config_; }
   std::string describe() const;  ///< "pool 'name' on device 0"
   std::size_t granularity_bytes() const noexcept { return granularity_bytes_; }
+
+ protected:
+  /// Runs fn under the pool lock: for a derived pool that changes how its memory is committed.
+  template <typename Fn>
+  void with_lock(Fn&& fn) const {
+    std::lock_guard lock(mutex_);
+    fn();
+  }
 
  private:
   static constexpr std::size_t caches_per_segment = 1024;
@@ -165,6 +186,9 @@ class pool {
   result<std::uintptr_t> find_unmapped_locked(std::size_t bytes, std::size_t* need_bytes,
                                               std::size_t size_bytes);
   void split_locked(block* b, std::size_t size_bytes);
+  /// Fragmented free memory worth a synchronize before growing (compaction, S9).
+  std::size_t compaction_floor(std::size_t size_bytes) const;
+
   void release_locked(std::size_t keep_bytes);
   std::size_t release_range_locked(std::uintptr_t from, std::uintptr_t to, std::size_t limit_bytes);
   void carve_locked(block* b, std::uintptr_t from, std::uintptr_t to);
@@ -192,6 +216,7 @@ class pool {
   std::atomic<stream_cache*> first_cache_{nullptr};  // list of every cache, newest first
   std::atomic<std::uint64_t> release_threshold_bytes_{0};
   std::array<std::atomic<bool>, 3> reuse_policies_{true, true, true};
+  std::atomic<bool> compact_{false};
   mutable std::mutex name_mutex_;  // apart from the pool lock: messages are built under it
   std::string name_;
 };

@@ -31,9 +31,9 @@ class pool_memory {
   /// can_decommit_part(), the range is always everything committed under token.
   virtual void decommit(std::uintptr_t address, std::size_t bytes, std::uint64_t token,
                         std::size_t offset_bytes) = 0;
-  /// Whether part of a commit can go back on its own (granule-level release). Without it the
-  /// pool releases whole commits only.
-  virtual bool can_decommit_part() const { return false; }
+  /// Whether part of the commit made under token can go back on its own (granule-level
+  /// release). Without it the pool releases that commit whole only.
+  virtual bool can_decommit_part(std::uint64_t /*token*/) const { return false; }
 };
 
 }  // namespace soma::detail

@@ -73,6 +73,12 @@ status memory_pool::adopt_mapping(std::uintptr_t address, std::size_t bytes) {
 
 void memory_pool::forget_mapping(std::uintptr_t address) { memory_.forget_range(address); }
 
+void memory_pool::set_compaction(bool enabled) {
+  // Under the pool lock: commits are made and given back under it.
+  with_lock([&] { memory_.set_granule_commits(enabled); });
+  set_compact_before_growth(enabled);
+}
+
 memory_pool::memory_pool(pool_config config, std::unique_ptr<backend_pool_memory> memory,
                          pool_properties properties, bool is_default)
     : memory_pool(std::move(config), memory.release(), properties, is_default) {}
@@ -93,6 +99,8 @@ status memory_pool::set_access(int device, backend::access_flags flags) {
 }
 
 result<std::uint64_t> backend_pool_memory::commit(std::uintptr_t address, std::size_t bytes) {
+  if (granule_commits_ && export_handle_types_ == 0 && !platform_.can_discard_physical_part())
+    return commit_by_granule(address, bytes);
   result<std::uint64_t> handle = platform_.create_physical(device_, bytes, export_handle_types_);
   if (!handle.ok()) return handle;
   if (status mapped = platform_.map(address, bytes, handle.value(), device_); !mapped.ok()) {
@@ -103,8 +111,46 @@ result<std::uint64_t> backend_pool_memory::commit(std::uintptr_t address, std::s
   return handle;
 }
 
+result<std::uint64_t> backend_pool_memory::commit_by_granule(std::uintptr_t address,
+                                                              std::size_t bytes) {
+  std::map<std::uintptr_t, std::uint64_t> granules;
+  auto undo = [&] {
+    for (const auto& [at, handle] : granules) {
+      platform_.unmap(at, granularity_bytes_);
+      platform_.release_physical(handle);
+    }
+  };
+  for (std::uintptr_t at = address; at < address + bytes; at += granularity_bytes_) {
+    result<std::uint64_t> handle = platform_.create_physical(device_, granularity_bytes_, 0);
+    if (!handle.ok()) {
+      undo();
+      return handle;
+    }
+    if (status mapped = platform_.map(at, granularity_bytes_, handle.value(), device_); !mapped.ok()) {
+      platform_.release_physical(handle.value());
+      undo();
+      return mapped;
+    }
+    granules.emplace(at, handle.value());
+  }
+  const std::uint64_t token = next_split_token_++;
+  split_commits_.emplace(token, std::move(granules));
+  return token;
+}
+
 void backend_pool_memory::decommit(std::uintptr_t address, std::size_t bytes,
                                    std::uint64_t token, std::size_t offset_bytes) {
+  if (auto split = split_commits_.find(token); split != split_commits_.end()) {
+    for (std::uintptr_t at = address; at < address + bytes; at += granularity_bytes_) {
+      auto granule = split->second.find(at);
+      if (granule == split->second.end()) continue;
+      platform_.unmap(at, granularity_bytes_);
+      platform_.release_physical(granule->second);
+      split->second.erase(granule);
+    }
+    if (split->second.empty()) split_commits_.erase(split);
+    return;
+  }
   platform_.unmap(address, bytes);
   auto it = mapped_bytes_.find(token);
   if (it == mapped_bytes_.end() || it->second <= bytes) {

@@ -52,6 +52,8 @@ class memory_pool final : public pool {
   /// grants made so far and every later one, until forget_mapping.
   status adopt_mapping(std::uintptr_t address, std::size_t bytes);
   void forget_mapping(std::uintptr_t address);
+  /// S9: compaction before growth (somaMemPoolAttrCompactBeforeGrowth).
+  void set_compaction(bool enabled);
 
  private:
   memory_pool(pool_config config, backend_pool_memory* memory, pool_properties properties,
@@ -77,12 +79,19 @@ class backend_pool_memory final : public pool_memory {
   result<std::uint64_t> commit(std::uintptr_t address, std::size_t bytes) override;
   void decommit(std::uintptr_t address, std::size_t bytes, std::uint64_t token,
                 std::size_t offset_bytes) override;
-  bool can_decommit_part() const override {
+  result<std::uint64_t> commit_by_granule(std::uintptr_t address, std::size_t bytes);
+  bool can_decommit_part(std::uint64_t token) const override {
+    if (split_commits_.count(token) != 0) return true;  // one physical allocation a granule
     // Memory of an exportable pool goes back in whole commits: giving back part of one would
     // drop pages an importer may still map (S7 lifetime), while closing a whole commit leaves
     // them to the importer's mapping.
     return export_handle_types_ == 0 && platform_.can_discard_physical_part();
   }
+  /// From now on, where the platform gives back physical allocations whole only (cuda), make
+  /// each commit of a granule-sized physical allocation per granule, so that free granules
+  /// inside a commit can go back (compaction, S9). Not for exportable pools (S7 exports whole
+  /// commits). Requires: the pool lock is held.
+  void set_granule_commits(bool enabled) { granule_commits_ = enabled; }
 
   /// Access other devices have to this memory (S6). set_access applies to every reservation
   /// and is applied again to each new one, under one lock, so growth never misses a grant.
@@ -94,6 +103,11 @@ class backend_pool_memory final : public pool_memory {
 
  private:
   std::map<std::uint64_t, std::size_t> mapped_bytes_;  // per physical handle; pool lock held
+  // Commits made of one physical allocation per granule: token -> handle by address. Tokens
+  // are minted above 2^63, apart from the platform's handles. Pool lock held.
+  std::map<std::uint64_t, std::map<std::uintptr_t, std::uint64_t>> split_commits_;
+  std::uint64_t next_split_token_ = std::uint64_t{1} << 63;
+  bool granule_commits_ = false;
   mutable std::mutex access_mutex_;                   // the two maps below
   std::map<std::uintptr_t, std::size_t> reservations_;  // base -> bytes
   std::map<int, backend::access_flags> granted_;        // devices other than the owner

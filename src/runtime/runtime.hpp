@@ -43,6 +43,7 @@ enum class pool_attribute : int {
   reserved_high = 6,
   used_current = 7,
   used_high = 8,
+  compact_before_growth = 1000,
 };
 
 /// Device attributes (values of somaDeviceAttr).

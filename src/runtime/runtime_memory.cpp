@@ -8,6 +8,16 @@ namespace soma::detail {
 result<void*> runtime::allocate_in(memory_pool& pool, std::size_t bytes, stream_object& stream) {
   required_wait wait;
   result<block*> taken = pool.allocate(bytes, stream.timeline, &wait);
+  if (!taken.ok() && wait.synchronize_and_compact) {
+    // S9 compaction before growth: once the stream ran its frees they are proven and the
+    // pool's free memory can go back; the allocation then grows into what is needed.
+    const std::uint64_t position = stream.timeline.enqueued_position();
+    if (stream.queue->synchronize().ok()) proven(stream, position);
+    pool.trim_to(0);
+    wait = required_wait{};
+    wait.allow_compaction = false;
+    taken = pool.allocate(bytes, stream.timeline, &wait);
+  }
   if (!taken.ok()) return taken.take_error();
   if (wait.stream != nullptr) order_after_free(stream, wait);
   pointers_.insert(taken.value());

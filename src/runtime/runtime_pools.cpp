@@ -169,6 +169,14 @@ status runtime::set_pool_attribute(std::uintptr_t handle, pool_attribute attribu
     case pool_attribute::release_threshold:
       p.set_release_threshold_bytes(*static_cast<const std::uint64_t*>(value));
       return status::success();
+    case pool_attribute::compact_before_growth: {
+      const int flag = *static_cast<const int*>(value);
+      if (flag != 0 && flag != 1)
+        return invalid("somaMemPoolSetAttribute: somaMemPoolAttrCompactBeforeGrowth takes 0 or 1, "
+                       "not " + std::to_string(flag));
+      p.set_compaction(flag == 1);
+      return status::success();
+    }
     case pool_attribute::reserved_high:
     case pool_attribute::used_high: {
       const std::uint64_t reset = *static_cast<const std::uint64_t*>(value);
@@ -208,6 +216,9 @@ status runtime::get_pool_attribute(std::uintptr_t handle, pool_attribute attribu
       *static_cast<int*>(value) = p.reuse_policy(static_cast<int>(attribute)) ? 1 : 0;
       return status::success();
     case pool_attribute::release_threshold: put64(p.release_threshold_bytes()); return status::success();
+    case pool_attribute::compact_before_growth:
+      *static_cast<int*>(value) = p.compact_before_growth() ? 1 : 0;
+      return status::success();
     case pool_attribute::reserved_current: put64(stats.reserved_bytes); return status::success();
     case pool_attribute::reserved_high: put64(stats.reserved_high_bytes); return status::success();
     case pool_attribute::used_current: put64(stats.used_bytes); return status::success();

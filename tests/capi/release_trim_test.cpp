@@ -337,3 +337,99 @@ TEST_F(S9_Trim, TrimLeavesFreesNotKnownCompleteAlone) {
 }
 
 }  // namespace
+
+// ---- compaction before growth (S9, soma's own attribute) --------------------------------------
+
+namespace {
+
+using namespace soma_test;
+
+class S9_Compaction : public capi_test {};
+
+TEST_F(S9_Compaction, AttributeIsOffByDefaultAndTakesZeroOrOne) {
+  unique_pool pool(0);
+  EXPECT_EQ(pool_int(pool, somaMemPoolAttrCompactBeforeGrowth), 0);
+  SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolAttrCompactBeforeGrowth, 1));
+  EXPECT_EQ(pool_int(pool, somaMemPoolAttrCompactBeforeGrowth), 1);
+  EXPECT_EQ(set_pool_int(pool, somaMemPoolAttrCompactBeforeGrowth, 2), somaErrorInvalidValue);
+  EXPECT_TRUE(contains(last_message(), "0 or 1")) << last_message();
+  EXPECT_EQ(pool_int(pool, somaMemPoolAttrCompactBeforeGrowth), 1) << "a refused set changes nothing";
+}
+
+/// Fragments a pool: eight blocks of four granules with a small live pin after each, then the
+/// blocks are freed; finally a block of 24 granules is allocated, which neither a hole nor the
+/// slack a growth step leaves at the end (cuda: up to 32 MiB) fits.
+/// Returns the pool's reserved bytes after that allocation; the pins keep their bytes.
+std::uint64_t fragment_then_allocate_large(somaMemPool_t pool, somaStream_t stream) {
+  const std::size_t granule = granularity_bytes(0);
+  void* blocks[8] = {};
+  void* pins[8] = {};
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(somaMallocFromPoolAsync(&blocks[i], 4 * granule, pool, stream), somaSuccess);
+    EXPECT_EQ(somaMallocFromPoolAsync(&pins[i], 1024, pool, stream), somaSuccess);
+    EXPECT_EQ(somaMemsetAsync(pins[i], 0x40 + i, 1024, stream), somaSuccess);
+  }
+  for (void* b : blocks) EXPECT_EQ(somaFreeAsync(b, stream), somaSuccess);
+  const std::size_t large_bytes = 24 * granule;
+  void* large = nullptr;
+  EXPECT_EQ(somaMallocFromPoolAsync(&large, large_bytes, pool, stream), somaSuccess) << last_message();
+  EXPECT_EQ(somaMemsetAsync(large, 0x7f, large_bytes, stream), somaSuccess);
+  const std::uint64_t reserved = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(read_back(pins[i], 1024, stream).count_not(static_cast<unsigned char>(0x40 + i)), 0u)
+        << "pin " << i << " lost its bytes";
+    EXPECT_EQ(somaFreeAsync(pins[i], stream), somaSuccess);
+  }
+  EXPECT_EQ(read_back(large, large_bytes, stream).count_not(0x7f), 0u);
+  EXPECT_EQ(somaFreeAsync(large, stream), somaSuccess);
+  EXPECT_EQ(somaStreamSynchronize(stream), somaSuccess);
+  return reserved;
+}
+
+TEST_F(S9_Compaction, FragmentedFreeMemoryGoesBackBeforeThePoolGrows) {
+  unique_stream stream;
+  unique_pool plain(0);
+  unique_pool compacting(0);
+  for (somaMemPool_t p : {plain.get(), compacting.get()})
+    SOMA_ASSERT_OK(set_pool_u64(p, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
+  SOMA_ASSERT_OK(set_pool_int(compacting, somaMemPoolAttrCompactBeforeGrowth, 1));
+  const std::uint64_t grown = fragment_then_allocate_large(plain, stream);
+  const std::uint64_t compacted = fragment_then_allocate_large(compacting, stream);
+  const std::size_t granule = granularity_bytes(0);
+  EXPECT_LT(compacted, grown) << "the holes' granules went back before growing";
+  // What stays: the pins' granules and the large block, plus at most one growth step of slack
+  // (cuda grows in 32 MiB steps).
+  EXPECT_LE(compacted, 8 * granule + 24 * granule + std::max<std::size_t>(32 * MiB, 24 * granule));
+  EXPECT_EQ(pool_u64(compacting, somaMemPoolAttrUsedMemCurrent), 0u);
+}
+
+TEST_F(S9_Compaction, AnIncompleteFreeOfAnotherStreamIsNeverGivenBack) {
+  // Compaction synchronizes only the allocating stream: another stream's pending free stays.
+  unique_stream allocating;
+  unique_stream other;
+  unique_pool pool(0);
+  SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
+  SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolAttrCompactBeforeGrowth, 1));
+  SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolReuseAllowOpportunistic, 0));
+  SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolReuseAllowInternalDependencies, 0));
+  const std::size_t granule = granularity_bytes(0);
+  void* held = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&held, 16 * granule, pool, other));
+  stream_gate gate;
+  SOMA_ASSERT_OK(gate.hold(other));
+  SOMA_ASSERT_OK(somaMemsetAsync(held, 0x21, 16 * granule, other));  // still to run
+  SOMA_ASSERT_OK(somaFreeAsync(held, other));
+  void* large = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&large, 8 * granule, pool, allocating));
+  const auto a = reinterpret_cast<std::uintptr_t>(large);
+  const auto b = reinterpret_cast<std::uintptr_t>(held);
+  EXPECT_TRUE(a + 8 * granule <= b || b + 16 * granule <= a)
+      << "memory whose free has not run was handed out";
+  EXPECT_EQ(somaStreamQuery(other), somaErrorNotReady);
+  gate.open();
+  SOMA_ASSERT_OK(somaStreamSynchronize(other));
+  SOMA_ASSERT_OK(somaFreeAsync(large, allocating));
+  SOMA_ASSERT_OK(somaStreamSynchronize(allocating));
+}
+
+}  // namespace

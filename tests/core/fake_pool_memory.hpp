@@ -195,7 +195,7 @@ public:
     s.decommits.push_back({address, bytes});
   }
 
-  bool can_decommit_part() const override { return state_->allow_partial_decommit; }
+  bool can_decommit_part(std::uint64_t) const override { return state_->allow_partial_decommit; }
 
 private:
   std::shared_ptr<fake_memory_state> state_;

@@ -52,6 +52,7 @@ ALLOCATORS = {
     "expandable": "expandable_segments:True",
     "cuda_malloc_async": "backend:cudaMallocAsync",
     "soma": None,
+    "soma_compact": None,
 }
 WORKLOADS = ("fixed", "variable")
 # shared/targets.md: reserved/allocated goals for soma, and its step time against native.
@@ -102,11 +103,12 @@ def sequence_lengths(args, workload):
 def run_child(args):
     allocator, workload = args.child
     soma_torch = None
-    if allocator == "soma":
+    if allocator in ("soma", "soma_compact"):
         sys.path.insert(0, TORCH_INTEGRATION)
         import soma_torch  # noqa: E402 (enabled before torch touches CUDA)
 
-        soma_torch.enable(library=args.library)
+        soma_torch.enable(library=args.library,
+                          compact_before_growth=allocator == "soma_compact")
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -169,7 +171,7 @@ def run_child(args):
             step_ms.append(elapsed_ms)
     wall_s = time.perf_counter() - started
 
-    if allocator == "soma":
+    if allocator in ("soma", "soma_compact"):
         stats = soma_torch.stats()
         peak_reserved = stats["reserved_high_bytes"]
         peak_allocated = stats["used_high_bytes"]
@@ -228,7 +230,7 @@ def child_environment(allocator):
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     if ALLOCATORS[allocator] is not None:
         env["PYTORCH_CUDA_ALLOC_CONF"] = ALLOCATORS[allocator]
-    if allocator == "soma":
+    if allocator in ("soma", "soma_compact"):
         env.setdefault("SOMA_BACKEND", "cuda")
     return env
 
@@ -283,7 +285,7 @@ def summarize(results):
             continue
         base = native.get(result["workload"])
         result["vs_native"] = result["median_ms"] / base["median_ms"] if base else None
-        if result["allocator"] == "soma":
+        if result["allocator"] in ("soma", "soma_compact"):
             goal = RATIO_GOALS[result["workload"]]
             result["ratio_goal"] = goal
             result["ratio_goal_met"] = result["ratio"] is not None and result["ratio"] <= goal
@@ -307,9 +309,9 @@ def table(results):
             f"{r['peak_allocated_bytes'] / GIB:.3f} | {r['ratio']:.3f} |")
     verdicts = []
     for r in results:
-        if r.get("allocator") == "soma" and "error" not in r:
+        if r.get("allocator") in ("soma", "soma_compact") and "error" not in r:
             ratio = "met" if r["ratio_goal_met"] else "MISSED"
-            line = (f"- soma, {r['workload']}: reserved/allocated {r['ratio']:.3f} "
+            line = (f"- {r['allocator']}, {r['workload']}: reserved/allocated {r['ratio']:.3f} "
                     f"(goal <= {r['ratio_goal']}: {ratio})")
             if "step_time_goal_met" in r:
                 line += (f"; step time {r['vs_native']:.3f} x native (goal <= {STEP_TIME_GOAL}: "

@@ -815,3 +815,80 @@ TEST(S9_PoolModel, RandomWithPartialDecommitSeed4) { run_random_model(4, 4000, t
 TEST(S9_PoolModel, RandomWithPartialDecommitSeed5) { run_random_model(5, 4000, true); }
 
 } // namespace
+
+// ---- S9: compaction before growth -------------------------------------------------------------
+
+namespace {
+
+using soma::detail::error_code;
+using soma::detail::required_wait;
+using soma::detail::result;
+
+/// Four blocks of four granules, each followed by a live one-granule pin; the blocks freed
+/// (pending on stream a). Returns the pins.
+std::vector<block *> fragment(pool_under_test &p, stream_timeline &a) {
+  std::vector<block *> blocks;
+  std::vector<block *> pins;
+  for (int i = 0; i < 4; ++i) {
+    blocks.push_back(p.allocate(4 * kGranule, a));
+    pins.push_back(p.allocate(kGranule, a));
+  }
+  for (block *b : blocks)
+    p.free_pending(b, a);
+  return pins;
+}
+
+TEST(S9_Pool, CompactionIsAskedForInsteadOfGrowingOverFragmentedFreeMemory) {
+  pool_under_test p;
+  p.memory->allow_partial_decommit = true;
+  stream_timeline a(0);
+  std::vector<block *> pins = fragment(p, a);
+  p.the_pool->set_compact_before_growth(true);
+  const pool_statistics before = p.stats();
+  required_wait wait;
+  result<block *> refused = p.the_pool->allocate(8 * kGranule, a, &wait);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code(), error_code::not_ready);
+  EXPECT_TRUE(wait.synchronize_and_compact);
+  EXPECT_EQ(p.stats().reserved_bytes, before.reserved_bytes) << "asking changes nothing";
+
+  // What the runtime does: the stream ran its frees (proven), the pool gives them back, the
+  // allocation is made again without compaction.
+  a.note_completed(a.enqueued_position());
+  a.prove_completed(a.enqueued_position());
+  p.the_pool->trim_to(0);
+  EXPECT_EQ(p.stats().reserved_bytes, 4 * kGranule) << "only the pins' granules stay";
+  wait = required_wait{};
+  wait.allow_compaction = false;
+  result<block *> served = p.the_pool->allocate(8 * kGranule, a, &wait);
+  ASSERT_TRUE(served.ok()) << served.error().message();
+  EXPECT_FALSE(wait.synchronize_and_compact);
+  EXPECT_EQ(p.stats().reserved_bytes, 12 * kGranule) << "pins plus the new block, no more";
+  p.the_pool->free(served.value(), a);
+  for (block *pin : pins)
+    p.the_pool->free(pin, a);
+}
+
+TEST(S9_Pool, WithoutCompactionOrWithoutFreeMemoryThePoolGrows) {
+  pool_under_test p;
+  stream_timeline a(0);
+  std::vector<block *> pins = fragment(p, a);
+  required_wait wait;
+  result<block *> grown = p.the_pool->allocate(8 * kGranule, a, &wait);  // attribute off
+  ASSERT_TRUE(grown.ok());
+  EXPECT_FALSE(wait.synchronize_and_compact);
+  p.the_pool->free(grown.value(), a);
+
+  pool_under_test q;
+  q.the_pool->set_compact_before_growth(true);
+  stream_timeline b(1);
+  required_wait fresh;
+  result<block *> first = q.the_pool->allocate(8 * kGranule, b, &fresh);  // nothing free
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(fresh.synchronize_and_compact);
+  q.the_pool->free(first.value(), b);
+  for (block *pin : pins)
+    p.the_pool->free(pin, a);
+}
+
+} // namespace

@@ -237,9 +237,10 @@ void pool::split_locked(block* b, std::size_t size_bytes) {
 }
 
 void pool::drain_caches_locked() {
-  std::vector<block*> drained;
-  for (const auto& cache : cache_storage_) cache->drain(drained);
-  for (block* b : drained) index_.insert(b);
+  // Every miss drains: the scratch vector keeps its storage, so this allocates nothing.
+  drained_scratch_.clear();
+  for (const auto& cache : cache_storage_) cache->drain(drained_scratch_);
+  for (block* b : drained_scratch_) index_.insert(b);
 }
 
 void pool::forget_stream(const stream_timeline& stream) {

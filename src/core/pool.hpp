@@ -217,6 +217,7 @@ class pool {
   std::atomic<std::uint64_t> release_threshold_bytes_{0};
   std::array<std::atomic<bool>, 3> reuse_policies_{true, true, true};
   std::atomic<bool> compact_{false};
+  std::vector<block*> drained_scratch_;  // drain_caches_locked's, under the pool lock
   mutable std::mutex name_mutex_;  // apart from the pool lock: messages are built under it
   std::string name_;
 };

@@ -172,7 +172,10 @@ class runtime {
   result<void*> allocate_in(memory_pool& pool, std::size_t bytes, stream_object& stream);
   void order_after_free(stream_object& stream, const required_wait& wait);
   status explain_unknown_pointer(std::uintptr_t address, const char* action) const;
-  status check_range(const void* pointer, std::size_t bytes, const char* what) const;
+  /// Pool memory must lie in one live allocation; what was found goes to *described (left
+  /// as is for host memory).
+  status check_range(const void* pointer, std::size_t bytes, const char* what,
+                     pointer_info* described = nullptr) const;
   /// check_range, then (for pool memory) that a stream of `device` may use the range as
   /// `needed` (S6): the owning device always; others as somaMemPoolSetAccess granted.
   status check_use(const void* pointer, std::size_t bytes, const char* what, int device,

@@ -112,8 +112,8 @@ result<int> runtime::pool_access(std::uintptr_t handle, int location_type, int l
 
 status runtime::check_use(const void* pointer, std::size_t bytes, const char* what, int device,
                           backend::access_flags needed) const {
-  if (status ok = check_range(pointer, bytes, what); !ok.ok()) return ok;
-  const pointer_info info = describe_pointer(pointer);
+  pointer_info info;  // stays "not live" for host memory
+  if (status ok = check_range(pointer, bytes, what, &info); !ok.ok()) return ok;
   if (!info.is_live || info.pool == nullptr || info.device == device) return status::success();
   const backend::access_flags granted = info.pool->access(device);
   const bool allowed = needed == backend::access_flags::read

@@ -146,7 +146,8 @@ pointer_info runtime::describe_pointer(const void* pointer) const {
   return info;
 }
 
-status runtime::check_range(const void* pointer, std::size_t bytes, const char* what) const {
+status runtime::check_range(const void* pointer, std::size_t bytes, const char* what,
+                            pointer_info* described) const {
   const auto address = reinterpret_cast<std::uintptr_t>(pointer);
   if (address == 0) return status(error_code::invalid_value, std::string(what) + " is NULL");
   bool in_pool = false;
@@ -157,6 +158,7 @@ status runtime::check_range(const void* pointer, std::size_t bytes, const char* 
   in_pool = in_pool || find_imported(address, nullptr) != nullptr;  // S7
   if (!in_pool) return status::success();  // host memory the application owns
   pointer_info info = describe_pointer(pointer);
+  if (described != nullptr) *described = info;
   if (!info.is_live) {
     return status(error_code::invalid_value, std::string(what) + " " + format_address(address) +
                                                  " lies in pool memory that is not a live allocation");

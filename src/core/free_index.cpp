@@ -107,18 +107,40 @@ void free_index::merge_pending_runs() {
   }
 }
 
-void free_index::promote(bool only_proven) {
-  std::vector<block*> proven;
+template <typename Restamp>
+void free_index::restamp_if(Restamp&& restamp) {
+  std::vector<block*> changed;
   for (block* b : stamped_) {
-    if (only_proven ? b->stamp.is_proven_complete() : b->stamp.is_complete()) proven.push_back(b);
+    if (restamp(b, nullptr)) changed.push_back(b);
   }
-  for (block* b : proven) {
-    // Merging only absorbs blocks without a stamp, so an unprocessed candidate is never
+  for (block* b : changed) {
+    // Merging only absorbs blocks whose stamp equals the inserted one's, and the changed
+    // blocks' stamps are equal only among themselves, so an unprocessed candidate is never
     // deleted by an earlier iteration; b itself may be absorbed by its insert.
     erase(b);
-    b->stamp = {};
+    restamp(b, &b->stamp);
     insert(b);
   }
+}
+
+void free_index::promote(bool only_proven) {
+  restamp_if([only_proven](const block* b, free_stamp* stamp) {
+    if (stamp != nullptr) {
+      *stamp = {};
+      return true;
+    }
+    return only_proven ? b->stamp.is_proven_complete() : b->stamp.is_complete();
+  });
+}
+
+void free_index::move_stamps(const stream_timeline* forgotten, free_stamp replacement) {
+  restamp_if([forgotten, replacement](const block* b, free_stamp* stamp) {
+    if (stamp != nullptr) {
+      *stamp = b->stamp.is_proven_complete() ? free_stamp{} : replacement;
+      return true;
+    }
+    return b->stamp.timeline == forgotten;
+  });
 }
 
 }  // namespace soma::detail

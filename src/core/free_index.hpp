@@ -41,6 +41,10 @@ class free_index {
   /// Clears the stamps of frees now proven complete (or, with only_proven false, complete
   /// at all) and merges what became mergeable.
   void promote(bool only_proven);
+  /// Moves the stamps of every free made on `forgotten` (a stream whose work has all run and
+  /// which is about to go away: no block may name it afterwards) to `replacement`, or clears
+  /// those already proven complete, and merges.
+  void move_stamps(const stream_timeline* forgotten, free_stamp replacement);
 
   std::size_t free_bytes() const noexcept { return free_bytes_; }
   std::size_t block_count() const noexcept { return by_size_.size(); }
@@ -58,6 +62,8 @@ class free_index {
   void erase(block* indexed);
   void add(block* b);
   block* merge_into(block* keep, block* absorbed);
+  template <typename Restamp>
+  void restamp_if(Restamp&& restamp);
 
   std::map<std::uintptr_t, block*>& all_blocks_;
   std::set<block*, by_size_then_address> by_size_;

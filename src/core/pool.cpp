@@ -210,6 +210,7 @@ result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline
       });
       if (b == nullptr) return grown;
       wait->stream = b->stamp.timeline;
+      wait->stream_id = b->stamp.timeline->id();
       wait->position = b->stamp.position;
     } else {
       return grown;
@@ -255,6 +256,11 @@ void pool::forget_stream(const stream_timeline& stream) {
   if (drained.empty()) return;
   std::lock_guard lock(mutex_);
   for (block* b : drained) index_.insert(b);
+}
+
+void pool::forget_timeline(const stream_timeline& stream, free_stamp replacement) {
+  std::lock_guard lock(mutex_);
+  index_.move_stamps(&stream, replacement);
 }
 
 // ---- growth --------------------------------------------------------------------------------

@@ -51,7 +51,10 @@ struct address_diagnosis {
 /// with synchronize_and_compact set; the caller synchronizes the stream, calls trim_to(0) and
 /// allocates again with compaction not allowed.
 struct required_wait {
-  const stream_timeline* stream = nullptr;  ///< nullptr: nothing to wait for
+  /// nullptr: nothing to wait for. Valid only under the pool lock: the stream may be
+  /// destroyed and forgotten once it is released, so callers use stream_id.
+  const stream_timeline* stream = nullptr;
+  std::uint64_t stream_id = 0;
   std::uint64_t position = 0;
   bool allow_compaction = true;          ///< in: the caller can synchronize and retry
   bool synchronize_and_compact = false;  ///< out: do that, then retry
@@ -91,6 +94,10 @@ class pool {
   /// Moves every cached block of stream into the index; called when a stream is destroyed
   /// so its cache slot can serve another stream.
   void forget_stream(const stream_timeline& stream);
+  /// Called once a destroyed stream's work has all run, before its timeline goes away: its
+  /// frees not yet proven take `replacement` as their stamp (a timeline that outlives every
+  /// stream, whose positions a device synchronize proves), so no block names the timeline.
+  void forget_timeline(const stream_timeline& stream, free_stamp replacement);
   /// Called at synchronize points (S9, S12): promotes proven frees and releases memory
   /// beyond the release threshold.
   void on_synchronize();

@@ -2,10 +2,12 @@
 // reused (design §"Happens-before and reuse").
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
 
+#include "core/timeline_registry.hpp"
 #include "core/vector_clock.hpp"
 
 namespace soma::detail {
@@ -31,7 +33,12 @@ class completion_poller {
 /// A timeline outlives its stream: blocks freed on a destroyed stream still refer to it.
 class stream_timeline {
  public:
-  explicit stream_timeline(std::uint32_t cache_slot) noexcept : cache_slot_(cache_slot) {}
+  /// With a registry, the timeline's id comes from it and clocks drop the entries of streams
+  /// the registry has forgotten; without one (core tests) ids come from a process counter.
+  explicit stream_timeline(std::uint32_t cache_slot, timeline_registry* registry = nullptr)
+      : id_(registry != nullptr ? registry->enroll() : next_unregistered_id()),
+        registry_(registry),
+        cache_slot_(cache_slot) {}
   stream_timeline(const stream_timeline&) = delete;
   stream_timeline& operator=(const stream_timeline&) = delete;
 
@@ -74,35 +81,52 @@ class stream_timeline {
   void capture_clock_into(vector_clock& captured) const {
     std::lock_guard lock(clock_mutex_);
     captured = clock_;
-    captured.raise(this, enqueued_position());
+    captured.raise(id_, enqueued_position());
   }
   /// Later work on this stream is ordered after everything `happened_before` covers.
   void merge_clock(const vector_clock& happened_before) {
     std::lock_guard lock(clock_mutex_);
     clock_.merge(happened_before);
+    prune_if_grown_locked();
   }
-  void order_after(const stream_timeline* other, std::uint64_t position) {
+  void order_after(std::uint64_t other_id, std::uint64_t position) {
     std::lock_guard lock(clock_mutex_);
-    clock_.raise(other, position);
+    clock_.raise(other_id, position);
+    prune_if_grown_locked();
   }
   /// True if position of other is known to happen before this stream's next operation.
   bool is_ordered_after(const stream_timeline* other, std::uint64_t position) const {
     std::lock_guard lock(clock_mutex_);
-    return clock_.position_of(other) >= position;
+    return clock_.position_of(other->id()) >= position;
   }
+  std::size_t clock_size() const {
+    std::lock_guard lock(clock_mutex_);
+    return clock_.size();
+  }
+  /// Names this stream in vector clocks; never reused.
+  std::uint64_t id() const noexcept { return id_; }
 
   /// False once the stream is destroyed: no new waits on it can be enqueued.
   bool accepts_waits() const noexcept { return accepts_waits_.load(std::memory_order_acquire); }
   void stop_accepting_waits() noexcept { accepts_waits_.store(false, std::memory_order_release); }
-  /// The runtime's object for this stream (opaque to core).
-  void* owner() const noexcept { return owner_; }
-  void set_owner(void* owner) noexcept { owner_ = owner; }
 
   /// Slot of this stream's cache in every pool; reused after the stream is destroyed.
   std::uint32_t cache_slot() const noexcept { return cache_slot_; }
   void set_cache_slot(std::uint32_t slot) noexcept { cache_slot_ = slot; }
 
  private:
+  static std::uint64_t next_unregistered_id() noexcept {
+    static std::atomic<std::uint64_t> last{std::uint64_t{1} << 62};
+    return last.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+  // A stream that waits on many short-lived streams gathers their entries; once the clock has
+  // doubled since the last pruning, the forgotten ones go (amortized O(1) per merge).
+  void prune_if_grown_locked() {
+    if (registry_ == nullptr || clock_.size() < prune_at_) return;
+    registry_->prune(clock_);
+    prune_at_ = std::max<std::size_t>(16, 2 * clock_.size());
+  }
+
   static void raise(std::atomic<std::uint64_t>& counter, std::uint64_t position) noexcept {
     std::uint64_t seen = counter.load(std::memory_order_relaxed);
     while (seen < position &&
@@ -115,9 +139,11 @@ class stream_timeline {
   std::atomic<std::uint64_t> proven_{0};
   std::atomic<completion_poller*> poller_{nullptr};
   std::atomic<bool> accepts_waits_{true};
+  const std::uint64_t id_;
+  timeline_registry* const registry_;
   mutable std::mutex clock_mutex_;
   vector_clock clock_;
-  void* owner_ = nullptr;
+  std::size_t prune_at_ = 16;  // clock_mutex_
   std::uint32_t cache_slot_;
 };
 

@@ -7,49 +7,62 @@
 
 namespace soma::detail {
 
-class stream_timeline;
-
 /// For every other stream, the latest position known to happen before this point. Recording
 /// an event copies a stream's clock; waiting on the event merges it into the waiter's clock,
-/// so ordering is transitive (A -> event -> B -> event -> C lets C see A). Entries are sorted
-/// by stream; streams never seen are at position 0. A value type, not thread-safe.
+/// so ordering is transitive (A -> event -> B -> event -> C lets C see A). Streams are named
+/// by their timeline's id, which is never reused, so an entry can outlive its stream without
+/// being mistaken for another. Entries are sorted by id; streams never seen are at position 0.
+/// A value type, not thread-safe.
 class vector_clock {
  public:
   struct entry {
-    const stream_timeline* stream = nullptr;
+    std::uint64_t stream_id = 0;
     std::uint64_t position = 0;
   };
 
-  std::uint64_t position_of(const stream_timeline* stream) const noexcept {
-    auto it = find(stream);
-    return it != entries_.end() && it->stream == stream ? it->position : 0;
+  std::uint64_t position_of(std::uint64_t stream_id) const noexcept {
+    auto it = find(stream_id);
+    return it != entries_.end() && it->stream_id == stream_id ? it->position : 0;
   }
 
-  /// Raises the entry of stream to at least position.
-  void raise(const stream_timeline* stream, std::uint64_t position) {
-    auto it = find(stream);
-    if (it != entries_.end() && it->stream == stream) {
+  /// Raises the entry of stream_id to at least position.
+  void raise(std::uint64_t stream_id, std::uint64_t position) {
+    auto it = find(stream_id);
+    if (it != entries_.end() && it->stream_id == stream_id) {
       it->position = std::max(it->position, position);
     } else {
-      entries_.insert(it, entry{stream, position});
+      entries_.insert(it, entry{stream_id, position});
     }
   }
 
   /// Element-wise maximum with other.
   void merge(const vector_clock& other) {
-    for (const entry& e : other.entries_) raise(e.stream, e.position);
+    if (entries_.empty()) {
+      entries_ = other.entries_;
+      return;
+    }
+    for (const entry& e : other.entries_) raise(e.stream_id, e.position);
   }
 
+  /// Drops the entries whose stream `keep` rejects (streams that are gone for good).
+  template <typename Keep>
+  void retain_if(Keep&& keep) {
+    entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
+                                  [&](const entry& e) { return !keep(e.stream_id); }),
+                   entries_.end());
+  }
+
+  std::size_t size() const noexcept { return entries_.size(); }
   const std::vector<entry>& entries() const noexcept { return entries_; }
 
  private:
-  std::vector<entry>::iterator find(const stream_timeline* stream) {
-    return std::lower_bound(entries_.begin(), entries_.end(), stream,
-                            [](const entry& e, const stream_timeline* s) { return e.stream < s; });
+  std::vector<entry>::iterator find(std::uint64_t stream_id) {
+    return std::lower_bound(entries_.begin(), entries_.end(), stream_id,
+                            [](const entry& e, std::uint64_t id) { return e.stream_id < id; });
   }
-  std::vector<entry>::const_iterator find(const stream_timeline* stream) const {
-    return std::lower_bound(entries_.begin(), entries_.end(), stream,
-                            [](const entry& e, const stream_timeline* s) { return e.stream < s; });
+  std::vector<entry>::const_iterator find(std::uint64_t stream_id) const {
+    return std::lower_bound(entries_.begin(), entries_.end(), stream_id,
+                            [](const entry& e, std::uint64_t id) { return e.stream_id < id; });
   }
 
   std::vector<entry> entries_;

@@ -1,59 +1,63 @@
-// Opaque handles for streams, events and pools that can be checked for validity.
+// Opaque handles for streams, events and pools that can be checked for validity and kind.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <memory>
 #include <mutex>
+#include <random>
 #include <vector>
 
 namespace soma::detail {
 
-/// Maps opaque handle values to objects. A handle encodes a slot and that slot's
-/// generation, so a destroyed handle (or a forged value) is recognised instead of
-/// dereferenced. Lookups take no lock. Handles are never 0 (0 is the default stream).
+/// The kind a handle names; its top byte, so a handle of one kind is never valid as another.
+enum class handle_kind : std::uint8_t { stream = 0xa1, event = 0xa2, pool = 0xa3 };
+
+/// Maps opaque handle values to objects. A handle holds its kind in the top byte and the
+/// slot and that slot's generation, mixed with a per-table random salt, below it. So a
+/// destroyed handle, a handle of another kind, a small integer or a pointer is recognised
+/// instead of dereferenced: no valid handle is below 2^56. Lookups take no lock.
 /// Thread-safe. The table does not own the objects.
-template <typename T>
+template <typename T, handle_kind Kind>
 class handle_table {
  public:
   static constexpr std::uint32_t slots_per_segment = 1024;
   static constexpr std::uint32_t segment_count = 1024;
+  static constexpr std::uint32_t no_slot = UINT32_MAX;
 
-  handle_table() = default;
+  handle_table() : salt_(random_salt()) {}
   handle_table(const handle_table&) = delete;
   handle_table& operator=(const handle_table&) = delete;
   ~handle_table() {
     for (auto& s : segments_) delete s.load(std::memory_order_relaxed);
   }
 
-  /// Registers object; returns its handle and its dense slot index (0 when full).
+  /// Registers object; returns its handle and its dense slot index (handle 0 when full).
   std::uintptr_t add(T* object, std::uint32_t* slot_index = nullptr) {
     std::lock_guard lock(mutex_);
-    std::uint32_t index = 0;
-    if (!free_slots_.empty()) {
-      index = free_slots_.back();
-      free_slots_.pop_back();
-    } else {
-      if (next_slot_ >= slots_per_segment * segment_count) return 0;
-      index = next_slot_++;
-      auto& segment = segments_[index / slots_per_segment];
-      if (segment.load(std::memory_order_relaxed) == nullptr)
-        segment.store(new segment_type(), std::memory_order_release);
-    }
-    slot& s = (*segments_[index / slots_per_segment].load(std::memory_order_acquire))[index % slots_per_segment];
-    const std::uint32_t generation = s.generation.load(std::memory_order_relaxed) + 1;
+    const std::uint32_t index = take_slot_locked();
+    if (index == no_slot) return 0;
+    slot& s = slot_at(index);
+    const std::uint32_t generation = next_generation(s.generation.load(std::memory_order_relaxed));
     s.object.store(object, std::memory_order_relaxed);
     s.generation.store(generation, std::memory_order_release);
     if (slot_index != nullptr) *slot_index = index;
     return encode(index, generation);
   }
 
-  /// The object, or nullptr for a handle that was never issued or was removed.
+  /// A slot index that no handle names (for objects reached otherwise, such as a device's
+  /// default stream), or no_slot when full. Given back with release_slot.
+  std::uint32_t reserve_slot() {
+    std::lock_guard lock(mutex_);
+    return take_slot_locked();
+  }
+
+  /// The object, or nullptr for a handle that was never issued, was invalidated, or names
+  /// another kind.
   T* find(std::uintptr_t handle) const noexcept {
-    const std::uint32_t index = static_cast<std::uint32_t>(handle & 0xffffffffu) - 1;
-    const auto generation = static_cast<std::uint32_t>(handle >> 32);
-    if (index >= slots_per_segment * segment_count || generation == 0) return nullptr;
+    std::uint32_t index = 0;
+    std::uint32_t generation = 0;
+    if (!decode(handle, &index, &generation)) return nullptr;
     const segment_type* segment = segments_[index / slots_per_segment].load(std::memory_order_acquire);
     if (segment == nullptr) return nullptr;
     const slot& s = (*segment)[index % slots_per_segment];
@@ -61,16 +65,32 @@ class handle_table {
     return s.object.load(std::memory_order_acquire);
   }
 
-  /// Invalidates handle; false if it was not valid.
-  bool remove(std::uintptr_t handle) {
+  /// Invalidates handle but keeps its slot out of use until release_slot: the caller still
+  /// has state keyed by the slot to clear. Returns the slot, or no_slot if handle was not valid.
+  std::uint32_t invalidate(std::uintptr_t handle) {
     std::lock_guard lock(mutex_);
-    if (find(handle) == nullptr) return false;
-    const std::uint32_t index = static_cast<std::uint32_t>(handle & 0xffffffffu) - 1;
-    slot& s = (*segments_[index / slots_per_segment].load(std::memory_order_acquire))[index % slots_per_segment];
+    if (find(handle) == nullptr) return no_slot;
+    std::uint32_t index = 0;
+    std::uint32_t generation = 0;
+    decode(handle, &index, &generation);
+    slot& s = slot_at(index);
     // A new generation: every handle issued for this slot no longer matches.
-    s.generation.store(s.generation.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    s.generation.store(next_generation(generation), std::memory_order_release);
     s.object.store(nullptr, std::memory_order_release);
+    return index;
+  }
+
+  /// Lets a slot from invalidate or reserve_slot serve new objects.
+  void release_slot(std::uint32_t index) {
+    std::lock_guard lock(mutex_);
     free_slots_.push_back(index);
+  }
+
+  /// Invalidates handle and frees its slot at once; false if it was not valid.
+  bool remove(std::uintptr_t handle) {
+    const std::uint32_t index = invalidate(handle);
+    if (index == no_slot) return false;
+    release_slot(index);
     return true;
   }
 
@@ -80,11 +100,53 @@ class handle_table {
     std::atomic<std::uint32_t> generation{0};
   };
   using segment_type = std::array<slot, slots_per_segment>;
+  static constexpr std::uint64_t low_bits = (std::uint64_t{1} << 56) - 1;
+  static constexpr std::uint32_t generation_mask = 0xffffff;
 
-  static std::uintptr_t encode(std::uint32_t index, std::uint32_t generation) noexcept {
-    return (static_cast<std::uintptr_t>(generation) << 32) | (static_cast<std::uintptr_t>(index) + 1);
+  static std::uint64_t random_salt() {
+    std::random_device device;
+    const std::uint64_t high = device();
+    return ((high << 32) | device()) & low_bits;
+  }
+  static std::uint32_t next_generation(std::uint32_t generation) noexcept {
+    generation = (generation + 1) & generation_mask;
+    return generation == 0 ? 1 : generation;
   }
 
+  std::uint32_t take_slot_locked() {
+    if (!free_slots_.empty()) {
+      const std::uint32_t index = free_slots_.back();
+      free_slots_.pop_back();
+      return index;
+    }
+    if (next_slot_ >= slots_per_segment * segment_count) return no_slot;
+    const std::uint32_t index = next_slot_++;
+    auto& segment = segments_[index / slots_per_segment];
+    if (segment.load(std::memory_order_relaxed) == nullptr)
+      segment.store(new segment_type(), std::memory_order_release);
+    return index;
+  }
+  slot& slot_at(std::uint32_t index) {
+    return (*segments_[index / slots_per_segment].load(std::memory_order_acquire))[index % slots_per_segment];
+  }
+
+  std::uintptr_t encode(std::uint32_t index, std::uint32_t generation) const noexcept {
+    const std::uint64_t mixed =
+        ((static_cast<std::uint64_t>(generation) << 32) | (static_cast<std::uint64_t>(index) + 1)) ^ salt_;
+    return static_cast<std::uintptr_t>((static_cast<std::uint64_t>(Kind) << 56) | mixed);
+  }
+  bool decode(std::uintptr_t handle, std::uint32_t* index, std::uint32_t* generation) const noexcept {
+    const auto value = static_cast<std::uint64_t>(handle);
+    if ((value >> 56) != static_cast<std::uint64_t>(Kind)) return false;
+    const std::uint64_t plain = (value & low_bits) ^ salt_;
+    const auto slot_plus_one = static_cast<std::uint32_t>(plain & 0xffffffffu);
+    *generation = static_cast<std::uint32_t>(plain >> 32);
+    if (slot_plus_one == 0 || *generation == 0 || *generation > generation_mask) return false;
+    *index = slot_plus_one - 1;
+    return *index < slots_per_segment * segment_count;
+  }
+
+  const std::uint64_t salt_;
   std::mutex mutex_;
   std::array<std::atomic<segment_type*>, segment_count> segments_{};
   std::vector<std::uint32_t> free_slots_;

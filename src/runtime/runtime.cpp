@@ -1,5 +1,7 @@
 #include "runtime/runtime.hpp"
 
+#include "runtime/pool_hazards.hpp"
+
 #include <algorithm>
 #include <thread>
 
@@ -56,6 +58,7 @@ status runtime::start() {
   for (int device = 0; device < count; ++device) {
     auto state = std::make_unique<device_state>();
     state->properties = backend_->properties(device);
+    state->forgotten_frees = std::make_unique<stream_timeline>(UINT32_MAX, &timelines_);
     devices_.push_back(std::move(state));
   }
   for (int device = 0; device < count; ++device) {
@@ -139,6 +142,7 @@ void runtime::after_synchronize() {
     }
     for (memory_pool* p : pools) p->on_synchronize();
   }
+  forget_finished_streams();
   reap_destroyed_pools();
 }
 
@@ -150,7 +154,10 @@ void runtime::reap_destroyed_pools() {
     for (auto it = all_pools_.begin(); it != all_pools_.end();) {
       memory_pool& p = **it;
       const bool imports_released = release_imported(p);  // S7: unmaps what was freed
-      if (p.is_destroyed() && imports_released && p.try_release_everything()) {
+      // A pool another thread still uses (it found it current just before the destroy)
+      // stays until a later reap; whatever it allocated keeps it alive anyway.
+      if (p.is_destroyed() && imports_released && !pool_hazards::is_in_use(&p) &&
+          p.try_release_everything()) {
         finished.push_back(std::move(*it));
         it = all_pools_.erase(it);
       } else {
@@ -172,21 +179,16 @@ status runtime::synchronize_device() {
       if (s->device == device) streams.emplace_back(s, s->queue);
     }
   }
-  // A destroyed stream's queued work still runs; the device synchronize waits for it too
-  // and so proves the frees made on it (nothing else can: its handle is gone).
-  std::vector<stream_object*> retired;
+  // A destroyed stream's queued work still runs; the device synchronize waits for it too,
+  // and then the stream is forgotten (after_synchronize): its frees serve every stream.
+  std::vector<std::shared_ptr<stream_object>> retired;
   {
     std::lock_guard lock(registry_mutex_);
-    for (auto it = retired_streams_.begin(); it != retired_streams_.end();) {
-      if ((*it)->device == device) {
-        retired.push_back(*it);
-        it = retired_streams_.erase(it);
-      } else {
-        ++it;
-      }
+    for (stream_object* s : retired_streams_) {
+      if (s->device == device) retired.push_back(s->shared_from_this());
     }
   }
-  for (stream_object* s : retired) {
+  for (const auto& s : retired) {
     const std::uint64_t position = s->timeline.enqueued_position();
     while (!s->timeline.has_completed(position)) std::this_thread::yield();
     proven(*s, position);
@@ -201,6 +203,10 @@ status runtime::synchronize_device() {
       first_failure = status(done.code(), describe_stream(*s) + ": " + done.message());
     }
   }
+  // Streams destroyed before this call have run: once forgotten, their frees are proven.
+  forget_finished_streams();
+  stream_timeline& forgotten = *devices_[static_cast<std::size_t>(device)]->forgotten_frees;
+  forgotten.prove_completed(forgotten.enqueued_position());
   after_synchronize();
   return first_failure;
 }

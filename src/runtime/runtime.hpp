@@ -9,12 +9,14 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "backend/backend.hpp"
 #include "core/pointer_table.hpp"
 #include "core/status.hpp"
+#include "core/timeline_registry.hpp"
 #include "runtime/handle_table.hpp"
 #include "runtime/memory_pool.hpp"
 #include "runtime/stream_object.hpp"
@@ -156,6 +158,9 @@ class runtime {
     memory_pool* default_pool = nullptr;
     std::atomic<memory_pool*> current_pool{nullptr};
     stream_object* default_stream = nullptr;
+    // Stands for destroyed streams of this device once they are forgotten: their frees not
+    // yet proven are stamped with it, and a device synchronize proves it (S9, S12).
+    std::unique_ptr<stream_timeline> forgotten_frees;
   };
 
   explicit runtime(std::unique_ptr<backend::backend> platform);
@@ -171,6 +176,15 @@ class runtime {
                                 std::string name);
   result<void*> allocate_in(memory_pool& pool, std::size_t bytes, stream_object& stream);
   void order_after_free(stream_object& stream, const required_wait& wait);
+  /// The device's current pool, published as in use by this thread (pool_hazards) so that a
+  /// concurrent destroy does not delete it under the caller; release_pool ends the use.
+  memory_pool* acquire_current_pool(int device) const;
+  /// The pool of handle, published as in use by this thread, or an error.
+  result<memory_pool*> acquire_pool(std::uintptr_t handle) const;
+  static void release_pool() noexcept;
+  /// Destroyed streams whose work has all run: their frees serve every stream, and their
+  /// records and clock entries go (bounded memory under stream churn).
+  void forget_finished_streams();
   status explain_unknown_pointer(std::uintptr_t address, const char* action) const;
   /// Pool memory must lie in one live allocation; what was found goes to *described (left
   /// as is for host memory).
@@ -194,18 +208,21 @@ class runtime {
   std::unique_ptr<backend::backend> backend_;
   std::vector<std::unique_ptr<device_state>> devices_;
   pointer_table pointers_;
-  handle_table<stream_object> streams_;
-  handle_table<event_object> events_;
-  handle_table<memory_pool> pools_;
+  handle_table<stream_object, handle_kind::stream> streams_;
+  handle_table<event_object, handle_kind::event> events_;
+  handle_table<memory_pool, handle_kind::pool> pools_;
+  timeline_registry timelines_;
 
   // Held shared while pools are used outside the registry lock (after_synchronize), exclusive
   // while destroyed pools are deleted, so no pool is deleted under a caller. Taken before
   // registry_mutex_.
   std::shared_mutex reap_mutex_;
   mutable std::mutex registry_mutex_;  // the lists below
-  std::vector<std::unique_ptr<stream_object>> all_streams_;  // live and destroyed
+  // Every stream record not yet forgotten, by timeline id: live, and destroyed with work
+  // that may still run (required_wait names a stream by id).
+  std::unordered_map<std::uint64_t, std::shared_ptr<stream_object>> streams_by_id_;
   std::vector<stream_object*> live_streams_;
-  std::vector<stream_object*> retired_streams_;  // destroyed, frees not yet proven
+  std::vector<stream_object*> retired_streams_;  // destroyed, not yet forgotten
   std::vector<std::unique_ptr<memory_pool>> all_pools_;  // live and destroyed-but-busy
 
   mutable std::mutex host_mutex_;

@@ -1,6 +1,7 @@
 // Stream-ordered allocation and free (S1, S2), pointer attributes (S14).
 #include <thread>
 
+#include "runtime/pool_hazards.hpp"
 #include "runtime/runtime.hpp"
 
 namespace soma::detail {
@@ -26,42 +27,84 @@ result<void*> runtime::allocate_in(memory_pool& pool, std::size_t bytes, stream_
 
 void runtime::order_after_free(stream_object& stream, const required_wait& wait) {
   // S11 internal dependencies: the pool handed this stream a block whose free is pending on
-  // another stream; make the stream's later work wait for that free.
-  auto* freeing = static_cast<stream_object*>(wait.stream->owner());
+  // another stream; make the stream's later work wait for that free. The freeing stream is
+  // found by id: a stream no longer registered was forgotten, so its work has all run.
+  std::shared_ptr<stream_object> freeing;
   std::shared_ptr<backend::stream> freeing_queue;
   {
     std::lock_guard lock(registry_mutex_);
-    freeing_queue = freeing->queue;
+    auto found = streams_by_id_.find(wait.stream_id);
+    if (found != streams_by_id_.end()) {
+      freeing = found->second;
+      freeing_queue = freeing->queue;
+    }
   }
-  status waited = freeing_queue != nullptr
-                      ? stream.queue->enqueue_wait_for(*freeing_queue, wait.position)
-                      : status(error_code::invalid_handle, "freeing stream destroyed");
-  if (!waited.ok()) {
-    // The freeing stream was destroyed meanwhile (its queue still drains) or this stream
-    // failed: wait on the host instead, so the block is never handed out early.
-    while (!wait.stream->has_completed(wait.position)) std::this_thread::yield();
+  if (freeing != nullptr) {
+    status waited = freeing_queue != nullptr
+                        ? stream.queue->enqueue_wait_for(*freeing_queue, wait.position)
+                        : status(error_code::invalid_handle, "freeing stream destroyed");
+    if (!waited.ok()) {
+      // The freeing stream was destroyed meanwhile (its queue still drains) or this stream
+      // failed: wait on the host instead, so the block is never handed out early.
+      while (!freeing->timeline.has_completed(wait.position)) std::this_thread::yield();
+    }
   }
-  stream.timeline.order_after(wait.stream, wait.position);
+  stream.timeline.order_after(wait.stream_id, wait.position);
+}
+
+memory_pool* runtime::acquire_current_pool(int device) const {
+  const auto& current = devices_[static_cast<std::size_t>(device)]->current_pool;
+  std::atomic<const void*>& hazard = pool_hazards::mine();
+  memory_pool* pool = current.load(std::memory_order_acquire);
+  for (;;) {
+    hazard.store(pool, std::memory_order_seq_cst);
+    memory_pool* again = current.load(std::memory_order_seq_cst);
+    if (again == pool) return pool;
+    pool = again;
+  }
+}
+
+result<memory_pool*> runtime::acquire_pool(std::uintptr_t handle) const {
+  std::atomic<const void*>& hazard = pool_hazards::mine();
+  for (;;) {
+    result<memory_pool*> found = resolve_pool(handle);
+    if (!found.ok()) return found;
+    hazard.store(found.value(), std::memory_order_seq_cst);
+    if (pools_.find(handle) == found.value()) return found;
+  }
+}
+
+void runtime::release_pool() noexcept {
+  pool_hazards::mine().store(nullptr, std::memory_order_release);
 }
 
 result<void*> runtime::allocate(std::size_t bytes, std::uintptr_t stream_handle) {
   result<stream_object*> s = resolve_stream(stream_handle);
   if (!s.ok()) return s.take_error();
   if (bytes == 0) return static_cast<void*>(nullptr);
-  memory_pool* pool =
-      devices_[static_cast<std::size_t>(s.value()->device)]->current_pool.load(std::memory_order_acquire);
-  return allocate_in(*pool, bytes, *s.value());
+  // S4, S5: another thread may destroy the current pool meanwhile (the default pool becomes
+  // current); the pool this call found stays until the call is done.
+  memory_pool* pool = acquire_current_pool(s.value()->device);
+  result<void*> allocated = allocate_in(*pool, bytes, *s.value());
+  release_pool();
+  return allocated;
 }
 
 result<void*> runtime::allocate_from_pool(std::size_t bytes, std::uintptr_t pool_handle,
                                           std::uintptr_t stream_handle) {
-  result<memory_pool*> p = resolve_pool(pool_handle);
-  if (!p.ok()) return p.take_error();
-  if (p.value()->is_imported()) return refuse_imported_allocation(*p.value());
   result<stream_object*> s = resolve_stream(stream_handle);
-  if (!s.ok()) return s.take_error();
-  if (bytes == 0) return static_cast<void*>(nullptr);
-  return allocate_in(*p.value(), bytes, *s.value());
+  result<memory_pool*> p = acquire_pool(pool_handle);
+  if (!p.ok()) return p.take_error();
+  result<void*> allocated = static_cast<void*>(nullptr);
+  if (p.value()->is_imported()) {
+    allocated = refuse_imported_allocation(*p.value());
+  } else if (!s.ok()) {
+    allocated = s.take_error();
+  } else if (bytes != 0) {
+    allocated = allocate_in(*p.value(), bytes, *s.value());
+  }
+  release_pool();
+  return allocated;
 }
 
 status runtime::free(void* pointer, std::uintptr_t stream_handle) {

@@ -20,7 +20,9 @@ status invalid(const std::string& message) { return status(error_code::invalid_v
 }  // namespace
 
 result<memory_pool*> runtime::resolve_pool(std::uintptr_t handle) const {
-  memory_pool* p = handle == 0 ? nullptr : pools_.find(handle);
+  // As CUDA: a NULL pool is a bad argument; any other unknown value is a bad handle.
+  if (handle == 0) return status(error_code::invalid_value, "the pool is NULL");
+  memory_pool* p = pools_.find(handle);
   if (p == nullptr) {
     return status(error_code::invalid_handle,
                   "pool " + format_address(handle) + " is not a live pool (destroyed, or never "
@@ -142,7 +144,9 @@ status runtime::set_device_pool(int device, std::uintptr_t pool_handle) {
 
 result<std::uintptr_t> runtime::device_pool(int device) const {
   if (status checked = check_device(device); !checked.ok()) return checked;
-  return devices_[static_cast<std::size_t>(device)]->current_pool.load(std::memory_order_acquire)->handle();
+  const std::uintptr_t handle = acquire_current_pool(device)->handle();
+  release_pool();
+  return handle;
 }
 
 status runtime::set_pool_attribute(std::uintptr_t handle, pool_attribute attribute,

@@ -28,34 +28,45 @@ result<event_object*> runtime::resolve_event(std::uintptr_t handle) const {
 
 result<stream_object*> runtime::new_stream(int device, unsigned flags, bool is_default,
                                            void* adopt_native) {
+  // The cache slot is the handle's dense slot. A default stream is reached as NULL, never by
+  // a handle, so it takes a slot that no handle names and keeps it for good.
   std::uint32_t slot = 0;
-  // The cache slot is the handle's dense slot; default streams use slots too.
-  auto object = std::make_unique<stream_object>(device, 0);
+  std::uintptr_t handle = 0;
+  auto object = std::make_shared<stream_object>(device, 0, &timelines_);
   stream_object* s = object.get();
-  const std::uintptr_t handle = streams_.add(s, &slot);
-  if (handle == 0) {
-    return status(error_code::out_of_memory, "too many live streams (limit " +
-                                                 std::to_string(handle_table<stream_object>::slots_per_segment *
-                                                                handle_table<stream_object>::segment_count) +
-                                                 ")");
+  if (is_default) {
+    slot = streams_.reserve_slot();
+  } else {
+    handle = streams_.add(s, &slot);
+    if (handle == 0) slot = decltype(streams_)::no_slot;
+  }
+  if (slot == decltype(streams_)::no_slot) {
+    timelines_.forget(s->timeline.id());
+    return status(error_code::out_of_memory,
+                  "too many live streams (limit " +
+                      std::to_string(decltype(streams_)::slots_per_segment *
+                                     decltype(streams_)::segment_count) +
+                      ")");
   }
   s->timeline.set_cache_slot(slot);
-  s->timeline.set_owner(s);
   s->flags = flags;
-  s->handle = is_default ? 0 : handle;
+  s->handle = handle;
   result<std::unique_ptr<backend::stream>> queue =
       adopt_native != nullptr ? backend_->adopt_stream(device, adopt_native, s->timeline)
                               : backend_->create_stream(device, s->timeline);
   if (!queue.ok()) {
-    streams_.remove(handle);
+    if (is_default) {
+      streams_.release_slot(slot);
+    } else {
+      streams_.remove(handle);
+    }
+    timelines_.forget(s->timeline.id());
     return queue.take_error();
   }
-  // A default stream keeps its table entry for good (it is reached as NULL), so its
-  // cache slot is never handed to another stream.
   s->queue = std::move(queue.value());
   std::lock_guard lock(registry_mutex_);
   live_streams_.push_back(s);
-  all_streams_.push_back(std::move(object));
+  streams_by_id_.emplace(s->timeline.id(), std::move(object));
   return s;
 }
 
@@ -65,6 +76,9 @@ result<std::uintptr_t> runtime::create_stream(unsigned flags) {
                   "stream flags " + std::to_string(flags) + " are not somaStreamDefault (0) or "
                   "somaStreamNonBlocking (1)");
   }
+  // Streams destroyed earlier whose work has run are forgotten first: a program that makes a
+  // stream per request keeps only what its live streams need.
+  forget_finished_streams();
   result<stream_object*> created = new_stream(current_device(), flags, false);
   if (!created.ok()) return created.take_error();
   return created.value()->handle;
@@ -93,23 +107,53 @@ status runtime::destroy_stream(std::uintptr_t handle) {
   result<stream_object*> found = resolve_stream(handle);
   if (!found.ok()) return found.take_error();
   stream_object* s = found.value();
-  if (!streams_.remove(handle)) return resolve_stream(handle).take_error();
+  // The handle dies now, but its slot (which names the stream's cache in every pool) stays
+  // taken until those caches are drained: a stream created meanwhile on another thread must
+  // not inherit blocks freed here, with no ordering against their frees (S2, S11).
+  const std::uint32_t slot = streams_.invalidate(handle);
+  if (slot == decltype(streams_)::no_slot) return resolve_stream(handle).take_error();
   std::shared_ptr<backend::stream> queue;
-  std::vector<memory_pool*> pools;
   {
     std::lock_guard lock(registry_mutex_);
     live_streams_.erase(std::remove(live_streams_.begin(), live_streams_.end(), s),
                         live_streams_.end());
     s->timeline.stop_accepting_waits();
     queue = std::move(s->queue);
-    retired_streams_.push_back(s);  // a device synchronize proves its last frees
-    for (const auto& p : all_pools_) pools.push_back(p.get());
-    // Blocks cached for this stream go to each pool's index (stamped with this stream),
-    // so the cache slot can serve the next stream.
-    for (memory_pool* p : pools) p->forget_stream(s->timeline);
+    retired_streams_.push_back(s);  // forgotten once its work has run
+    // Blocks cached for this stream go to each pool's index (stamped with this stream).
+    for (const auto& p : all_pools_) p->forget_stream(s->timeline);
   }
+  streams_.release_slot(slot);
   // Dropping the queue returns at once; the backend finishes the queued work.
+  queue.reset();
   return status::success();
+}
+
+void runtime::forget_finished_streams() {
+  // Records dropped here are destroyed after the lock is released (declared first).
+  std::vector<std::shared_ptr<stream_object>> forgotten;
+  std::lock_guard lock(registry_mutex_);
+  if (retired_streams_.empty()) return;
+  for (auto it = retired_streams_.begin(); it != retired_streams_.end();) {
+    stream_object* s = *it;
+    if (!s->timeline.has_completed(s->timeline.enqueued_position())) {
+      ++it;
+      continue;
+    }
+    // Its work has run, so every free made on it is complete. Those not yet proven move to the
+    // device's forgotten-frees timeline at a position already complete (opportunistic reuse
+    // takes them; a device synchronize proves them), so no block names this stream and
+    // clocks may drop its entry (S11).
+    stream_timeline& frees = *devices_[static_cast<std::size_t>(s->device)]->forgotten_frees;
+    const std::uint64_t position = frees.note_enqueued();
+    frees.note_completed(position);
+    for (const auto& p : all_pools_) p->forget_timeline(s->timeline, free_stamp{&frees, position});
+    timelines_.forget(s->timeline.id());
+    auto record = streams_by_id_.find(s->timeline.id());
+    forgotten.push_back(std::move(record->second));  // events may still hold it
+    streams_by_id_.erase(record);
+    it = retired_streams_.erase(it);
+  }
 }
 
 status runtime::synchronize_stream(std::uintptr_t handle) {
@@ -140,6 +184,9 @@ status runtime::stream_wait_event(std::uintptr_t stream_handle, std::uintptr_t e
   result<event_object*> e = resolve_event(event_handle);
   if (!e.ok()) return e.take_error();
   event_object& recorded = *e.value();
+  // Under the event's lock, so a record on another thread cannot pair the backend's wait
+  // with another record's clock.
+  std::lock_guard lock(recorded.mutex);
   if (recorded.recorded_stream == nullptr) return status::success();  // nothing to wait for
   if (status waited = s.value()->queue->enqueue_wait(*recorded.backend_event); !waited.ok())
     return waited;
@@ -187,29 +234,50 @@ status runtime::record_event(std::uintptr_t event_handle, std::uintptr_t stream_
   result<stream_object*> s = resolve_stream(stream_handle);
   if (!s.ok()) return s.take_error();
   if (status failed = s.value()->queue->sticky_error(); !failed.ok()) return failed;
-  e.value()->recorded_stream = s.value();
-  e.value()->recorded_position = s.value()->timeline.enqueued_position();
-  s.value()->timeline.capture_clock_into(e.value()->clock);
-  return e.value()->backend_event->record(*s.value()->queue);
+  event_object& event = *e.value();
+  std::lock_guard lock(event.mutex);
+  if (event.recorded_stream.get() != s.value()) event.recorded_stream = s.value()->shared_from_this();
+  event.recorded_position = s.value()->timeline.enqueued_position();
+  ++event.record_count;
+  s.value()->timeline.capture_clock_into(event.clock);
+  return event.backend_event->record(*s.value()->queue);
 }
 
 status runtime::query_event(std::uintptr_t handle) {
   result<event_object*> e = resolve_event(handle);
   if (!e.ok()) return e.take_error();
-  status state = e.value()->backend_event->query();
-  if (state.ok() && e.value()->recorded_stream != nullptr)
-    proven(*e.value()->recorded_stream, e.value()->recorded_position);
+  event_object& event = *e.value();
+  std::lock_guard lock(event.mutex);  // the answer and the position it proves go together
+  status state = event.backend_event->query();
+  if (state.ok() && event.recorded_stream != nullptr)
+    proven(*event.recorded_stream, event.recorded_position);
   return state;
 }
 
 status runtime::synchronize_event(std::uintptr_t handle) {
   result<event_object*> e = resolve_event(handle);
   if (!e.ok()) return e.take_error();
-  stream_object* recorded = e.value()->recorded_stream;
-  const std::uint64_t position = e.value()->recorded_position;
-  status done = e.value()->backend_event->synchronize();
+  event_object& event = *e.value();
+  std::shared_ptr<stream_object> recorded;
+  std::uint64_t position = 0;
+  std::uint64_t record_count = 0;
+  {
+    std::lock_guard lock(event.mutex);
+    recorded = event.recorded_stream;
+    position = event.recorded_position;
+    record_count = event.record_count;
+  }
+  // Not under the event's lock: another thread may record it meanwhile, and a stream's work
+  // may wait for that thread.
+  status done = event.backend_event->synchronize();
   if (!done.ok()) return done;
-  if (recorded != nullptr) proven(*recorded, position);
+  bool unchanged = false;
+  {
+    std::lock_guard lock(event.mutex);
+    unchanged = event.record_count == record_count;
+  }
+  // A record made meanwhile may name another stream: then the wait proved nothing of ours.
+  if (recorded != nullptr && unchanged) proven(*recorded, position);
   after_synchronize();
   return status::success();
 }

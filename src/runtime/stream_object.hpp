@@ -1,33 +1,40 @@
-// A soma stream: its timeline (positions) and the backend queue behind it.
+// A soma stream: its timeline (positions) and the backend queue behind it; a soma event.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 #include "backend/backend.hpp"
 #include "core/stream_timeline.hpp"
+#include "core/timeline_registry.hpp"
 #include "core/vector_clock.hpp"
 
 namespace soma::detail {
 
-/// Destroyed streams keep this object (without its backend queue): blocks freed on the
-/// stream still refer to its timeline.
-struct stream_object {
-  stream_object(int device_index, std::uint32_t cache_slot) : timeline(cache_slot), device(device_index) {}
+/// Shared: a destroyed stream's record stays while its queued work runs (blocks freed on it
+/// name its timeline) and while events recorded on it are alive. Once its work has run the
+/// runtime forgets it (runtime::forget_finished_streams).
+struct stream_object : std::enable_shared_from_this<stream_object> {
+  stream_object(int device_index, std::uint32_t cache_slot, timeline_registry* registry)
+      : timeline(cache_slot, registry), device(device_index) {}
 
   stream_timeline timeline;
-  std::shared_ptr<backend::stream> queue;  // null once destroyed
+  std::shared_ptr<backend::stream> queue;  // null once destroyed; registry lock
   const int device;
   std::uintptr_t handle = 0;  // 0 for a device's default stream
   unsigned flags = 0;
 };
 
 /// A soma event: a backend event plus the stream position it captured, which lets a
-/// successful synchronize or query prove that position complete (S12).
+/// successful synchronize or query prove that position complete (S12). Used from several
+/// threads at once: `mutex` keeps the fields below consistent with the backend record.
 struct event_object {
+  std::mutex mutex;
   std::unique_ptr<backend::event> backend_event;
-  stream_object* recorded_stream = nullptr;  // null until recorded
+  std::shared_ptr<stream_object> recorded_stream;  // null until recorded
   std::uint64_t recorded_position = 0;
+  std::uint64_t record_count = 0;  // tells a synchronize whether a record came meanwhile
   vector_clock clock;  // what happened before the recorded point (S11)
   unsigned flags = 0;
 };

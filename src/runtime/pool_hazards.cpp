@@ -1,0 +1,52 @@
+#include "runtime/pool_hazards.hpp"
+
+namespace soma::detail {
+namespace {
+
+struct alignas(64) hazard_slot {
+  std::atomic<const void*> pointer{nullptr};
+  std::atomic<bool> taken{true};
+  hazard_slot* next = nullptr;
+};
+
+// Never freed: a reaper may scan a slot whose thread has gone.
+std::atomic<hazard_slot*> first_slot{nullptr};
+
+hazard_slot* take_slot() {
+  for (hazard_slot* s = first_slot.load(std::memory_order_acquire); s != nullptr; s = s->next) {
+    bool expected = false;
+    if (s->taken.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) return s;
+  }
+  auto* fresh = new hazard_slot();
+  fresh->next = first_slot.load(std::memory_order_relaxed);
+  while (!first_slot.compare_exchange_weak(fresh->next, fresh, std::memory_order_acq_rel)) {
+  }
+  return fresh;
+}
+
+struct thread_slot {
+  hazard_slot* slot = take_slot();
+  thread_slot() = default;
+  thread_slot(const thread_slot&) = delete;
+  thread_slot& operator=(const thread_slot&) = delete;
+  ~thread_slot() {
+    slot->pointer.store(nullptr, std::memory_order_release);
+    slot->taken.store(false, std::memory_order_release);
+  }
+};
+
+}  // namespace
+
+std::atomic<const void*>& pool_hazards::mine() {
+  thread_local thread_slot own;
+  return own.slot->pointer;
+}
+
+bool pool_hazards::is_in_use(const void* pool) {
+  for (hazard_slot* s = first_slot.load(std::memory_order_acquire); s != nullptr; s = s->next) {
+    if (s->pointer.load(std::memory_order_seq_cst) == pool) return true;
+  }
+  return false;
+}
+
+}  // namespace soma::detail

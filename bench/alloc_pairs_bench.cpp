@@ -7,11 +7,14 @@
 //   64 live     64 allocations, then their 64 frees; time per pair
 //   threads     N threads, each with its own stream, pairs of 4 KiB; aggregate
 //   threshold 0 64 MiB alloc + free + stream synchronize on a pool that keeps nothing
+//   churn       a stream per request (create, wait on the main stream, allocate, free, the
+//               main stream waits on it, destroy): time and heap per request late in a long
+//               run against early in it (S2, S11: must stay flat)
 // The warm scenarios run on the default pool with the release threshold at UINT64_MAX, after a
 // warm-up and a synchronize, so that no synchronize cost is charged to the timed operations
 // (S12). Each figure is the median of several timed trials.
 //
-// Usage: alloc_pairs_bench [--quick]
+// Usage: alloc_pairs_bench [--quick] [--churn]   (--churn: only the stream churn table)
 #include <soma/soma.h>
 
 #include "bench_support.hpp"
@@ -28,6 +31,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <malloc.h>
 #include <string>
 #include <thread>
 #include <vector>
@@ -188,6 +192,89 @@ double threaded_ns(const settings &config, std::vector<Allocator> &allocators, s
   return median(results);
 }
 
+// ---- stream churn ----------------------------------------------------------------------------
+
+struct churn_phase {
+  double us_per_request = 0;
+  std::size_t heap_bytes = 0; // malloc's bytes in use at the end of the phase
+};
+
+// The streams a loop of requests uses. `ordered`: each request stream starts after the main
+// stream and the main stream continues after it (a server that hands work on); the host
+// synchronizes the main stream every 32 requests, as a server returning results would, which
+// also bounds the work queued on the cpu backend (a host thread per stream).
+struct churn_loop {
+  bool ordered = false;
+  somaStream_t main_stream = nullptr;
+  somaEvent_t main_done = nullptr;
+  somaEvent_t request_done = nullptr;
+  int done = 0;
+
+  void request() {
+    somaStream_t stream = nullptr;
+    SOMA_BENCH_CHECK(somaStreamCreate(&stream));
+    if (ordered) {
+      SOMA_BENCH_CHECK(somaEventRecord(main_done, main_stream));
+      SOMA_BENCH_CHECK(somaStreamWaitEvent(stream, main_done, 0));
+    }
+    void *ptr = nullptr;
+    SOMA_BENCH_CHECK(somaMallocAsync(&ptr, 64 * KiB, stream));
+    SOMA_BENCH_CHECK(somaFreeAsync(ptr, stream));
+    if (ordered) {
+      SOMA_BENCH_CHECK(somaEventRecord(request_done, stream));
+      SOMA_BENCH_CHECK(somaStreamWaitEvent(main_stream, request_done, 0));
+      if (++done % 32 == 0) SOMA_BENCH_CHECK(somaStreamSynchronize(main_stream));
+    }
+    SOMA_BENCH_CHECK(somaStreamDestroy(stream));
+  }
+
+  churn_phase run(int count) {
+    const auto start = clock_type::now();
+    for (int i = 0; i < count; ++i) request();
+    churn_phase phase;
+    phase.us_per_request = seconds_since(start) * 1e6 / count;
+    phase.heap_bytes = mallinfo2().uordblks;
+    return phase;
+  }
+};
+
+void print_churn_row(bool ordered, int total_requests) {
+  constexpr int phase_requests = 1000;
+  churn_loop loop;
+  loop.ordered = ordered;
+  SOMA_BENCH_CHECK(somaStreamCreate(&loop.main_stream));
+  SOMA_BENCH_CHECK(somaEventCreate(&loop.main_done));
+  SOMA_BENCH_CHECK(somaEventCreate(&loop.request_done));
+  const churn_phase early = loop.run(phase_requests);
+  (void)loop.run(total_requests - 2 * phase_requests);
+  const churn_phase late = loop.run(phase_requests);
+  const double heap_per_request =
+      (static_cast<double>(late.heap_bytes) - static_cast<double>(early.heap_bytes)) /
+      (total_requests - phase_requests);
+  std::printf("%-44s %10.2f %10.2f %10.2f %12.1f\n",
+              ordered ? "ordered after/before a main stream" : "create, allocate, free, destroy",
+              late.us_per_request, early.us_per_request,
+              late.us_per_request / early.us_per_request, heap_per_request);
+  std::fflush(stdout);
+  SOMA_BENCH_CHECK(somaDeviceSynchronize());
+  SOMA_BENCH_CHECK(somaEventDestroy(loop.request_done));
+  SOMA_BENCH_CHECK(somaEventDestroy(loop.main_done));
+  SOMA_BENCH_CHECK(somaStreamDestroy(loop.main_stream));
+}
+
+void print_churn(bool quick) {
+  const int total_requests = quick ? 10000 : 50000;
+  std::printf("\nstream churn: a stream per request, %d requests (S2, S11); time per request "
+              "in the\nlast 1000 against the first 1000, and malloc's heap growth per request "
+              "after the first 1000\n",
+              total_requests);
+  std::printf("%-44s %10s %10s %10s %12s\n", "loop", "last us", "first us", "last/first",
+              "heap B/req");
+  std::printf("%s\n", std::string(90, '-').c_str());
+  print_churn_row(false, total_requests);
+  print_churn_row(true, total_requests);
+}
+
 // ---- report ---------------------------------------------------------------------------------
 
 
@@ -231,16 +318,25 @@ void print_machine(const settings &config) {
 
 int main(int argc, char **argv) {
   settings config;
+  bool quick = false;
+  bool churn_only = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) {
+    if (std::strcmp(argv[i], "--churn") == 0) {
+      churn_only = true;
+    } else if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
       config.trial_seconds = 0.01;
       config.trials = 3;
     } else {
-      std::fprintf(stderr, "usage: alloc_pairs_bench [--quick]\n");
+      std::fprintf(stderr, "usage: alloc_pairs_bench [--quick] [--churn]\n");
       return 2;
     }
   }
   print_machine(config);
+  if (churn_only) {
+    print_churn(quick);
+    return 0;
+  }
 
   somaMemPool_t default_pool = nullptr;
   SOMA_BENCH_CHECK(somaDeviceGetDefaultMemPool(&default_pool, 0));
@@ -326,5 +422,6 @@ int main(int argc, char **argv) {
 
   SOMA_BENCH_CHECK(somaMemPoolDestroy(small_pool));
   SOMA_BENCH_CHECK(somaStreamDestroy(stream));
+  print_churn(quick);
   return 0;
 }

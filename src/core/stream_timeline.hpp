@@ -63,6 +63,7 @@ class stream_timeline {
     if (completion_poller* p = poller_.load(std::memory_order_acquire)) p->poll(position);
     return completed_position() >= position;
   }
+  bool has_poller() const noexcept { return poller_.load(std::memory_order_acquire) != nullptr; }
   /// Requires: the poller outlives its registration (set nullptr before destroying it).
   void set_poller(completion_poller* poller) noexcept {
     poller_.store(poller, std::memory_order_release);

@@ -171,12 +171,13 @@ void runtime::reap_destroyed_pools() {
 
 status runtime::synchronize_device() {
   const int device = current_device();
-  // Copies of the queues keep them alive if another thread destroys a stream meanwhile.
-  std::vector<std::pair<stream_object*, std::shared_ptr<backend::stream>>> streams;
+  // Copies keep the records and queues alive if another thread destroys a stream meanwhile
+  // (a destroyed stream's record goes once its work has run).
+  std::vector<std::pair<std::shared_ptr<stream_object>, std::shared_ptr<backend::stream>>> streams;
   {
     std::lock_guard lock(registry_mutex_);
     for (stream_object* s : live_streams_) {
-      if (s->device == device) streams.emplace_back(s, s->queue);
+      if (s->device == device) streams.emplace_back(s->shared_from_this(), s->queue);
     }
   }
   // A destroyed stream's queued work still runs; the device synchronize waits for it too,

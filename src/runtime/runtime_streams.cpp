@@ -136,7 +136,9 @@ void runtime::forget_finished_streams() {
   if (retired_streams_.empty()) return;
   for (auto it = retired_streams_.begin(); it != retired_streams_.end();) {
     stream_object* s = *it;
-    if (!s->timeline.has_completed(s->timeline.enqueued_position())) {
+    // While a poller is attached the backend still refers to the timeline (cuda: a retired
+    // stream's completion tracker, detached when the backend recycles it).
+    if (s->timeline.has_poller() || !s->timeline.has_completed(s->timeline.enqueued_position())) {
       ++it;
       continue;
     }

@@ -18,8 +18,9 @@ pool::~pool() {
     drain_caches_locked();
     for (auto& [address, c] : chunks_) memory_->decommit(address, c.size_bytes, c.token, c.offset_bytes);
     chunks_.clear();
-    for (const reservation& r : reservations_) memory_->free_reservation(r.base, r.size_bytes);
-    reservations_.clear();
+    for (const address_range& r : address_space_.reservations())
+      memory_->free_reservation(r.address, r.size_bytes);
+    address_space_.clear();
     for (auto& [address, b] : all_blocks_) delete b;
     all_blocks_.clear();
   }
@@ -265,29 +266,29 @@ void pool::forget_timeline(const stream_timeline& stream, free_stamp replacement
 
 // ---- growth --------------------------------------------------------------------------------
 
-result<std::uintptr_t> pool::find_unmapped_locked(std::size_t bytes, std::size_t* need_bytes,
-                                                  std::size_t size_bytes) {
+result<address_range> pool::find_unmapped_locked(std::size_t bytes, std::size_t* need_bytes,
+                                                 std::size_t size_bytes) {
   // Prefer extending a usable free block that ends where unmapped space begins: the new
   // memory merges with it and the pool commits only the shortfall (expandable segment).
-  for (const auto& [start, length] : unmapped_) {
-    block* before = block_containing_locked(start - 1);
-    if (before == nullptr || before->end() != start ||
-        before->current_state() != block_state::indexed)
-      continue;
-    // Only a block with no pending free merges with fresh memory (free_index::can_merge).
-    if (before->stamp.timeline != nullptr || before->size_bytes >= size_bytes) continue;
-    const std::size_t shortfall = round_up(size_bytes - before->size_bytes, granularity_bytes_);
-    if (shortfall <= length) {
-      *need_bytes = shortfall;
-      return start;
-    }
+  std::size_t shortfall_bytes = 0;
+  const std::optional<address_range> extendable =
+      address_space_.first_unmapped_where([&](const address_range& range) {
+        block* before = block_containing_locked(range.address - 1);
+        if (before == nullptr || before->end() != range.address ||
+            before->current_state() != block_state::indexed)
+          return false;
+        // Only a block with no pending free merges with fresh memory (free_index::can_merge).
+        if (before->stamp.timeline != nullptr || before->size_bytes >= size_bytes) return false;
+        shortfall_bytes = round_up(size_bytes - before->size_bytes, granularity_bytes_);
+        return shortfall_bytes <= range.size_bytes;
+      });
+  if (extendable) {
+    *need_bytes = shortfall_bytes;
+    return *extendable;
   }
-  for (const auto& [start, length] : unmapped_) {
-    if (length >= bytes) {
-      *need_bytes = bytes;
-      return start;
-    }
-  }
+  *need_bytes = bytes;
+  if (const std::optional<address_range> unmapped = address_space_.find_unmapped(bytes))
+    return *unmapped;
   // Every reservation is full (or fragmented): reserve another range.
   const std::size_t reserve_bytes =
       std::max(round_up(bytes, granularity_bytes_), config_.reservation_bytes);
@@ -303,10 +304,10 @@ result<std::uintptr_t> pool::find_unmapped_locked(std::size_t bytes, std::size_t
     return status(base.error().code(), describe() + ": cannot reserve address space for " +
                                            format_bytes(bytes) + ": " + base.error().message());
   }
-  reservations_.push_back({base.value(), reserved_bytes});
-  add_unmapped_locked(base.value(), reserved_bytes);
-  *need_bytes = bytes;
-  return base.value();
+  // A new reservation may begin where another one ends; it stays a range of its own.
+  const address_range reservation{base.value(), reserved_bytes};
+  address_space_.add_reservation(reservation);
+  return reservation;
 }
 
 status pool::grow_locked(std::size_t size_bytes) {
@@ -320,7 +321,7 @@ status pool::grow_locked(std::size_t size_bytes) {
                   describe() + ": out of memory allocating " + format_bytes(size_bytes) +
                       ": larger than the pool's max size " + format_bytes(config_.max_size_bytes));
   }
-  result<std::uintptr_t> where = find_unmapped_locked(bytes, &need_bytes, size_bytes);
+  result<address_range> where = find_unmapped_locked(bytes, &need_bytes, size_bytes);
   if (!where.ok()) return where.take_error();
   if (reserved + need_bytes > config_.max_size_bytes) {
     return status(error_code::out_of_memory,
@@ -329,12 +330,12 @@ status pool::grow_locked(std::size_t size_bytes) {
                       format_bytes(config_.max_size_bytes) + ", " +
                       format_bytes(index_.free_bytes()) + " free in the pool but not usable)");
   }
-  const std::uintptr_t address = where.value();
+  const std::uintptr_t address = where.value().address;
   // Grow by at least the growth step where the free range and the cap allow: fewer, larger
   // backend calls. If the larger commit fails, the exact need may still fit.
   const std::size_t exact_bytes = need_bytes;
   const std::size_t room_bytes =
-      std::min<std::uint64_t>(unmapped_.find(address)->second,
+      std::min<std::uint64_t>(where.value().size_bytes,
                               (config_.max_size_bytes - reserved) / granularity_bytes_ *
                                   granularity_bytes_);
   need_bytes = std::max(exact_bytes, std::min(config_.growth_step_bytes, room_bytes));
@@ -349,11 +350,7 @@ status pool::grow_locked(std::size_t size_bytes) {
                                             format_bytes(reserved) + "): " +
                                             token.error().message());
   }
-  // Take the range out of the unmapped set.
-  auto range = unmapped_.find(address);
-  const std::size_t range_bytes = range->second;
-  unmapped_.erase(range);
-  if (range_bytes > need_bytes) unmapped_.emplace(address + need_bytes, range_bytes - need_bytes);
+  address_space_.take(address, need_bytes);
   chunks_.emplace(address, chunk{need_bytes, token.value()});
   raise_reserved(need_bytes);
 
@@ -380,22 +377,6 @@ void pool::raise_reserved(std::uint64_t bytes) noexcept {
   while (now > high &&
          !reserved_high_bytes_.compare_exchange_weak(high, now, std::memory_order_relaxed)) {
   }
-}
-
-void pool::add_unmapped_locked(std::uintptr_t address, std::size_t bytes) {
-  auto next = unmapped_.lower_bound(address);
-  if (next != unmapped_.end() && address + bytes == next->first) {
-    bytes += next->second;
-    next = unmapped_.erase(next);
-  }
-  if (next != unmapped_.begin()) {
-    auto previous = std::prev(next);
-    if (previous->first + previous->second == address) {
-      previous->second += bytes;
-      return;
-    }
-  }
-  unmapped_.emplace(address, bytes);
 }
 
 block* pool::block_containing_locked(std::uintptr_t address) const {
@@ -463,7 +444,7 @@ std::size_t pool::release_range_locked(std::uintptr_t from, std::uintptr_t to,
     chunks_.emplace(to, chunk{chunk_end - to, c.token, c.offset_bytes + (to - chunk_start)});
   }
   reserved_bytes_.fetch_sub(to - from, std::memory_order_acq_rel);
-  add_unmapped_locked(from, to - from);
+  address_space_.give_back(from, to - from);
   return to - from;
 }
 
@@ -569,20 +550,13 @@ status pool::visit_physical_pieces(std::uintptr_t address, std::size_t bytes,
 
 bool pool::owns_address(std::uintptr_t address) const {
   std::lock_guard lock(mutex_);
-  for (const reservation& r : reservations_) {
-    if (address >= r.base && address < r.base + r.size_bytes) return true;
-  }
-  return false;
+  return address_space_.contains(address);
 }
 
 address_diagnosis pool::diagnose(std::uintptr_t address) const {
   std::lock_guard lock(mutex_);
   address_diagnosis d;
-  bool inside = false;
-  for (const reservation& r : reservations_) {
-    inside = inside || (address >= r.base && address < r.base + r.size_bytes);
-  }
-  if (!inside) return d;
+  if (!address_space_.contains(address)) return d;
   block* b = block_containing_locked(address);
   if (b == nullptr) {
     d.what = address_diagnosis::kind::unallocated;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/address_space.hpp"
 #include "core/block.hpp"
 #include "core/free_index.hpp"
 #include "core/pool_memory.hpp"
@@ -169,10 +170,6 @@ class pool {
     std::uint64_t token = 0;
     std::size_t offset_bytes = 0;  // where this piece starts inside the commit
   };
-  struct reservation {
-    std::uintptr_t base = 0;
-    std::size_t size_bytes = 0;
-  };
 
   stream_cache* cache_for(const stream_timeline& stream);
   stream_cache* create_cache(std::uint32_t slot);
@@ -190,8 +187,10 @@ class pool {
   void publish_used(std::int64_t bytes) noexcept;
   void drain_caches_locked();
   status grow_locked(std::size_t size_bytes);
-  result<std::uintptr_t> find_unmapped_locked(std::size_t bytes, std::size_t* need_bytes,
-                                              std::size_t size_bytes);
+  /// The unmapped range growth starts at (whole; growth takes its start), reserving one if
+  /// needed, and in need_bytes how much growth must commit there.
+  result<address_range> find_unmapped_locked(std::size_t bytes, std::size_t* need_bytes,
+                                             std::size_t size_bytes);
   void split_locked(block* b, std::size_t size_bytes);
   /// Fragmented free memory worth a synchronize before growing (compaction, S9).
   std::size_t compaction_floor(std::size_t size_bytes) const;
@@ -199,7 +198,6 @@ class pool {
   void release_locked(std::size_t keep_bytes);
   std::size_t release_range_locked(std::uintptr_t from, std::uintptr_t to, std::size_t limit_bytes);
   void carve_locked(block* b, std::uintptr_t from, std::uintptr_t to);
-  void add_unmapped_locked(std::uintptr_t address, std::size_t bytes);
   block* block_containing_locked(std::uintptr_t address) const;
   void raise_reserved(std::uint64_t bytes) noexcept;
 
@@ -207,12 +205,11 @@ class pool {
   const std::unique_ptr<pool_memory> memory_;
   const std::size_t granularity_bytes_;
 
-  mutable std::mutex mutex_;  // the pool lock: index, blocks, chunks, reservations
+  mutable std::mutex mutex_;  // the pool lock: index, blocks, chunks, address space
   std::map<std::uintptr_t, block*> all_blocks_;
   free_index index_{all_blocks_};
   std::map<std::uintptr_t, chunk> chunks_;
-  std::map<std::uintptr_t, std::size_t> unmapped_;  // free address ranges, coalesced
-  std::vector<reservation> reservations_;
+  address_space address_space_;  // reservations and their unmapped ranges
   std::array<std::atomic<cache_segment*>, cache_segment_count> cache_segments_{};
   std::vector<std::unique_ptr<stream_cache>> cache_storage_;
 

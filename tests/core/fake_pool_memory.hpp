@@ -7,7 +7,8 @@
 // decommit is allowed) and reports violations as
 // gtest failures. It can be told to fail the N-th commit (out_of_memory), every reservation,
 // or reservations above a size (address_space_exhausted); allow_partial_decommit sets what
-// can_decommit_part() answers.
+// can_decommit_part() answers. Reservations are never contiguous unless a test places one with
+// reserve_at, as an OS may when other mappings next to a pool go away.
 //
 // The state lives in a shared fake_memory_state so a test keeps observing it while the pool
 // owns the fake (and after the pool is destroyed).
@@ -15,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -46,6 +48,8 @@ struct fake_memory_state {
   std::size_t max_reservation_bytes = std::numeric_limits<std::size_t>::max();
   /// What can_decommit_part() answers: may part of a commit be released on its own.
   bool allow_partial_decommit = false;
+  /// Bases for the next reservations, used front first; once empty, bases come from next_base.
+  std::vector<std::uintptr_t> reserve_at;
 
   // -- observations -----------------------------------------------------------------------
   std::size_t commit_calls = 0;
@@ -101,9 +105,17 @@ public:
                                   "fake address space limit hit reserving " +
                                       std::to_string(bytes) + " B");
     }
-    const std::uintptr_t base = s.next_base;
-    // Leave a gap of one granule so separate reservations are never contiguous.
-    s.next_base += bytes + s.granularity_bytes;
+    std::uintptr_t base = s.next_base;
+    if (!s.reserve_at.empty()) {
+      base = s.reserve_at.front();
+      s.reserve_at.erase(s.reserve_at.begin());
+    }
+    for (const auto &[other, r] : s.reservations) {
+      EXPECT_TRUE(base + bytes <= other || other + r.bytes <= base)
+          << "reservation overlaps the one at " << std::hex << other;
+    }
+    // Leave a gap of one granule so reservations from next_base are never contiguous.
+    s.next_base = std::max(s.next_base, base + bytes + s.granularity_bytes);
     s.reservations[base] = {base, bytes};
     return base;
   }

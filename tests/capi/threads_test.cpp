@@ -10,10 +10,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -103,6 +106,52 @@ TEST_F(S2_S11_StreamDestroy, StreamsCreatedWhileOthersAreDestroyedKeepTheirBytes
   EXPECT_EQ(corrupted.load(), 0);
   SOMA_EXPECT_OK(somaDeviceSynchronize());
   EXPECT_EQ(pool_u64(current_pool(0), somaMemPoolAttrUsedMemCurrent), 0u);
+}
+
+// The same, watched directly: with every cross-stream reuse rule off, a block freed on a
+// destroyed stream whose work has not run may go to no other stream. Idle pools lengthen each
+// destroy's drain, which widens the window in which a new stream could take the slot.
+TEST_F(S2_S11_StreamDestroy, NoStreamTakesABlockWhoseFreeOnADestroyedStreamIsPending) {
+  constexpr int kThreads = 6;
+  constexpr int kRounds = 200;
+  unique_pool pool(0);
+  for (auto attr : {somaMemPoolReuseFollowEventDependencies, somaMemPoolReuseAllowOpportunistic,
+                    somaMemPoolReuseAllowInternalDependencies}) {
+    SOMA_ASSERT_OK(set_pool_int(pool, attr, 0));
+  }
+  std::vector<std::unique_ptr<unique_pool>> idle;
+  for (int i = 0; i < 48; ++i) idle.push_back(std::make_unique<unique_pool>(0));
+  std::mutex pending_mutex;
+  std::vector<void*> pending;  // freed on a destroyed stream, free not yet run
+  std::atomic<int> taken_early{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int round = 0; round < kRounds; ++round) {
+        somaStream_t s = nullptr;
+        SOMA_ASSERT_OK(somaStreamCreate(&s));
+        void* p = nullptr;
+        SOMA_ASSERT_OK(somaMallocFromPoolAsync(&p, 4096, pool, s));
+        {
+          std::lock_guard lock(pending_mutex);
+          if (std::find(pending.begin(), pending.end(), p) != pending.end()) taken_early++;
+          pending.push_back(p);
+        }
+        SOMA_ASSERT_OK(launch_host(s, [] {
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }));
+        SOMA_ASSERT_OK(somaFreeAsync(p, s));
+        SOMA_ASSERT_OK(launch_host(s, [&pending_mutex, &pending, p] {
+          std::lock_guard lock(pending_mutex);
+          pending.erase(std::find(pending.begin(), pending.end(), p));
+        }));
+        SOMA_ASSERT_OK(somaStreamDestroy(s));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  SOMA_EXPECT_OK(somaDeviceSynchronize());
+  EXPECT_EQ(taken_early.load(), 0) << "a new stream took a block whose free had not run";
 }
 
 TEST_F(S11_S12_EventThreads, OneEventRecordedWhileOtherThreadsWaitQueryAndSynchronize) {

@@ -328,9 +328,10 @@ SOMA_API somaError_t somaMemPoolTrimTo(somaMemPool_t memPool, size_t minBytesToK
 /** Grants (ProtRead, ProtReadWrite) or revokes (ProtNone) access of devices to every allocation
  *  of the pool, present and future (S6). The owning device keeps read-write access (ProtNone
  *  for it: InvalidDevice; ProtRead: NotSupported). Host locations: NotSupported; an unknown
- *  location type or flags: InvalidValue; a bad ordinal or a device that cannot access the
- *  owner's memory (somaDeviceCanAccessPeer): InvalidDevice. Every entry is checked before any
- *  is applied. Independent of any peer-access switch. */
+ *  location type or flags, descList NULL with a count, or more entries than devices (checked
+ *  before any is read): InvalidValue; a bad ordinal or a device that cannot access the owner's
+ *  memory (somaDeviceCanAccessPeer): InvalidDevice. Every entry is checked before any is
+ *  applied. Independent of any peer-access switch. */
 SOMA_API somaError_t somaMemPoolSetAccess(somaMemPool_t memPool, const somaMemAccessDesc* descList,
                                           size_t count);
 /** The access location has to the pool's memory: ReadWrite for the owning device, what

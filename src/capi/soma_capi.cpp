@@ -454,6 +454,7 @@ somaError_t somaMemPoolTrimTo(somaMemPool_t memPool, size_t minBytesToKeep) {
 somaError_t somaMemPoolSetAccess(somaMemPool_t memPool, const somaMemAccessDesc* descList,
                                  size_t count) {
   return with_runtime([&](runtime& rt) -> status {
+    if (status ok = rt.check_access_list(descList, count); !ok.ok()) return ok;
     std::vector<runtime::access_request> requests;
     if (descList != nullptr) {
       requests.reserve(count);

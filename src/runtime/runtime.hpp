@@ -139,6 +139,10 @@ class runtime {
     int flags = 0;
   };
   status set_pool_access(std::uintptr_t handle, const access_request* requests, std::size_t count);
+  /// S6: whether a list of count access entries may be read at all: not NULL with a count, and
+  /// no more entries than there are devices (each device needs one entry at most, as CUDA
+  /// bounds a graph alloc node's access list). Callers check it before copying the list.
+  status check_access_list(const void* list, std::size_t count) const;
   result<int> pool_access(std::uintptr_t handle, int location_type, int location_id) const;
   /// A memory range a host task declares it reads (read) or reads and writes (read_write).
   struct host_access {

@@ -182,13 +182,14 @@ SOMA_API somaError_t somaGetLastError(void);
 
 /** cpu backend settings; any field 0 keeps the default/environment value. */
 typedef struct somaCpuBackendConfig {
-  int deviceCount;              /**< SOMA_CPU_DEVICES, default 1 */
+  int deviceCount;              /**< SOMA_CPU_DEVICES, default 1, at most 64 */
   size_t deviceMemoryBytes;     /**< SOMA_CPU_DEVICE_MEMORY, default 4 GiB */
   size_t granularityBytes;      /**< SOMA_CPU_GRANULARITY, default 2 MiB (power of two, >= page) */
 } somaCpuBackendConfig;
 
 /** Sets the cpu backend's configuration. Only before the first other soma call that starts
- *  the runtime; afterwards it fails with NotPermitted. */
+ *  the runtime; afterwards it fails with NotPermitted. deviceCount outside 0..64 (the limit
+ *  SOMA_CPU_DEVICES has too): InvalidValue, and the configuration stays as it was. */
 SOMA_API somaError_t somaSetCpuBackendConfig(const somaCpuBackendConfig* config);
 /** Name of the active backend ("cpu" or "cuda"); starts the runtime. */
 SOMA_API somaError_t somaGetBackendName(const char** name);

@@ -118,9 +118,6 @@ somaError_t somaGetLastError(void) {
 
 somaError_t somaSetCpuBackendConfig(const somaCpuBackendConfig* config) {
   if (config == nullptr) return report(null_argument("somaSetCpuBackendConfig", "config"));
-  if (config->deviceCount < 0) {
-    return report(status(error_code::invalid_value, "somaSetCpuBackendConfig: deviceCount < 0"));
-  }
   soma::detail::backend::cpu_settings settings;
   settings.device_count = config->deviceCount;
   settings.device_memory_bytes = config->deviceMemoryBytes;

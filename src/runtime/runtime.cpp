@@ -19,6 +19,9 @@ thread_local int current_device_index = 0;
 }  // namespace
 
 status runtime::configure_cpu(const backend::cpu_settings& settings) {
+  // Bad input is refused as such, before or after start, and nothing is kept.
+  if (status ok = backend::check_cpu_settings(settings); !ok.ok())
+    return status(ok.code(), "somaSetCpuBackendConfig: " + ok.message());
   std::lock_guard lock(start_mutex);
   if (start_attempted) {
     return status(error_code::not_permitted,

@@ -70,7 +70,8 @@ struct pointer_info {
 
 class runtime {
  public:
-  /// Before the runtime starts only; not_permitted afterwards.
+  /// Before the runtime starts only; not_permitted afterwards. Settings that
+  /// backend::check_cpu_settings refuses are invalid_value at any time and are not kept.
   static status configure_cpu(const backend::cpu_settings& settings);
   /// The process's runtime, started on first use; initialization errors are returned on
   /// every call.

@@ -36,6 +36,9 @@ typedef enum somaError {
   somaErrorInitializationError = 3,    /**< the backend could not start */
   somaErrorInvalidDevice = 101,        /**< device ordinal out of range */
   somaErrorNoDevice = 100,             /**< no device for the requested backend */
+  /** an operating-system call failed for a reason of the system's, not of the arguments (out of
+   *  file descriptors: EMFILE, ENFILE); the message names the call, errno and what to do */
+  somaErrorOperatingSystem = 304,
   somaErrorInvalidResourceHandle = 400, /**< destroyed or never-created stream/event/pool */
   somaErrorNotReady = 600,             /**< queried work has not completed yet */
   somaErrorIllegalAddress = 700,       /**< an operation touched memory it may not */
@@ -355,7 +358,8 @@ SOMA_API somaError_t somaPointerGetAttributes(somaPointerAttributes* attributes,
  *  descriptor (close-on-exec) that the caller owns, passes to the importing process (SCM_RIGHTS
  *  over a Unix socket) and closes. Each call gives a new descriptor: give each importing process
  *  its own. Default pool, pool without that handle type, imported pool, another handle type,
- *  flags != 0, NULL shareableHandle: InvalidValue; destroyed pool: InvalidResourceHandle. */
+ *  flags != 0, NULL shareableHandle: InvalidValue; destroyed pool: InvalidResourceHandle; no
+ *  descriptor left in this process (EMFILE): OperatingSystem. */
 SOMA_API somaError_t somaMemPoolExportToShareableHandle(void* shareableHandle,
                                                         somaMemPool_t memPool,
                                                         somaMemAllocationHandleType handleType,
@@ -366,7 +370,8 @@ SOMA_API somaError_t somaMemPoolExportToShareableHandle(void* shareableHandle,
  *  allocate, be a current pool, change or read its release threshold and reuse policies, be
  *  trimmed or exported again (InvalidValue); somaMemPoolDestroy releases it. A descriptor that
  *  is not open, not a pool handle, whose exporter is gone or does not answer within
- *  SOMA_IPC_TIMEOUT_MS (default 10000 ms): InvalidValue, with the reason in the message. */
+ *  SOMA_IPC_TIMEOUT_MS (default 10000 ms): InvalidValue, with the reason in the message. No
+ *  descriptor left in this process (EMFILE): OperatingSystem. */
 SOMA_API somaError_t somaMemPoolImportFromShareableHandle(somaMemPool_t* memPool,
                                                           void* shareableHandle,
                                                           somaMemAllocationHandleType handleType,
@@ -383,7 +388,9 @@ SOMA_API somaError_t somaMemPoolExportPointer(somaMemPoolPtrExportData* exportDa
  *  import is live gives the same pointer. Free it with somaFreeAsync, which unmaps it once the
  *  stream passes the free, and before the exporter frees the allocation. Data that is
  *  malformed, of another pool, forged (wrong nonce, never issued) or stale (freed), a pool that
- *  is not imported, an exporter that is gone: InvalidValue, and nothing is mapped. */
+ *  is not imported, an exporter that is gone: InvalidValue, and nothing is mapped. No descriptor
+ *  left in this process to receive the memory (EMFILE): OperatingSystem; nothing is mapped and
+ *  the same data can be imported again. */
 SOMA_API somaError_t somaMemPoolImportPointer(void** ptr, somaMemPool_t memPool,
                                               somaMemPoolPtrExportData* exportData);
 

@@ -76,6 +76,7 @@ const char* somaGetErrorName(somaError_t error) {
     case somaErrorInitializationError: return "somaErrorInitializationError";
     case somaErrorInvalidDevice: return "somaErrorInvalidDevice";
     case somaErrorNoDevice: return "somaErrorNoDevice";
+    case somaErrorOperatingSystem: return "somaErrorOperatingSystem";
     case somaErrorInvalidResourceHandle: return "somaErrorInvalidResourceHandle";
     case somaErrorNotReady: return "somaErrorNotReady";
     case somaErrorIllegalAddress: return "somaErrorIllegalAddress";
@@ -96,6 +97,7 @@ const char* somaGetErrorString(somaError_t error) {
     case somaErrorInitializationError: return "initialization error";
     case somaErrorInvalidDevice: return "invalid device ordinal";
     case somaErrorNoDevice: return "no device available for the selected backend";
+    case somaErrorOperatingSystem: return "an operating system call failed";
     case somaErrorInvalidResourceHandle: return "invalid resource handle";
     case somaErrorNotReady: return "device not ready";
     case somaErrorIllegalAddress: return "an illegal memory access was encountered";

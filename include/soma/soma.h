@@ -182,6 +182,10 @@ SOMA_API const char* somaGetLastErrorMessage(void);
 SOMA_API somaError_t somaGetLastError(void);
 
 /* ---- backend and devices (S8) --------------------------------------------------------- */
+/* A child forked after soma started in its parent cannot use it (cuda: CUDA cannot be used
+ * after fork; cpu: stream threads are gone and pool memory is shared with the parent): every
+ * call that needs the runtime returns somaErrorInitializationError, saying what to do instead
+ * (start soma in the child after fork, or exec / posix_spawn / multiprocessing 'spawn'). */
 
 /** cpu backend settings; any field 0 keeps the default/environment value. */
 typedef struct somaCpuBackendConfig {

@@ -11,6 +11,7 @@
 
 #include "backend/cpu/cpu_event.hpp"
 #include "backend/cpu/cpu_stream.hpp"
+#include "backend/fork_guard.hpp"
 #include "backend/os_error.hpp"
 
 namespace soma::detail::backend::cpu {
@@ -44,6 +45,7 @@ std::string explain_reservation_failure(std::size_t bytes, int error) {
 
 cpu_backend::cpu_backend(const resolved_settings& settings)
     : settings_(settings), committed_(static_cast<std::size_t>(settings.device_count)) {
+  note_backend_started("cpu");
   // Pools keep one descriptor per physical chunk: allow as many as the hard limit permits.
   rlimit files{};
   if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {

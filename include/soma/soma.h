@@ -36,6 +36,9 @@ typedef enum somaError {
   somaErrorInitializationError = 3,    /**< the backend could not start */
   somaErrorInvalidDevice = 101,        /**< device ordinal out of range */
   somaErrorNoDevice = 100,             /**< no device for the requested backend */
+  /** an operating-system call failed for a reason of the system's, not of the arguments (out of
+   *  file descriptors: EMFILE, ENFILE); the message names the call, errno and what to do */
+  somaErrorOperatingSystem = 304,
   somaErrorInvalidResourceHandle = 400, /**< destroyed or never-created stream/event/pool */
   somaErrorNotReady = 600,             /**< queried work has not completed yet */
   somaErrorIllegalAddress = 700,       /**< an operation touched memory it may not */
@@ -179,16 +182,21 @@ SOMA_API const char* somaGetLastErrorMessage(void);
 SOMA_API somaError_t somaGetLastError(void);
 
 /* ---- backend and devices (S8) --------------------------------------------------------- */
+/* A child forked after soma started in its parent cannot use it (cuda: CUDA cannot be used
+ * after fork; cpu: stream threads are gone and pool memory is shared with the parent): every
+ * call that needs the runtime returns somaErrorInitializationError, saying what to do instead
+ * (start soma in the child after fork, or exec / posix_spawn / multiprocessing 'spawn'). */
 
 /** cpu backend settings; any field 0 keeps the default/environment value. */
 typedef struct somaCpuBackendConfig {
-  int deviceCount;              /**< SOMA_CPU_DEVICES, default 1 */
+  int deviceCount;              /**< SOMA_CPU_DEVICES, default 1, at most 64 */
   size_t deviceMemoryBytes;     /**< SOMA_CPU_DEVICE_MEMORY, default 4 GiB */
   size_t granularityBytes;      /**< SOMA_CPU_GRANULARITY, default 2 MiB (power of two, >= page) */
 } somaCpuBackendConfig;
 
 /** Sets the cpu backend's configuration. Only before the first other soma call that starts
- *  the runtime; afterwards it fails with NotPermitted. */
+ *  the runtime; afterwards it fails with NotPermitted. deviceCount outside 0..64 (the limit
+ *  SOMA_CPU_DEVICES has too): InvalidValue, and the configuration stays as it was. */
 SOMA_API somaError_t somaSetCpuBackendConfig(const somaCpuBackendConfig* config);
 /** Name of the active backend ("cpu" or "cuda"); starts the runtime. */
 SOMA_API somaError_t somaGetBackendName(const char** name);
@@ -328,9 +336,10 @@ SOMA_API somaError_t somaMemPoolTrimTo(somaMemPool_t memPool, size_t minBytesToK
 /** Grants (ProtRead, ProtReadWrite) or revokes (ProtNone) access of devices to every allocation
  *  of the pool, present and future (S6). The owning device keeps read-write access (ProtNone
  *  for it: InvalidDevice; ProtRead: NotSupported). Host locations: NotSupported; an unknown
- *  location type or flags: InvalidValue; a bad ordinal or a device that cannot access the
- *  owner's memory (somaDeviceCanAccessPeer): InvalidDevice. Every entry is checked before any
- *  is applied. Independent of any peer-access switch. */
+ *  location type or flags, descList NULL with a count, or more entries than devices (checked
+ *  before any is read): InvalidValue; a bad ordinal or a device that cannot access the owner's
+ *  memory (somaDeviceCanAccessPeer): InvalidDevice. Every entry is checked before any is
+ *  applied. Independent of any peer-access switch. */
 SOMA_API somaError_t somaMemPoolSetAccess(somaMemPool_t memPool, const somaMemAccessDesc* descList,
                                           size_t count);
 /** The access location has to the pool's memory: ReadWrite for the owning device, what
@@ -353,7 +362,8 @@ SOMA_API somaError_t somaPointerGetAttributes(somaPointerAttributes* attributes,
  *  descriptor (close-on-exec) that the caller owns, passes to the importing process (SCM_RIGHTS
  *  over a Unix socket) and closes. Each call gives a new descriptor: give each importing process
  *  its own. Default pool, pool without that handle type, imported pool, another handle type,
- *  flags != 0, NULL shareableHandle: InvalidValue; destroyed pool: InvalidResourceHandle. */
+ *  flags != 0, NULL shareableHandle: InvalidValue; destroyed pool: InvalidResourceHandle; no
+ *  descriptor left in this process (EMFILE): OperatingSystem. */
 SOMA_API somaError_t somaMemPoolExportToShareableHandle(void* shareableHandle,
                                                         somaMemPool_t memPool,
                                                         somaMemAllocationHandleType handleType,
@@ -364,7 +374,8 @@ SOMA_API somaError_t somaMemPoolExportToShareableHandle(void* shareableHandle,
  *  allocate, be a current pool, change or read its release threshold and reuse policies, be
  *  trimmed or exported again (InvalidValue); somaMemPoolDestroy releases it. A descriptor that
  *  is not open, not a pool handle, whose exporter is gone or does not answer within
- *  SOMA_IPC_TIMEOUT_MS (default 10000 ms): InvalidValue, with the reason in the message. */
+ *  SOMA_IPC_TIMEOUT_MS (default 10000 ms): InvalidValue, with the reason in the message. No
+ *  descriptor left in this process (EMFILE): OperatingSystem. */
 SOMA_API somaError_t somaMemPoolImportFromShareableHandle(somaMemPool_t* memPool,
                                                           void* shareableHandle,
                                                           somaMemAllocationHandleType handleType,
@@ -381,7 +392,9 @@ SOMA_API somaError_t somaMemPoolExportPointer(somaMemPoolPtrExportData* exportDa
  *  import is live gives the same pointer. Free it with somaFreeAsync, which unmaps it once the
  *  stream passes the free, and before the exporter frees the allocation. Data that is
  *  malformed, of another pool, forged (wrong nonce, never issued) or stale (freed), a pool that
- *  is not imported, an exporter that is gone: InvalidValue, and nothing is mapped. */
+ *  is not imported, an exporter that is gone: InvalidValue, and nothing is mapped. No descriptor
+ *  left in this process to receive the memory (EMFILE): OperatingSystem; nothing is mapped and
+ *  the same data can be imported again. */
 SOMA_API somaError_t somaMemPoolImportPointer(void** ptr, somaMemPool_t memPool,
                                               somaMemPoolPtrExportData* exportData);
 

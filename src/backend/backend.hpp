@@ -179,6 +179,13 @@ struct cpu_settings {
   std::size_t device_memory_bytes = 0;  ///< 0 = SOMA_CPU_DEVICE_MEMORY or 4 GiB
   std::size_t granularity_bytes = 0;    ///< 0 = SOMA_CPU_GRANULARITY or 2 MiB
 };
+/// Most cpu devices, for SOMA_CPU_DEVICES and somaSetCpuBackendConfig alike: each device
+/// costs a worker thread and an address range per pool, and tests model a few.
+inline constexpr int max_cpu_device_count = 64;
+/// The checks that need no environment, made when settings are given (somaSetCpuBackendConfig):
+/// device_count from 0 (keep the environment's) to max_cpu_device_count, else invalid_value
+/// naming the limit.
+status check_cpu_settings(const cpu_settings& given);
 result<std::unique_ptr<backend>> create_backend(const cpu_settings& settings);
 
 }  // namespace soma::detail::backend

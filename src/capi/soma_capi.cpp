@@ -76,6 +76,7 @@ const char* somaGetErrorName(somaError_t error) {
     case somaErrorInitializationError: return "somaErrorInitializationError";
     case somaErrorInvalidDevice: return "somaErrorInvalidDevice";
     case somaErrorNoDevice: return "somaErrorNoDevice";
+    case somaErrorOperatingSystem: return "somaErrorOperatingSystem";
     case somaErrorInvalidResourceHandle: return "somaErrorInvalidResourceHandle";
     case somaErrorNotReady: return "somaErrorNotReady";
     case somaErrorIllegalAddress: return "somaErrorIllegalAddress";
@@ -96,6 +97,7 @@ const char* somaGetErrorString(somaError_t error) {
     case somaErrorInitializationError: return "initialization error";
     case somaErrorInvalidDevice: return "invalid device ordinal";
     case somaErrorNoDevice: return "no device available for the selected backend";
+    case somaErrorOperatingSystem: return "an operating system call failed";
     case somaErrorInvalidResourceHandle: return "invalid resource handle";
     case somaErrorNotReady: return "device not ready";
     case somaErrorIllegalAddress: return "an illegal memory access was encountered";
@@ -118,9 +120,6 @@ somaError_t somaGetLastError(void) {
 
 somaError_t somaSetCpuBackendConfig(const somaCpuBackendConfig* config) {
   if (config == nullptr) return report(null_argument("somaSetCpuBackendConfig", "config"));
-  if (config->deviceCount < 0) {
-    return report(status(error_code::invalid_value, "somaSetCpuBackendConfig: deviceCount < 0"));
-  }
   soma::detail::backend::cpu_settings settings;
   settings.device_count = config->deviceCount;
   settings.device_memory_bytes = config->deviceMemoryBytes;
@@ -454,6 +453,7 @@ somaError_t somaMemPoolTrimTo(somaMemPool_t memPool, size_t minBytesToKeep) {
 somaError_t somaMemPoolSetAccess(somaMemPool_t memPool, const somaMemAccessDesc* descList,
                                  size_t count) {
   return with_runtime([&](runtime& rt) -> status {
+    if (status ok = rt.check_access_list(descList, count); !ok.ok()) return ok;
     std::vector<runtime::access_request> requests;
     if (descList != nullptr) {
       requests.reserve(count);

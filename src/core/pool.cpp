@@ -345,10 +345,14 @@ status pool::grow_locked(std::size_t size_bytes) {
     token = memory_->commit(address, need_bytes);
   }
   if (!token.ok()) {
-    return status(token.error().code(), describe() + ": out of memory allocating " +
-                                            format_bytes(size_bytes) + " (pool reserved " +
-                                            format_bytes(reserved) + "): " +
-                                            token.error().message());
+    // Only a lack of memory is called one: the platform may also refuse for its own reasons.
+    const error_code code = token.error().code();
+    const bool no_memory =
+        code == error_code::out_of_memory || code == error_code::address_space_exhausted;
+    const char* what =
+        no_memory ? ": out of memory allocating " : ": could not grow for an allocation of ";
+    return status(code, describe() + what + format_bytes(size_bytes) + " (pool reserved " +
+                            format_bytes(reserved) + "): " + token.error().message());
   }
   address_space_.take(address, need_bytes);
   chunks_.emplace(address, chunk{need_bytes, token.value()});

@@ -16,6 +16,7 @@ enum class error_code : int {
   initialization_error = 3,
   no_device = 100,
   invalid_device = 101,
+  operating_system = 304,
   invalid_handle = 400,
   not_ready = 600,
   illegal_address = 700,

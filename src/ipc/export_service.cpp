@@ -27,8 +27,7 @@ result<int> export_service::open_connection(runtime& rt, std::uintptr_t pool_han
                                             std::uint64_t pool_id, int device) {
   int ends[2] = {-1, -1};
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0) {
-    return status(error_code::out_of_memory,
-                  "socketpair for the pool handle failed (" + errno_text(errno) + ")");
+    return backend::descriptor_failure("socketpair for the pool handle", errno);
   }
   unique_fd kept(ends[0]);
   unique_fd given(ends[1]);
@@ -54,8 +53,7 @@ status export_service::start(runtime& rt) {
   if (started_) return status::success();
   wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake_) {
-    return status(error_code::out_of_memory,
-                  "eventfd for the export service failed (" + errno_text(errno) + ")");
+    return backend::descriptor_failure("eventfd for the export service", errno);
   }
   try {
     std::thread([this, &rt] { serve(rt); }).detach();

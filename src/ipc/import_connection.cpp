@@ -55,6 +55,9 @@ status import_connection::lost(const transfer_result& what, int timeout_ms) cons
                     "no answer from " + who + " within " + std::to_string(timeout_ms) +
                         " ms (SOMA_IPC_TIMEOUT_MS); is it a soma pool handle?");
     case transfer::failed:
+      if (backend::is_out_of_descriptors(what.error))
+        return backend::descriptor_failure(what.detail + " from " + who, what.error);
+      break;
     case transfer::done: break;
   }
   return status(error_code::invalid_value, "talking to " + who + " failed: " + what.detail);

@@ -185,8 +185,7 @@ result<std::uintptr_t> import_pool(runtime& rt, std::intptr_t os_handle, int han
                            "SOCK_SEQPACKET one)");
   }
   unique_fd own(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
-  if (!own)
-    return status(error_code::out_of_memory, which + ": dup failed (" + errno_text(errno) + ")");
+  if (!own) return backend::descriptor_failure(which + ": dup", errno);
   result<std::shared_ptr<import_connection>> connection =
       import_connection::open(std::move(own), fd, timeout_ms());
   if (!connection.ok())

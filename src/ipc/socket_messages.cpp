@@ -1,5 +1,6 @@
 #include "ipc/socket_messages.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -28,7 +29,20 @@ int wait_for(int socket, short events, const deadline& until) {
 }
 
 transfer_result failed(const char* call, int error) {
-  return {transfer::failed, std::string(call) + " failed (" + errno_text(error) + ")"};
+  return {transfer::failed, std::string(call) + " failed (" + errno_text(error) + ")", error};
+}
+
+// The kernel cuts descriptors off a message when this process cannot take them (its table is
+// full) or when the peer sent more than the message may carry. A probe tells which.
+transfer_result descriptors_cut_off(int socket) {
+  const int probe = ::fcntl(socket, F_DUPFD_CLOEXEC, 0);
+  if (probe < 0 && backend::is_out_of_descriptors(errno)) {
+    const int error = errno;
+    return {transfer::failed, "receiving descriptors", error};
+  }
+  if (probe >= 0) ::close(probe);
+  return {transfer::failed, "descriptors were cut off (more than " +
+                                std::to_string(max_fds_per_message) + " in one message)"};
 }
 
 }  // namespace
@@ -37,13 +51,6 @@ int deadline::remaining_ms() const {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       at_ - std::chrono::steady_clock::now());
   return static_cast<int>(std::max<std::chrono::milliseconds::rep>(left.count(), 0));
-}
-
-std::string errno_text(int error) {
-  const char* name = strerrorname_np(error);
-  const char* description = strerrordesc_np(error);
-  return std::string(name != nullptr ? name : "errno " + std::to_string(error)) + ": " +
-         (description != nullptr ? description : "unknown");
 }
 
 transfer_result send_message(int socket, const void* data, std::size_t bytes,
@@ -99,8 +106,7 @@ transfer_result receive_message(int socket, std::size_t max_bytes, const deadlin
           out->fds.emplace_back(fd);
         }
       }
-      if ((message.msg_flags & MSG_CTRUNC) != 0)
-        return {transfer::failed, "descriptors were cut off"};
+      if ((message.msg_flags & MSG_CTRUNC) != 0) return descriptors_cut_off(socket);
       if ((message.msg_flags & MSG_TRUNC) != 0)
         return {transfer::failed, "a message longer than " + std::to_string(max_bytes) + " bytes"};
       out->bytes.resize(static_cast<std::size_t>(received));

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/os_error.hpp"
 #include "ipc/unique_fd.hpp"
 
 namespace soma::detail::ipc {
@@ -34,6 +35,7 @@ enum class transfer { done, closed, timed_out, failed };
 struct transfer_result {
   transfer outcome = transfer::done;
   std::string detail;  ///< for failed: the call and errno name
+  int error = 0;       ///< for failed: errno where an OS call failed (EMFILE: no descriptor left)
   bool ok() const noexcept { return outcome == transfer::done; }
 };
 
@@ -52,6 +54,6 @@ transfer_result receive_message(int socket, std::size_t max_bytes, const deadlin
                                 received_message* out);
 
 /// "ENOTSOCK: Socket operation on non-socket" for errno values in messages.
-std::string errno_text(int error);
+using backend::errno_text;
 
 }  // namespace soma::detail::ipc

@@ -1,5 +1,6 @@
 #include "runtime/runtime.hpp"
 
+#include "backend/fork_guard.hpp"
 #include "runtime/pool_hazards.hpp"
 
 #include <algorithm>
@@ -19,6 +20,10 @@ thread_local int current_device_index = 0;
 }  // namespace
 
 status runtime::configure_cpu(const backend::cpu_settings& settings) {
+  // Bad input is refused as such, before or after start, and nothing is kept.
+  if (status ok = backend::check_cpu_settings(settings); !ok.ok())
+    return status(ok.code(), "somaSetCpuBackendConfig: " + ok.message());
+  if (backend::forked_after_start()) return backend::forked_child_error();
   std::lock_guard lock(start_mutex);
   if (start_attempted) {
     return status(error_code::not_permitted,
@@ -30,8 +35,13 @@ status runtime::configure_cpu(const backend::cpu_settings& settings) {
 }
 
 result<runtime*> runtime::instance() {
-  // Every API call comes here: after start it is one acquire load, no lock.
-  if (runtime* ready = started_runtime.load(std::memory_order_acquire)) return ready;
+  // Every API call comes here: after start it is two loads, no lock.
+  if (runtime* ready = started_runtime.load(std::memory_order_acquire)) [[likely]] {
+    if (!backend::forked_after_start()) [[likely]] return ready;
+  }
+  // A child forked after start has the runtime's memory but not its threads (nor, on cuda, a
+  // usable driver); asked before the lock, which fork may have left held.
+  if (backend::forked_after_start()) return backend::forked_child_error();
   std::lock_guard lock(start_mutex);
   if (runtime* ready = started_runtime.load(std::memory_order_acquire)) return ready;
   if (start_attempted) return start_failure;

@@ -70,7 +70,8 @@ struct pointer_info {
 
 class runtime {
  public:
-  /// Before the runtime starts only; not_permitted afterwards.
+  /// Before the runtime starts only; not_permitted afterwards. Settings that
+  /// backend::check_cpu_settings refuses are invalid_value at any time and are not kept.
   static status configure_cpu(const backend::cpu_settings& settings);
   /// The process's runtime, started on first use; initialization errors are returned on
   /// every call.
@@ -139,6 +140,10 @@ class runtime {
     int flags = 0;
   };
   status set_pool_access(std::uintptr_t handle, const access_request* requests, std::size_t count);
+  /// S6: whether a list of count access entries may be read at all: not NULL with a count, and
+  /// no more entries than there are devices (each device needs one entry at most, as CUDA
+  /// bounds a graph alloc node's access list). Callers check it before copying the list.
+  status check_access_list(const void* list, std::size_t count) const;
   result<int> pool_access(std::uintptr_t handle, int location_type, int location_id) const;
   /// A memory range a host task declares it reads (read) or reads and writes (read_write).
   struct host_access {

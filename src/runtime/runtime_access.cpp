@@ -46,15 +46,29 @@ status check_location(const char* call, int type, int id, int device_count) {
 
 }  // namespace
 
+status runtime::check_access_list(const void* list, std::size_t count) const {
+  if (count > 0 && list == nullptr) {
+    return status(error_code::invalid_value, "somaMemPoolSetAccess: descList is NULL with count " +
+                                                 std::to_string(count));
+  }
+  // A longer list names some device twice or is no list at all (a count of SIZE_MAX); reading
+  // it could run past its end, so it is refused before any entry is read.
+  const auto devices = static_cast<std::size_t>(device_count());
+  if (count > devices) {
+    return status(error_code::invalid_value,
+                  "somaMemPoolSetAccess: count " + std::to_string(count) +
+                      " is more entries than the " + std::to_string(devices) +
+                      " device(s) there are (one entry per device at most)");
+  }
+  return status::success();
+}
+
 status runtime::set_pool_access(std::uintptr_t handle, const access_request* requests,
                                 std::size_t count) {
   result<memory_pool*> found = resolve_pool(handle);
   if (!found.ok()) return found.take_error();
   memory_pool& p = *found.value();
-  if (count > 0 && requests == nullptr) {
-    return status(error_code::invalid_value, "somaMemPoolSetAccess: descList is NULL with count " +
-                                                 std::to_string(count));
-  }
+  if (status ok = check_access_list(requests, count); !ok.ok()) return ok;
   const int owner = p.config().device;
   // Every entry is checked before any is applied: a rejected call changes nothing.
   for (std::size_t i = 0; i < count; ++i) {

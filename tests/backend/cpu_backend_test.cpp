@@ -157,6 +157,40 @@ TEST_F(CpuSettings, BadValuesAreInitializationErrors) {
   }
 }
 
+// S8: SOMA_CPU_DEVICES and cpu_settings::device_count (somaSetCpuBackendConfig) share one limit,
+// and the message names it.
+class S8_CpuDeviceLimit : public CpuSettings {};
+
+TEST_F(S8_CpuDeviceLimit, IsTheSameForTheEnvironmentAndExplicitSettings) {
+  constexpr int limit = 64;  // docs/api-behaviour.md
+  for (const int count : {limit + 1, 5000}) {
+    be::cpu_settings given;
+    given.device_count = count;
+    auto r = cpu::resolve_settings(given);
+    ASSERT_FALSE(r.ok()) << count << " devices accepted";
+    EXPECT_NE(r.error().message().find(std::to_string(limit)), std::string::npos)
+        << r.error().message();
+    const std::string text = std::to_string(count);
+    expect_bad_variable("SOMA_CPU_DEVICES", text.c_str());
+    ::setenv("SOMA_CPU_DEVICES", text.c_str(), 1);
+    r = cpu::resolve_settings({});
+    ::unsetenv("SOMA_CPU_DEVICES");
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message().find(std::to_string(limit)), std::string::npos)
+        << r.error().message();
+  }
+  be::cpu_settings at_limit;
+  at_limit.device_count = limit;
+  auto r = cpu::resolve_settings(at_limit);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_EQ(r.value().device_count, limit);
+  ::setenv("SOMA_CPU_DEVICES", "64", 1);
+  r = cpu::resolve_settings({});
+  ::unsetenv("SOMA_CPU_DEVICES");
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_EQ(r.value().device_count, limit);
+}
+
 // Regression (found by this test on fba5925, cpu_settings.cpp parse_bytes: strtoull negates
 // a leading '-', so SOMA_CPU_DEVICE_MEMORY=-1 was accepted as 16 EiB).
 TEST_F(CpuSettings, NegativeSizeIsRejected) {

@@ -13,6 +13,7 @@
 
 #include "backend/cuda/completion_tracker.hpp"
 #include "fake_cuda_driver.hpp"
+#include "run_in_child.hpp"
 
 namespace {
 
@@ -540,6 +541,74 @@ TEST_F(cuda_fake_driver, SynchronizeAndQueryAdvanceTheTimeline) {
   ASSERT_TRUE(s->enqueue_memset(&x, 0, sizeof x).ok());
   ASSERT_TRUE(s->synchronize().ok());
   EXPECT_EQ(timeline.completed_position(), 2u);
+}
+
+// ---- a child forked after the backend started -------------------------------------------------
+
+/// CUDA cannot be used in a child forked after it started: the driver answers
+/// CUDA_ERROR_NOT_INITIALIZED (cudaErrorInitializationError) there. The backend refuses in such
+/// a child before it calls the driver (the fake would answer), with initialization_error and a
+/// message saying why and what to do instead (S1: the call says what failed).
+class S1_ForkedChild : public cuda_fake_driver {};
+
+template <typename T> status status_of(const soma::detail::result<T> &r) {
+  return r.ok() ? status::success() : r.error();
+}
+
+TEST_F(S1_ForkedChild, CudaBackendRefusesBeforeCallingTheDriver) {
+  auto backend = open();
+  ASSERT_NE(backend, nullptr);
+  stream_timeline timeline(0);
+  auto s = stream_on(*backend, 0, timeline);
+  auto base = backend->reserve_address(0, 2 * MiB);
+  ASSERT_TRUE(base.ok()) << base.error().message();
+  auto e = backend->create_event();
+  ASSERT_TRUE(e.ok());
+
+  const int result = soma_test::run_in_child([&] {
+    const std::size_t reservations = gpu_.reservations.size();
+    const std::size_t allocations = gpu_.allocations.size();
+    const std::size_t streams = gpu_.streams.size();
+    const int records = gpu_.event_records;
+    int failures = 0;
+    auto expect_refused = [&](const status &got, const char *call) {
+      const std::string &message = got.message();
+      if (got.code() == error_code::initialization_error &&
+          message.find("forked") != std::string::npos &&
+          message.find("CUDA cannot be used in a child forked after it started") !=
+              std::string::npos &&
+          message.find("spawn") != std::string::npos)
+        return;
+      std::fprintf(stderr, "child: %s: code %d, message '%s'\n", call,
+                   static_cast<int>(got.code()), message.c_str());
+      ++failures;
+    };
+    stream_timeline other(1);
+    expect_refused(status_of(backend->create_stream(0, other)), "create_stream");
+    expect_refused(status_of(backend->reserve_address(0, 2 * MiB)), "reserve_address");
+    expect_refused(status_of(backend->create_physical(0, 2 * MiB, 0)), "create_physical");
+    expect_refused(status_of(backend->allocate_host(4096)), "allocate_host");
+    expect_refused(s->enqueue_memset(reinterpret_cast<void *>(base.value()), 0, 64),
+                   "enqueue_memset");
+    expect_refused(s->synchronize(), "stream synchronize");
+    expect_refused(s->query(), "stream query");
+    expect_refused(e.value()->record(*s), "event record");
+    if (gpu_.reservations.size() != reservations || gpu_.allocations.size() != allocations ||
+        gpu_.streams.size() != streams || gpu_.event_records != records) {
+      std::fprintf(stderr, "child: the driver was called\n");
+      ++failures;
+    }
+    return failures;
+  });
+  EXPECT_EQ(result, 0) << "calls in the child that were not refused (see stderr)";
+
+  // The parent is untouched.
+  ASSERT_TRUE(s->enqueue_memset(reinterpret_cast<void *>(base.value()), 0, 64).ok());
+  EXPECT_TRUE(s->synchronize().ok());
+  EXPECT_TRUE(e.value()->record(*s).ok());
+  e.value().reset();
+  s.reset();
+  backend->free_address(base.value(), 2 * MiB);
 }
 
 } // namespace

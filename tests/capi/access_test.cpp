@@ -135,6 +135,41 @@ TEST_F(S6_Access, BadRequestsAreRejectedAndChangeNothing) {
   expect_unchanged_and_usable(pool, before, stream);
 }
 
+// Needs one device only: a list's length is checked before any entry is read.
+class S6_AccessListLength : public capi_test {};
+
+TEST_F(S6_AccessListLength, CountPastTheDevicesIsInvalidValueAndChangesNothing) {
+  unique_stream stream;
+  unique_pool pool(0);
+  const pool_stats before = read_pool_stats(pool);
+  // A real list one entry longer than there are devices: every entry valid on its own, so only
+  // the length can be the reason, and nothing may be applied.
+  std::vector<somaMemAccessDesc> longer;
+  for (int device = 0; device <= device_count(); ++device)
+    longer.push_back({{somaMemLocationTypeDevice, device % device_count()},
+                      somaMemAccessFlagsProtReadWrite});
+  EXPECT_EQ(somaMemPoolSetAccess(pool, longer.data(), longer.size()), somaErrorInvalidValue);
+  EXPECT_TRUE(mentions_number(last_message(), longer.size(), "")) << last_message();
+  EXPECT_TRUE(contains(last_message(), std::to_string(device_count()) + " device"))
+      << last_message();
+  for (int device = 1; device < device_count(); ++device) {
+    somaMemLocation location{somaMemLocationTypeDevice, device};
+    somaMemAccessFlags flags = somaMemAccessFlagsProtReadWrite;
+    SOMA_EXPECT_OK(somaMemPoolGetAccess(&flags, pool, &location));
+    EXPECT_EQ(flags, somaMemAccessFlagsProtNone) << "device " << device << ": entry applied";
+  }
+
+  // Counts no list can have: refused before the single entry's neighbours are read.
+  const somaMemAccessDesc one{{somaMemLocationTypeDevice, 0}, somaMemAccessFlagsProtReadWrite};
+  for (const std::size_t count : {SIZE_MAX, SIZE_MAX / sizeof(somaMemAccessDesc) + 1,
+                                  std::size_t{1} << 40}) {
+    EXPECT_EQ(somaMemPoolSetAccess(pool, &one, count), somaErrorInvalidValue) << count;
+    EXPECT_TRUE(contains(last_message(), "count " + std::to_string(count))) << last_message();
+    EXPECT_EQ(somaMemPoolSetAccess(pool, nullptr, count), somaErrorInvalidValue) << count;
+  }
+  expect_unchanged_and_usable(pool, before, stream);
+}
+
 TEST_F(S6_Access, DestroyedPoolIsInvalidResourceHandle) {
   somaMemPool_t pool = nullptr;
   const somaMemPoolProps props = pool_props(0);

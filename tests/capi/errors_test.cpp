@@ -35,6 +35,7 @@ constexpr somaError_t kAllCodes[] = {
     somaErrorInitializationError,
     somaErrorInvalidDevice,
     somaErrorNoDevice,
+    somaErrorOperatingSystem,
     somaErrorInvalidResourceHandle,
     somaErrorNotReady,
     somaErrorIllegalAddress,

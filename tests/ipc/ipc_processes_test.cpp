@@ -18,6 +18,7 @@
 #include <cstring>
 #include <string>
 
+#include "descriptor_filler.hpp"
 #include "peer_processes.hpp"
 #include "soma_test_util.hpp"
 #include "stream_gate.hpp"
@@ -900,6 +901,111 @@ TEST(S7_IpcFaults, ImporterDeathLeavesTheExporterIntactWithoutDescriptorLeaks) {
       128 + SIGKILL);
 }
 
+// ---- out of file descriptors -------------------------------------------------------------------
+// A process at its RLIMIT_NOFILE: every call that needs a new descriptor says so
+// (somaErrorOperatingSystem, EMFILE, what to do), changes nothing, and works once descriptors
+// are free again.
+
+/// 0 if status and the thread's message report a process out of descriptors; else a failure.
+int expect_out_of_descriptors(somaError_t status, const char* call, int line) {
+  const std::string message = somaGetLastErrorMessage();
+  if (status == somaErrorOperatingSystem && message.find("EMFILE") != std::string::npos &&
+      message.find("ulimit -n") != std::string::npos)
+    return 0;
+  return soma_test::ipc::role_failed(
+      __FILE__, line, call,
+      (std::string("expected somaErrorOperatingSystem naming EMFILE and 'ulimit -n', got ") +
+       somaGetErrorName(status) + ": " + message)
+          .c_str());
+}
+#define ROLE_EXPECT_OUT_OF_DESCRIPTORS(call) \
+  ROLE_TRY(expect_out_of_descriptors((call), #call, __LINE__))
+
+int descriptors_exporter(role_context& peers) {
+  const auto& importer = peers[1];
+  soma_test::unique_stream stream;
+  somaMemPool_t pool = nullptr;
+  const somaMemPoolProps props = exportable_props();
+  ROLE_OK(somaMemPoolCreate(&pool, &props));
+  void* shared = nullptr;
+  ROLE_OK(somaMallocFromPoolAsync(&shared, kSmall, pool, stream));
+  ROLE_OK(somaMemsetAsync(shared, 0x5a, kSmall, stream));
+  ROLE_OK(somaStreamSynchronize(stream));
+  const soma_test::pool_stats before = soma_test::read_pool_stats(pool);
+  {
+    soma_test::ipc::descriptor_filler full;
+    ROLE_CHECK(full.full());
+    int fd = -1;
+    ROLE_EXPECT_OUT_OF_DESCRIPTORS(
+        somaMemPoolExportToShareableHandle(&fd, pool, somaMemHandleTypePosixFileDescriptor, 0));
+    ROLE_CHECK(fd == -1);
+    // Growing needs new physical memory, a memfd on the cpu backend: refused the same way.
+    if (soma_test::on_cpu_backend()) {
+      void* grown = nullptr;
+      ROLE_EXPECT_OUT_OF_DESCRIPTORS(
+          somaMallocFromPoolAsync(&grown, 4 * granule(), pool, stream));
+      ROLE_CHECK(grown == nullptr);
+    }
+  }
+  const soma_test::pool_stats after = soma_test::read_pool_stats(pool);
+  ROLE_CHECK(after.reserved_current == before.reserved_current);
+  ROLE_CHECK(after.used_current == before.used_current);
+  // Descriptors free again: the same pool exports, grows, and the importer sees its bytes.
+  void* grown = nullptr;
+  ROLE_OK(somaMallocFromPoolAsync(&grown, 4 * granule(), pool, stream));
+  ROLE_OK(somaFreeAsync(grown, stream));
+  ROLE_TRY(send_pool(pool, importer));
+  ROLE_TRY(send_allocation(shared, kSmall, importer));
+  ROLE_CHECK(importer.wait_signal(done));
+  ROLE_OK(somaFreeAsync(shared, stream));
+  ROLE_OK(somaStreamSynchronize(stream));
+  ROLE_OK(somaMemPoolDestroy(pool));
+  return 0;
+}
+
+int descriptors_importer(role_context& peers) {
+  const auto& exporter = peers[0];
+  soma_test::unique_stream stream;
+  int word = -1;
+  int fd = -1;
+  ROLE_CHECK(exporter.receive_value(&word, &fd));
+  ROLE_CHECK(fd >= 0);
+  shared_allocation shared;
+  ROLE_CHECK(exporter.receive_value(&shared));
+  void* const handle = reinterpret_cast<void*>(static_cast<std::intptr_t>(fd));
+  constexpr auto kPosixFd = somaMemHandleTypePosixFileDescriptor;
+  somaMemPool_t pool = nullptr;
+  {
+    soma_test::ipc::descriptor_filler full;
+    ROLE_CHECK(full.full());
+    ROLE_EXPECT_OUT_OF_DESCRIPTORS(
+        somaMemPoolImportFromShareableHandle(&pool, handle, kPosixFd, 0));
+    ROLE_CHECK(pool == nullptr);
+    // One free slot: the pool's own copy of the handle fits, the memory sent for a pointer
+    // (SCM_RIGHTS) does not.
+    full.release(1);
+    ROLE_OK(somaMemPoolImportFromShareableHandle(&pool, handle, kPosixFd, 0));
+    void* pointer = nullptr;
+    ROLE_EXPECT_OUT_OF_DESCRIPTORS(somaMemPoolImportPointer(&pointer, pool, &shared.data));
+    ROLE_CHECK(pointer == nullptr);
+  }
+  ::close(fd);
+  // Descriptors free again: the same import works and shows the exporter's bytes.
+  void* pointer = nullptr;
+  ROLE_OK(somaMemPoolImportPointer(&pointer, pool, &shared.data));
+  ROLE_EXPECT_BYTES(pointer, 0, kSmall, 0x5a, stream);
+  ROLE_OK(somaFreeAsync(pointer, stream));
+  ROLE_OK(somaStreamSynchronize(stream));
+  ROLE_OK(somaMemPoolDestroy(pool));
+  ROLE_CHECK(exporter.signal(done));
+  return 0;
+}
+
+TEST(S7_IpcFaults, OutOfDescriptorsIsOperatingSystemAndChangesNothing) {
+  EXPECT_ROLES_EXIT(soma_test::ipc::run_roles({"descriptors_exporter", "descriptors_importer"}),
+                    0, 0);
+}
+
 // ---- the roles of this binary (must follow every role) ------------------------------------------
 
 const soma_test::ipc::role kRoles[] = {
@@ -924,6 +1030,8 @@ const soma_test::ipc::role kRoles[] = {
     {"surviving_exporter", surviving_exporter},
     {"first_importer", first_importer},
     {"dying_importer", dying_importer},
+    {"descriptors_exporter", descriptors_exporter},
+    {"descriptors_importer", descriptors_importer},
 };
 const int kDispatched = soma_test::ipc::dispatch_role(kRoles);
 

@@ -6,7 +6,8 @@
 // reach the parent: fn reports through its return value (0 = success) and stderr.
 //
 // Threads do not survive fork(): a child must not rely on threads the parent started. Tests
-// that need a fresh soma runtime in the child must therefore not start soma in the parent.
+// that need a fresh soma runtime in the child must therefore not start soma in the parent; in
+// a child forked after it started, soma refuses every call (somaErrorInitializationError).
 #pragma once
 
 #include <sys/types.h>

@@ -11,16 +11,11 @@
 
 #include "backend/cpu/cpu_event.hpp"
 #include "backend/cpu/cpu_stream.hpp"
+#include "backend/fork_guard.hpp"
+#include "backend/os_error.hpp"
 
 namespace soma::detail::backend::cpu {
 namespace {
-
-std::string errno_text(int error) {
-  const char* name = strerrordesc_np(error);
-  const char* short_name = strerrorname_np(error);
-  return std::string(short_name ? short_name : "errno " + std::to_string(error)) + ": " +
-         (name ? name : "unknown");
-}
 
 std::size_t process_virtual_size_bytes() {
   unsigned long long pages = 0;
@@ -50,6 +45,7 @@ std::string explain_reservation_failure(std::size_t bytes, int error) {
 
 cpu_backend::cpu_backend(const resolved_settings& settings)
     : settings_(settings), committed_(static_cast<std::size_t>(settings.device_count)) {
+  note_backend_started("cpu");
   // Pools keep one descriptor per physical chunk: allow as many as the hard limit permits.
   rlimit files{};
   if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
@@ -122,6 +118,11 @@ result<std::uint64_t> cpu_backend::create_physical(int device, std::size_t bytes
 
   auto fail = [&](const char* call, int error) -> result<std::uint64_t> {
     committed.fetch_sub(bytes, std::memory_order_acq_rel);
+    if (is_out_of_descriptors(error)) {
+      return descriptor_failure(std::string(call) + " of " + format_bytes(bytes) + " on device " +
+                                    std::to_string(device),
+                                error);
+    }
     const bool no_memory = error == ENOSPC || error == ENOMEM || error == EFBIG;
     return status(no_memory ? error_code::out_of_memory : error_code::unknown,
                   std::string(call) + " of " + format_bytes(bytes) + " on device " +
@@ -211,9 +212,7 @@ status cpu_backend::set_access(std::uintptr_t, std::size_t, int device, access_f
 
 result<int> cpu_backend::export_physical(std::uint64_t handle) {
   const int fd = fcntl(static_cast<int>(handle), F_DUPFD_CLOEXEC, 0);
-  if (fd < 0) {
-    return status(error_code::unknown, "dup of physical handle failed (" + errno_text(errno) + ")");
-  }
+  if (fd < 0) return descriptor_failure("dup of a physical memory handle", errno);
   return fd;
 }
 
@@ -225,9 +224,7 @@ result<std::uint64_t> cpu_backend::import_physical(int device, int fd, std::size
                       format_bytes(bytes));
   }
   const int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (own < 0) {
-    return status(error_code::unknown, "dup of imported descriptor failed (" + errno_text(errno) + ")");
-  }
+  if (own < 0) return descriptor_failure("dup of imported descriptor " + std::to_string(fd), errno);
   std::lock_guard lock(mutex_);
   physicals_[own] = physical{.device = device, .bytes = bytes, .counts_against_device = false};
   return static_cast<std::uint64_t>(own);

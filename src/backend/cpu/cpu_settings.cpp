@@ -6,7 +6,7 @@
 
 #include "backend/cpu/cpu_backend.hpp"
 
-namespace soma::detail::backend::cpu {
+namespace soma::detail::backend {
 namespace {
 
 // "256M", "4G", "65536", "64K" -> bytes; false on anything else.
@@ -37,17 +37,34 @@ status bad_setting(const char* variable, const char* text, const std::string& wh
                 std::string("cpu backend: ") + variable + "='" + text + "' " + why);
 }
 
+std::string device_count_range() {
+  return "a device count from 1 to " + std::to_string(max_cpu_device_count);
+}
+
 }  // namespace
+
+status check_cpu_settings(const cpu_settings& given) {
+  if (given.device_count < 0 || given.device_count > max_cpu_device_count) {
+    return status(error_code::invalid_value,
+                  "deviceCount " + std::to_string(given.device_count) + " is not " +
+                      device_count_range() + " (or 0 to keep SOMA_CPU_DEVICES)");
+  }
+  return status::success();
+}
+
+namespace cpu {
 
 result<resolved_settings> resolve_settings(const cpu_settings& given) {
   resolved_settings out;
+  if (status ok = check_cpu_settings(given); !ok.ok())
+    return status(error_code::initialization_error, "cpu backend: " + ok.message());
   if (given.device_count > 0) {
     out.device_count = given.device_count;
   } else if (const char* text = std::getenv("SOMA_CPU_DEVICES"); text && *text) {
     char* end = nullptr;
     const long count = std::strtol(text, &end, 10);
-    if (*end != '\0' || count < 1 || count > 64)
-      return bad_setting("SOMA_CPU_DEVICES", text, "is not a device count from 1 to 64");
+    if (*end != '\0' || count < 1 || count > max_cpu_device_count)
+      return bad_setting("SOMA_CPU_DEVICES", text, "is not " + device_count_range());
     out.device_count = static_cast<int>(count);
   }
   if (given.device_memory_bytes > 0) {
@@ -79,4 +96,5 @@ result<resolved_settings> resolve_settings(const cpu_settings& given) {
   return out;
 }
 
-}  // namespace soma::detail::backend::cpu
+}  // namespace cpu
+}  // namespace soma::detail::backend

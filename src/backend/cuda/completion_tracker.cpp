@@ -8,6 +8,8 @@ completion_tracker::completion_tracker(const driver_api& driver, CUcontext conte
 
 completion_tracker::~completion_tracker() {
   context_scope scope(driver_, context_);
+  if (!scope.entered().ok())
+    return;
   // Destroying a pending event is allowed: the driver frees it once it completes.
   for (const marker& m : pending_)
     driver_.cuEventDestroy(m.event);
@@ -111,6 +113,8 @@ void completion_tracker::retire() {
   if (stream_ == nullptr || timeline_ == nullptr)
     return;
   context_scope scope(driver_, context_);
+  if (!scope.entered().ok())
+    return;
   final_position_ = timeline_->enqueued_position();
   collect_completed_locked();
   const bool covered = timeline_->completed_position() >= final_position_ ||
@@ -129,6 +133,8 @@ bool completion_tracker::finish_if_drained() {
   if (timeline_ == nullptr)
     return true;
   context_scope scope(driver_, context_);
+  if (!scope.entered().ok())
+    return false;
   collect_completed_locked();
   if (!pending_.empty() || timeline_->completed_position() < final_position_)
     return false;

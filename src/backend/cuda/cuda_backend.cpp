@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_event.hpp"
 #include "backend/cuda/cuda_stream.hpp"
+#include "backend/fork_guard.hpp"
 
 namespace soma::detail::backend::cuda {
 namespace {
@@ -46,6 +47,8 @@ status read_properties(const driver_api& driver, CUdevice device, int ordinal, C
   if (virtual_memory == 0)
     return status::success();
   context_scope scope(driver, context);
+  if (!scope.entered().ok())
+    return scope.entered();
   CUmemAllocationProp prop;
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, ordinal};
@@ -143,7 +146,9 @@ result<std::unique_ptr<cuda_backend>> cuda_backend::create(const driver_api& dri
 
 cuda_backend::cuda_backend(const driver_api& driver,
                            std::vector<std::unique_ptr<device_state>> devices)
-    : driver_(driver), devices_(std::move(devices)) {}
+    : driver_(driver), devices_(std::move(devices)) {
+  note_backend_started("cuda");
+}
 
 cuda_backend::~cuda_backend() {
   trackers_.clear(); // their events first, while the contexts are still retained
@@ -276,7 +281,8 @@ result<void*> cuda_backend::allocate_host(std::size_t bytes) {
 
 void cuda_backend::free_host(void* pointer, std::size_t /*bytes*/) {
   context_scope scope(driver_, devices_.front()->context);
-  (void)driver_.cuMemFreeHost(pointer);
+  if (scope.entered().ok())
+    (void)driver_.cuMemFreeHost(pointer);
 }
 
 } // namespace soma::detail::backend::cuda

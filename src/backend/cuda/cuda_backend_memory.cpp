@@ -55,6 +55,8 @@ result<std::uintptr_t> cuda_backend::reserve_address(int device, std::size_t byt
       devices_[static_cast<std::size_t>(device)]->properties.granularity_bytes;
   const std::size_t rounded = (bytes + granularity - 1) / granularity * granularity;
   context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
+  if (!scope.entered().ok())
+    return scope.entered();
   CUdeviceptr base = 0;
   const CUresult reserved = driver_.cuMemAddressReserve(&base, rounded, granularity, 0, 0);
   if (reserved != CUDA_SUCCESS) {
@@ -91,13 +93,14 @@ void cuda_backend::free_address(std::uintptr_t base, std::size_t bytes) {
     reservations_.erase(it);
   }
   context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
-  driver_.cuMemAddressFree(static_cast<CUdeviceptr>(base), reserved_bytes);
+  if (scope.entered().ok())
+    driver_.cuMemAddressFree(static_cast<CUdeviceptr>(base), reserved_bytes);
 }
 
 void cuda_backend::memory_info(int device, std::size_t* free_bytes,
                                std::size_t* total_bytes) const {
   context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
-  if (driver_.cuMemGetInfo(free_bytes, total_bytes) != CUDA_SUCCESS) {
+  if (!scope.entered().ok() || driver_.cuMemGetInfo(free_bytes, total_bytes) != CUDA_SUCCESS) {
     *total_bytes = properties(device).total_memory_bytes;
     *free_bytes = *total_bytes - std::min(*total_bytes, committed_bytes(device));
   }
@@ -123,6 +126,8 @@ result<std::uint64_t> cuda_backend::create_physical(int device, std::size_t byte
     return checked;
   device_state& d = *devices_[static_cast<std::size_t>(device)];
   context_scope scope(driver_, d.context);
+  if (!scope.entered().ok())
+    return scope.entered();
   CUmemAllocationProp prop;
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, device}; // the ordinal
@@ -156,7 +161,8 @@ void cuda_backend::release_physical(std::uint64_t handle) {
   }
   // Each create and each import holds one reference of the driver's.
   context_scope scope(driver_, devices_[static_cast<std::size_t>(released.device)]->context);
-  driver_.cuMemRelease(handle);
+  if (scope.entered().ok())
+    driver_.cuMemRelease(handle);
   if (released.counts_against_device && released.references == 1) {
     devices_[static_cast<std::size_t>(released.device)]->committed_bytes.fetch_sub(
         released.bytes, std::memory_order_acq_rel);
@@ -175,6 +181,8 @@ status cuda_backend::map(std::uintptr_t address, std::size_t bytes, std::uint64_
   }
   std::lock_guard lock(r->mutex);
   context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
+  if (!scope.entered().ok())
+    return scope.entered();
   const auto base = static_cast<CUdeviceptr>(address);
   if (status s = driver_.check(driver_.cuMemMap(base, bytes, 0, handle, 0), "cuMemMap",
                                range_text(address, bytes));
@@ -204,7 +212,8 @@ void cuda_backend::unmap(std::uintptr_t address, std::size_t bytes) {
   std::lock_guard lock(r->mutex);
   context_scope scope(driver_, devices_[static_cast<std::size_t>(r->device)]->context);
   // Not stream ordered: the caller unmaps only memory no pending work uses.
-  driver_.cuMemUnmap(static_cast<CUdeviceptr>(address), bytes);
+  if (scope.entered().ok())
+    driver_.cuMemUnmap(static_cast<CUdeviceptr>(address), bytes);
   r->mapped_bytes.erase(r->mapped_bytes.lower_bound(address),
                         r->mapped_bytes.lower_bound(address + bytes));
 }
@@ -232,6 +241,8 @@ status cuda_backend::set_access(std::uintptr_t address, std::size_t bytes, int d
                       std::to_string(r->device) + " (cuDeviceCanAccessPeer says no)");
   }
   context_scope scope(driver_, devices_[static_cast<std::size_t>(r->device)]->context);
+  if (!scope.entered().ok())
+    return scope.entered();
   const CUmemAccessDesc access = access_for(device, protection(flags));
   // Every mapped piece that overlaps the range; later maps read `granted`.
   for (auto it = r->mapped_bytes.begin(); it != r->mapped_bytes.end(); ++it) {
@@ -265,6 +276,8 @@ result<int> cuda_backend::export_physical(std::uint64_t handle) {
     device = it->second.device;
   }
   context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
+  if (!scope.entered().ok())
+    return scope.entered();
   int fd = -1;
   if (status s =
           driver_.check(driver_.cuMemExportToShareableHandle(
@@ -280,6 +293,8 @@ result<std::uint64_t> cuda_backend::import_physical(int device, int fd, std::siz
   if (status checked = check_device(device); !checked.ok())
     return checked;
   context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
+  if (!scope.entered().ok())
+    return scope.entered();
   CUmemGenericAllocationHandle handle = 0;
   // The descriptor goes by value in the pointer; the driver does not take it over.
   void* os_handle = reinterpret_cast<void*>(static_cast<std::intptr_t>(fd));

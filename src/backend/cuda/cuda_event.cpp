@@ -9,7 +9,8 @@ cuda_event::~cuda_event() {
   for (const per_context& created : created_) {
     context_scope scope(driver_, created.context);
     // cuEventDestroy of a pending event returns at once; the driver frees it on completion.
-    driver_.cuEventDestroy(created.event);
+    if (scope.entered().ok())
+      driver_.cuEventDestroy(created.event);
   }
 }
 
@@ -50,6 +51,8 @@ status cuda_event::query() {
   if (event_ == nullptr)
     return status::success(); // never recorded: nothing to wait for
   context_scope scope(driver_, context_);
+  if (!scope.entered().ok())
+    return scope.entered();
   const CUresult state = driver_.cuEventQuery(event_);
   if (state == CUDA_ERROR_NOT_READY) {
     return status(error_code::not_ready, "the work the event captured has not completed yet");
@@ -75,6 +78,8 @@ status cuda_event::synchronize() {
   if (waited == nullptr)
     return status::success();
   context_scope scope(driver_, context);
+  if (!scope.entered().ok())
+    return scope.entered();
   if (status done = driver_.check(driver_.cuEventSynchronize(waited), "cuEventSynchronize");
       !done.ok())
     return done;

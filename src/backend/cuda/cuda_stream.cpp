@@ -62,7 +62,8 @@ cuda_stream::~cuda_stream() {
   tracker_.retire();
   if (owns_native_) {
     context_scope scope(driver_, context_);
-    driver_.cuStreamDestroy(native_); // returns at once; pending work still completes
+    if (scope.entered().ok())
+      driver_.cuStreamDestroy(native_); // returns at once; pending work still completes
   }
   owner_.retire_tracker(tracker_);
 }

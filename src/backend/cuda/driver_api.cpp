@@ -5,6 +5,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "backend/fork_guard.hpp"
+
 namespace soma::detail::backend::cuda {
 namespace {
 
@@ -270,6 +272,11 @@ result<const driver_api*> process_driver() {
 
 context_scope::context_scope(const driver_api& driver, CUcontext context) noexcept
     : driver_(driver) {
+  // The driver cannot serve a child forked after CUDA started: say so instead of calling it.
+  if (forked_after_start()) {
+    entered_ = forked_child_error();
+    return;
+  }
   if (driver_.cuCtxGetCurrent(&previous_) != CUDA_SUCCESS)
     previous_ = nullptr;
   if (previous_ == context)

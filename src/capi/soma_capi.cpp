@@ -1,6 +1,8 @@
 // The C API: translation between somaXxx calls and the runtime, nothing else. Every entry
 // point returns a somaError_t, records failures for somaGetLastErrorMessage, and lets no
 // exception escape.
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -304,9 +306,15 @@ somaError_t somaLaunchHostFuncWithAccess(somaStream_t stream, somaHostFn_t fn, v
                                          const somaHostAccess* accesses, size_t count) {
   return with_runtime([&](runtime& rt) -> status {
     if (fn == nullptr) return null_argument("somaLaunchHostFuncWithAccess", "fn");
+    // A count no array in memory can have is a garbage argument, refused before any read.
+    if (count > static_cast<size_t>(PTRDIFF_MAX) / sizeof(somaHostAccess)) {
+      return status(error_code::invalid_value,
+                    "somaLaunchHostFuncWithAccess: count " + std::to_string(count) +
+                        " is larger than any array of somaHostAccess can be");
+    }
     std::vector<runtime::host_access> ranges;
     if (accesses != nullptr) {
-      ranges.reserve(count);
+      ranges.reserve(std::min<size_t>(count, 1024));  // grows as the list is read
       for (size_t i = 0; i < count; ++i) {
         ranges.push_back({accesses[i].ptr, accesses[i].size,
                           static_cast<soma::detail::backend::access_flags>(raw_value(accesses[i].access))});

@@ -109,6 +109,7 @@ TEST(cuda_driver_api, TranslatesResultsAndNamesThemWhenTheDriverCannot) {
   EXPECT_EQ(cuda::translate(cuda::CUDA_ERROR_NOT_READY), error_code::not_ready);
   EXPECT_EQ(cuda::translate(cuda::CUDA_ERROR_MISALIGNED_ADDRESS), error_code::launch_failure);
   EXPECT_EQ(cuda::translate(cuda::CUDA_ERROR_STUB_LIBRARY), error_code::no_device);
+  EXPECT_EQ(cuda::translate(cuda::CUDA_ERROR_OPERATING_SYSTEM), error_code::operating_system);
   EXPECT_EQ(cuda::translate(424242), error_code::unknown);
   fake_cuda::state = nullptr;
 }

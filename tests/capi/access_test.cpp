@@ -334,6 +334,10 @@ TEST_F(S6_Access, HostTasksDeclareTheMemoryTheyTouch) {
             somaErrorInvalidValue);
   EXPECT_EQ(somaLaunchHostFuncWithAccess(*user_stream, nullptr, &ran, &reads, 1),
             somaErrorInvalidValue);
+  // A count no array can have: refused before the list is read.
+  EXPECT_EQ(somaLaunchHostFuncWithAccess(*user_stream, count_run, &ran, &reads, SIZE_MAX),
+            somaErrorInvalidValue);
+  EXPECT_TRUE(contains(last_message(), "count")) << last_message();
   SOMA_ASSERT_OK(somaFreeAsync(pointer, *owner_stream));
   SOMA_ASSERT_OK(somaStreamSynchronize(*owner_stream));
   const somaHostAccess freed{pointer, size, somaMemAccessFlagsProtRead};

@@ -96,6 +96,7 @@ const known_result known_results[] = {
     {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
     {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM", "OS call failed"},
     {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
     {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access"},
     {CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
@@ -148,6 +149,8 @@ error_code translate(CUresult result) {
   case CUDA_ERROR_INVALID_PC:
   case CUDA_ERROR_LAUNCH_FAILED:
     return error_code::launch_failure;
+  case CUDA_ERROR_OPERATING_SYSTEM:
+    return error_code::operating_system;
   case CUDA_ERROR_NOT_PERMITTED:
     return error_code::not_permitted;
   case CUDA_ERROR_NOT_SUPPORTED:

@@ -21,6 +21,11 @@ def op(name, a=0, b=0, c=0, raw=0):
     return struct.pack("<BBBBH", OPS.index(name), a, b, c, raw)
 
 
+def thread_op(code, a=0, b=0, c=0, raw=0):
+    """threads_fuzz takes the code modulo its own 19 operations (thread_worker.cpp)."""
+    return struct.pack("<BBBBH", code, a, b, c, raw)
+
+
 API_OPS = {
     "basic": [op("malloc_async", 0, 0, 0x5A, size(2, 1000)), op("check_in_stream"),
               op("stream_synchronize"), op("pointer_attributes", raw=7),
@@ -58,6 +63,23 @@ API_OPS = {
                  + [op("bad_call", kind, 0, 1, 3) for kind in range(16)],
 }
 
+THREADS = {
+    "shared_pools": bytes([0x12]) + b"".join(
+        thread_op(code, a, b, c, raw) for code, a, b, c, raw in [
+            (1, 0, 2, 0x10, size(3, 200)), (1, 1, 3, 0x20, size(4, 300)), (0, 2, 0, 0x30, size(2, 50)),
+            (8, 0, 2, 0, 0), (9, 0, 3, 0, 0), (17, 2, 0, 0, 0),
+            (14, 0, 1, 0, 0), (15, 3, 1, 0, 0), (12, 3, 0, 1, size(5, 2)),
+            (4, 0, 1, 0x40, 3), (5, 0, 0, 0, 0), (6, 2, 0, 0, 0),
+            (13, 2, 0, 0, 0), (7, 2, 1, 1, 0), (10, 1, 0, 1, 0),
+            (2, 0, 0, 0, 0), (3, 0, 1, 0, 0), (18, 0, 0, 0, 0)]),
+    "churn": bytes([0x05]) + b"".join(
+        thread_op(code, a, b, c, raw) for code, a, b, c, raw in [
+            (0, 2, 0, 1, size(5, 10)), (0, 3, 0, 2, size(5, 12)), (0, 0, 0, 3, size(5, 14)),
+            (14, 1, 0, 0, 0), (11, 0, 0, 1, 0), (14, 2, 1, 2, 0),
+            (1, 2, 3, 4, size(6, 900)), (1, 3, 4, 5, size(6, 1900)), (1, 1, 2, 6, size(7, 10)),
+            (16, 0, 0, 0, 77), (16, 0, 0, 0, 99), (17, 3, 0, 0, 0)]),
+}
+
 
 def write(target, programs):
     folder = pathlib.Path(__file__).resolve().parent / "corpus" / target
@@ -68,3 +90,4 @@ def write(target, programs):
 
 
 write("api_ops_fuzz", API_OPS)
+write("threads_fuzz", THREADS)

@@ -53,6 +53,8 @@ void session::malloc_async(const operation& op, bool from_pool) {
   state_.ranges.emplace(start, size);
   std::erase(state_.freed, pointer);
   pool.live_bytes += size;
+  pool.largest_commit_bytes =
+      std::max(pool.largest_commit_bytes, round_up(size, kGranularityBytes));
   check_live_attributes(pointer, size, pool.device, pool.handle, op.raw % size);
 
   allocation entry;

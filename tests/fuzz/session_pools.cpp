@@ -42,7 +42,8 @@ void session::pool_create(const operation& op) {
   const std::size_t max_size = kMaxSizes[op.raw % std::size(kMaxSizes)];
   pool.cap_bytes = max_size == 0 ? kDeviceMemoryBytes : round_up(max_size, kGranularityBytes);
   pool.access[static_cast<std::size_t>(pool.device)] = somaMemAccessFlagsProtReadWrite;
-  const somaMemPoolProps props = pool_props(pool.device, max_size, (op.c & 1) != 0);
+  pool.exportable = (op.c & 1) != 0;
+  const somaMemPoolProps props = pool_props(pool.device, max_size, pool.exportable);
   FUZZ_OK(somaMemPoolCreate(&pool.handle, &props));
   if (op.c & 2) FUZZ_OK(somaMemPoolSetName(pool.handle, "fuzz-pool"));
   pool.last = read_pool_stats(pool.handle);

@@ -38,7 +38,9 @@ struct pool_record {
   int device = 0;
   bool alive = true;
   bool is_default = false;
+  bool exportable = false;  // releases whole commits only (S7)
   std::size_t cap_bytes = kDeviceMemoryBytes;
+  std::size_t largest_commit_bytes = 0;  // bound of one commit: the largest request, in granules
   std::uint64_t threshold = 0;
   std::array<int, 3> reuse = {1, 1, 1};  // follow events, opportunistic, internal dependencies
   int compaction = 0;

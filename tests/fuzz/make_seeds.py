@@ -56,6 +56,11 @@ API_OPS = {
                      op("malloc_async", 1, 0, 0x88, size(2, 300)), op("copy", 1, 0),
                      op("set_access", 2, 0, 0), op("copy", 0, 1, 1), op("stream_synchronize", 1),
                      op("synchronize_all"), op("pool_destroy", 1)],
+    # An exportable pool releases whole commits: one stays over a small threshold (S7, S9).
+    "exportable_threshold": [op("pool_create", 0, 0, 3, 3),
+                             op("malloc_from_pool", 0, 2, 1, size(4, 4000)),
+                             op("set_release_threshold", 2, 0, 0, 3), op("free_same_stream"),
+                             op("synchronize_all"), op("trim_to", 2, 0, 1, 0)],
     "bad_calls": [op("malloc_async", 0, 0, 9, size(1, 100)), op("stream_create"),
                   op("stream_destroy"), op("event_create"), op("event_destroy"),
                   op("pool_create", 0, 0, 0, 1), op("pool_destroy"), op("free_same_stream"),

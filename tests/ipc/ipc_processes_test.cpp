@@ -1002,6 +1002,13 @@ int descriptors_importer(role_context& peers) {
 }
 
 TEST(S7_IpcFaults, OutOfDescriptorsIsOperatingSystemAndChangesNothing) {
+#if defined(__SANITIZE_ADDRESS__)
+  // The asan preset adds UBSan, whose vptr check reads a vtable only after probing that the
+  // memory is readable, through a pipe: in a process with no free descriptor the probe fails
+  // and every member access of a polymorphic object is reported as an "invalid vptr" that is
+  // not there. The dev and tsan builds run this test.
+  GTEST_SKIP() << "UBSan's vptr check needs a free descriptor (it probes memory through a pipe)";
+#endif
   EXPECT_ROLES_EXIT(soma_test::ipc::run_roles({"descriptors_exporter", "descriptors_importer"}),
                     0, 0);
 }

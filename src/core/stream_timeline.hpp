@@ -100,10 +100,6 @@ class stream_timeline {
     std::lock_guard lock(clock_mutex_);
     return clock_.position_of(other->id()) >= position;
   }
-  std::size_t clock_size() const {
-    std::lock_guard lock(clock_mutex_);
-    return clock_.size();
-  }
   /// Names this stream in vector clocks; never reused.
   std::uint64_t id() const noexcept { return id_; }
 

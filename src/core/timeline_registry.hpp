@@ -25,18 +25,10 @@ class timeline_registry {
     std::lock_guard lock(mutex_);
     live_.erase(id);
   }
-  bool is_live(std::uint64_t id) const {
-    std::lock_guard lock(mutex_);
-    return live_.count(id) != 0;
-  }
   /// Drops clock's entries of forgotten streams, under one lock.
   void prune(vector_clock& clock) const {
     std::lock_guard lock(mutex_);
     clock.retain_if([this](std::uint64_t id) { return live_.count(id) != 0; });
-  }
-  std::size_t live_count() const {
-    std::lock_guard lock(mutex_);
-    return live_.size();
   }
 
  private:

@@ -262,6 +262,16 @@ result<std::unique_ptr<stream>> cuda_backend::adopt_stream(int device, void* nat
       *this, driver_, device, context, adopted, /*owns_native=*/false, timeline, *tracker));
 }
 
+result<std::unique_ptr<work_graph>> cuda_backend::create_work_graph(int) {
+  return status(error_code::not_supported, "graphs on the cuda backend: not built yet");
+}
+
+status cuda_backend::begin_native_capture(stream&) { return status::success(); }
+
+result<void*> cuda_backend::end_native_capture(stream&) { return static_cast<void*>(nullptr); }
+
+void cuda_backend::destroy_native_graph(void*) {}
+
 result<std::unique_ptr<event>> cuda_backend::create_event() {
   return std::unique_ptr<event>(std::make_unique<cuda_event>(driver_));
 }

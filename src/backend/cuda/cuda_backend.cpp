@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "backend/cuda/cuda_event.hpp"
+#include "backend/cuda/cuda_graph.hpp"
 #include "backend/cuda/cuda_stream.hpp"
 #include "backend/fork_guard.hpp"
 
@@ -262,15 +263,54 @@ result<std::unique_ptr<stream>> cuda_backend::adopt_stream(int device, void* nat
       *this, driver_, device, context, adopted, /*owns_native=*/false, timeline, *tracker));
 }
 
-result<std::unique_ptr<work_graph>> cuda_backend::create_work_graph(int) {
-  return status(error_code::not_supported, "graphs on the cuda backend: not built yet");
+result<std::unique_ptr<work_graph>> cuda_backend::create_work_graph(int device) {
+  if (status checked = check_device(device); !checked.ok())
+    return checked;
+  result<std::unique_ptr<cuda_graph>> created =
+      cuda_graph::create(driver_, devices_[static_cast<std::size_t>(device)]->context, device);
+  if (!created.ok())
+    return created.take_error();
+  return std::unique_ptr<work_graph>(std::move(created.value()));
 }
 
-status cuda_backend::begin_native_capture(stream&) { return status::success(); }
+status cuda_backend::begin_native_capture(stream &s) {
+  return static_cast<cuda_stream &>(s).begin_capture();
+}
 
-result<void*> cuda_backend::end_native_capture(stream&) { return static_cast<void*>(nullptr); }
+result<void *> cuda_backend::end_native_capture(stream &s) {
+  auto &captured = static_cast<cuda_stream &>(s);
+  result<CUgraph> ended = captured.end_capture();
+  if (!ended.ok())
+    return ended.take_error();
+  CUgraph graph = ended.value();
+  if (graph == nullptr)
+    return static_cast<void *>(nullptr);
+  context_scope scope(driver_, captured.context());
+  if (!scope.entered().ok())
+    return scope.entered();
+  std::size_t node_count = 0;
+  if (status counted = driver_.check(
+          driver_.cuGraphGetNodes(graph, nullptr, &node_count), "cuGraphGetNodes",
+          "the graph captured on a stream of device " + std::to_string(captured.device()));
+      !counted.ok()) {
+    driver_.cuGraphDestroy(graph);
+    return counted;
+  }
+  if (node_count == 0) {
+    driver_.cuGraphDestroy(graph); // nothing was recorded
+    return static_cast<void *>(nullptr);
+  }
+  return static_cast<void *>(graph);
+}
 
-void cuda_backend::destroy_native_graph(void*) {}
+void cuda_backend::destroy_native_graph(void *native_graph) {
+  if (native_graph == nullptr)
+    return;
+  // A CUgraph is tied to no context; device 0's is made current for the driver's sake.
+  context_scope scope(driver_, devices_.front()->context);
+  if (scope.entered().ok())
+    driver_.cuGraphDestroy(static_cast<CUgraph>(native_graph));
+}
 
 result<std::unique_ptr<event>> cuda_backend::create_event() {
   return std::unique_ptr<event>(std::make_unique<cuda_event>(driver_));

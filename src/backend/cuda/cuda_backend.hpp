@@ -33,6 +33,10 @@ result<std::unique_ptr<backend>> open_backend();
 /// does not wait for the GPU: the pool unmaps only memory whose frees completed).
 /// committed_bytes counts what this backend created, not other users of the device.
 ///
+/// Graphs (S15): create_work_graph = a CUgraph in the device's primary context (cuda_graph);
+/// native capture = cuStreamBeginCapture in relaxed mode on the stream's CUstream, and
+/// end_native_capture hands back the CUgraph, or nullptr (destroying it) when it has no node.
+///
 /// Requires: streams and events are destroyed before the backend, and no timeline is polled
 /// after it (the runtime keeps its backend for the life of the process).
 class cuda_backend final : public backend {

@@ -33,6 +33,9 @@ struct device_properties {
   /// allocations cost the same whatever their size (cuMemCreate) grows in larger steps.
   std::size_t growth_step_bytes = 0;
   unsigned supported_handle_types = 0;      ///< bitmask of handle_type_*
+  /// Whether map_part takes a nonzero offset (cpu: mmap of a memfd offset). cuMemMap maps
+  /// whole physical allocations only, so graph memory there comes in granule-sized pieces.
+  bool maps_at_offset = true;
   bool memory_pools_supported = true;
 };
 
@@ -179,7 +182,8 @@ class backend {
   virtual status map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
                      int device) = 0;
   /// Maps [offset, offset + bytes) of a physical allocation at address, readable and writable
-  /// by device. Requires: offset and bytes granule aligned and inside the allocation. One
+  /// by device. Requires: offset and bytes granule aligned and inside the allocation; offset 0
+  /// unless properties().maps_at_offset (else not_supported). One
   /// physical range may be mapped at several addresses at once (graph memory, S15).
   virtual status map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
                           std::size_t offset, int device) = 0;

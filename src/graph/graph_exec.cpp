@@ -65,6 +65,9 @@ result<std::unique_ptr<executable>> executable::instantiate(graph_model& source,
   made->layout_ = std::make_shared<exec_memory>();
   made->layout_->device = source.memory_device();
   analysis.lay_out(*made->layout_);
+  if (source.has_memory_nodes()) {
+    if (status mapped = memory.map_for_instantiation(*made->layout_); !mapped.ok()) return mapped;
+  }
 
   const int device = source.memory_device() >= 0 ? source.memory_device() : rt.current_device();
   result<std::unique_ptr<backend::work_graph>> work = rt.platform().create_work_graph(device);

@@ -140,7 +140,7 @@ status graph_memory::prepare(exec_memory& exec, stream_object& stream, bool auto
                         "not free it elsewhere)");
     }
   }
-  backing* b = choose_backing_locked(exec, stream);
+  backing* b = choose_backing_locked(exec, &stream);
   if (b->capacity < exec.footprint) {
     if (status grown = grow_locked(*b, exec.footprint); !grown.ok()) return grown;
   }
@@ -167,15 +167,32 @@ status graph_memory::prepare(exec_memory& exec, stream_object& stream, bool auto
   return status::success();
 }
 
-backing* graph_memory::choose_backing_locked(exec_memory& exec, stream_object& stream) {
+status graph_memory::map_for_instantiation(exec_memory& exec) {
+  std::vector<std::shared_ptr<exec_memory>> dropped;
+  std::lock_guard lock(mutex_);
+  reap_retired_locked(dropped);
+  backing* b = choose_backing_locked(exec, nullptr);
+  if (b->capacity < exec.footprint) {
+    if (status grown = grow_locked(*b, exec.footprint); !grown.ok()) return grown;
+  }
+  if (exec.mapped != b) {
+    if (status mapped = map_locked(exec, *b); !mapped.ok()) return mapped;
+  }
+  note_highs_locked(devices_[static_cast<std::size_t>(exec.device)]);
+  return status::success();
+}
+
+backing* graph_memory::choose_backing_locked(exec_memory& exec, const stream_object* stream) {
   device_space& space = devices_[static_cast<std::size_t>(exec.device)];
-  // Graphs launched into one stream share: the executable's own backing, else any of the stream.
-  if (exec.mapped != nullptr && exec.mapped->bound.get() == &stream && exec.mapped->pins == 0)
+  // Graphs launched into one stream share: the executable's own backing, else any of the
+  // stream. A backing whose work is all done may move to another stream.
+  if (exec.mapped != nullptr && exec.mapped->pins == 0 &&
+      ((stream != nullptr && exec.mapped->bound.get() == stream) || complete_locked(*exec.mapped)))
     return exec.mapped;
   backing* idle = nullptr;
   for (const auto& b : space.backings) {
     if (b->pins != 0) continue;  // an unfreed allocation's memory is never shared
-    if (b->bound.get() == &stream) return b.get();
+    if (stream != nullptr && b->bound.get() == stream) return b.get();
     if (idle == nullptr && complete_locked(*b)) idle = b.get();
   }
   if (idle != nullptr) {
@@ -191,16 +208,21 @@ backing* graph_memory::choose_backing_locked(exec_memory& exec, stream_object& s
 }
 
 status graph_memory::grow_locked(backing& b, std::size_t bytes) {
-  const std::size_t granularity = runtime_.device_properties(b.device).granularity_bytes;
-  const std::size_t more = round_up(bytes - b.capacity, granularity);
-  result<std::uint64_t> created = platform_.create_physical(b.device, more, 0);
-  if (!created.ok()) {
-    return status(created.error().code(),
-                  "graph memory on device " + std::to_string(b.device) + " could not grow by " +
-                      format_bytes(more) + ": " + created.error().message());
+  const backend::device_properties& props = runtime_.device_properties(b.device);
+  const std::size_t more = round_up(bytes - b.capacity, props.granularity_bytes);
+  // Where a physical allocation maps only whole, each granule is one, so any granule-aligned
+  // range of the backing maps piece by piece.
+  const std::size_t piece = props.maps_at_offset ? more : props.granularity_bytes;
+  for (std::size_t made = 0; made < more; made += piece) {
+    result<std::uint64_t> created = platform_.create_physical(b.device, piece, 0);
+    if (!created.ok()) {
+      return status(created.error().code(),
+                    "graph memory on device " + std::to_string(b.device) + " could not grow by " +
+                        format_bytes(more - made) + ": " + created.error().message());
+    }
+    b.chunks.push_back({created.value(), piece});
+    b.capacity += piece;
   }
-  b.chunks.push_back({created.value(), more});
-  b.capacity += more;
   return status::success();
 }
 

@@ -83,6 +83,10 @@ class graph_memory final : public graph_memory_hooks {
   /// Before a launch or upload on stream: frees (auto_free) or refuses what the last launch
   /// left live, chooses a backing of the stream and maps the executable there.
   status prepare(exec_memory& exec, stream_object& stream, bool auto_free, bool for_launch);
+  /// At instantiation: maps the executable on an idle backing (or a new one) without binding
+  /// it to a stream. The cuda driver checks memset and copy addresses when their nodes are
+  /// made, so graph memory is mapped before the platform's graph is built.
+  status map_for_instantiation(exec_memory& exec);
   /// After a launch that ended at position: allocations left live, frees of other graphs'.
   void launched(exec_memory& exec, stream_object& stream, std::uint64_t position);
   /// The executable is gone: unmapped once its last launch completed and nothing it left live
@@ -111,7 +115,8 @@ class graph_memory final : public graph_memory_hooks {
 
   result<std::uintptr_t> take_address_locked(device_space& space, int device, std::size_t span);
   bool complete_locked(const backing& b) const;
-  backing* choose_backing_locked(exec_memory& exec, stream_object& stream);
+  /// stream null: for instantiation, any idle backing.
+  backing* choose_backing_locked(exec_memory& exec, const stream_object* stream);
   status grow_locked(backing& b, std::size_t bytes);
   status map_locked(exec_memory& exec, backing& b);
   void unmap_locked(exec_memory& exec);

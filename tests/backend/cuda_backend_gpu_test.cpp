@@ -144,7 +144,8 @@ TEST_F(cuda_gpu, FailedHostTaskIsSticky) {
   std::atomic<bool> later_ran{false};
   ASSERT_TRUE(
       s.value()->enqueue_host_task([] { return status(error_code::invalid_value, "no"); }).ok());
-  ASSERT_TRUE(s.value()
+  // The first task may have failed already: then the enqueue itself reports the sticky error.
+  (void)(s.value()
                   ->enqueue_host_task([&] {
                     later_ran = true;
                     return status::success();
@@ -371,37 +372,33 @@ TEST_F(cuda_gpu, NativeCaptureBecomesAChildGraph) {
   EXPECT_EQ(host.back(), 0x77);
 }
 
-TEST_F(cuda_gpu, MapPartAtAnOffsetMapsThoseBytes) {
-  // Physical [g, 2g) at `part`, and the whole [0, 2g) at `whole`: part aliases whole + g.
+TEST_F(cuda_gpu, OnePhysicalAllocationMapsAtTwoAddressesButOnlyFromItsStart) {
+  // cuMemMap maps from offset 0 only: map_part refuses another offset (graph memory then comes
+  // in granule-sized allocations). Two whole mappings of one allocation alias.
   const std::size_t g = granule_bytes_;
   auto handle = backend_->create_physical(0, 2 * g, 0);
-  auto part = backend_->reserve_address(0, g);
-  auto whole = backend_->reserve_address(0, 2 * g);
-  ASSERT_TRUE(handle.ok() && part.ok() && whole.ok());
-  ASSERT_TRUE(backend_->map_part(part.value(), g, handle.value(), g, 0).ok());
-  ASSERT_TRUE(backend_->map_part(whole.value(), 2 * g, handle.value(), 0, 0).ok());
+  auto first = backend_->reserve_address(0, 2 * g);
+  auto second = backend_->reserve_address(0, 2 * g);
+  ASSERT_TRUE(handle.ok() && first.ok() && second.ok());
+  status refused = backend_->map_part(first.value(), g, handle.value(), g, 0);
+  EXPECT_EQ(refused.code(), error_code::not_supported) << refused.message();
+  ASSERT_TRUE(backend_->map_part(first.value(), 2 * g, handle.value(), 0, 0).ok());
+  ASSERT_TRUE(backend_->map_part(second.value(), 2 * g, handle.value(), 0, 0).ok());
   stream_timeline timeline(0);
   auto s = backend_->create_stream(0, timeline);
   ASSERT_TRUE(s.ok());
-  ASSERT_TRUE(s.value()->enqueue_memset(reinterpret_cast<void *>(whole.value()), 0x01, 2 * g).ok());
-  ASSERT_TRUE(s.value()->enqueue_memset(reinterpret_cast<void *>(part.value()), 0x5A, g).ok());
-  std::vector<unsigned char> seen = read_back(*s.value(), whole.value(), 2 * g);
+  ASSERT_TRUE(s.value()->enqueue_memset(reinterpret_cast<void *>(first.value()), 0x01, 2 * g).ok());
+  ASSERT_TRUE(s.value()->enqueue_memset(reinterpret_cast<void *>(second.value() + g), 0x5A, g).ok());
+  std::vector<unsigned char> seen = read_back(*s.value(), first.value(), 2 * g);
   EXPECT_EQ(seen.front(), 0x01);
   EXPECT_EQ(seen[g - 1], 0x01);
   EXPECT_EQ(seen[g], 0x5A);
   EXPECT_EQ(seen.back(), 0x5A);
-  ASSERT_TRUE(
-      s.value()->enqueue_memset(reinterpret_cast<void *>(whole.value() + g + 16), 0x99, 16).ok());
-  seen = read_back(*s.value(), part.value(), 64);
-  EXPECT_EQ(seen[15], 0x5A);
-  EXPECT_EQ(seen[16], 0x99);
-  EXPECT_EQ(seen[31], 0x99);
-  EXPECT_EQ(seen[32], 0x5A);
-  backend_->unmap(part.value(), g);
-  backend_->unmap(whole.value(), 2 * g);
+  backend_->unmap(first.value(), 2 * g);
+  backend_->unmap(second.value(), 2 * g);
   backend_->release_physical(handle.value());
-  backend_->free_address(part.value(), g);
-  backend_->free_address(whole.value(), 2 * g);
+  backend_->free_address(first.value(), 2 * g);
+  backend_->free_address(second.value(), 2 * g);
 }
 
 } // namespace

@@ -41,6 +41,7 @@ status read_properties(const driver_api& driver, CUdevice device, int ordinal, C
     handle_types = 0;
   // soma's pools are built on the virtual memory API, not on the driver's pools.
   out->memory_pools_supported = virtual_memory != 0 && pools != 0;
+  out->maps_at_offset = false;  // cuMemMap: "offset ... currently must be zero"
   out->supported_handle_types =
       (handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0 ? handle_type_posix_fd : 0;
 

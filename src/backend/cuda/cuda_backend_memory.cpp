@@ -176,6 +176,11 @@ status cuda_backend::map(std::uintptr_t address, std::size_t bytes, std::uint64_
 
 status cuda_backend::map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
                               std::size_t offset, int device) {
+  if (offset != 0) {
+    return status(error_code::not_supported,
+                  "cuMemMap maps a physical allocation from its start only (offset " +
+                      std::to_string(offset) + " asked)");
+  }
   if (status checked = check_device(device); !checked.ok())
     return checked;
   reservation* r = find_reservation(address, bytes);

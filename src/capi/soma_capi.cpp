@@ -196,7 +196,11 @@ somaError_t somaStreamCreateWithFlags(somaStream_t* stream, unsigned int flags) 
 }
 
 somaError_t somaStreamDestroy(somaStream_t stream) {
-  return with_runtime([&](runtime& rt) { return rt.destroy_stream(handle_of(stream)); });
+  return with_runtime([&](runtime& rt) -> status {
+    if (graph_service::any_capture() && rt.stream_of(handle_of(stream)).ok())
+      graph_service::of(rt).stream_destroyed(handle_of(stream));
+    return rt.destroy_stream(handle_of(stream));
+  });
 }
 
 somaError_t somaStreamSynchronize(somaStream_t stream) {

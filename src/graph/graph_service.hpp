@@ -86,6 +86,9 @@ class graph_service {
   /// somaStreamWaitEvent when the stream captures or the event was recorded in a capture;
   /// nullopt when neither (a plain wait).
   std::optional<status> capture_wait(std::uintptr_t stream, std::uintptr_t event);
+  /// The stream is being destroyed: a capture it began ends and its graph is dropped; a capture
+  /// it joined is invalidated. Keeps no capture alive without a stream to end it.
+  void stream_destroyed(std::uintptr_t stream);
   /// A call that cannot be captured (synchronize, query) on a capturing stream: the capture is
   /// invalidated and the call refused; nullopt when the stream does not capture.
   std::optional<status> refuse_while_capturing(std::uintptr_t stream, const char* call);

@@ -306,6 +306,39 @@ result<graph_model*> graph_service::end_capture(std::uintptr_t stream) {
   return graph.release();
 }
 
+void graph_service::stream_destroyed(std::uintptr_t stream) {
+  if (!any_capture()) return;
+  std::unique_ptr<graph_model> dropped;
+  std::lock_guard lock(mutex_);
+  auto found = capturing_.find(stream);
+  if (found == capturing_.end()) return;
+  stream_capture& c = *found->second;
+  if (c.origin != stream) {
+    if (c.failure.ok()) {
+      c.failure = status(error_code::capture_invalidated,
+                         "a stream that joined the capture was destroyed before it ended");
+    }
+    auto& members = c.members;
+    members.erase(std::remove_if(members.begin(), members.end(),
+                                 [&](const stream_capture::member& m) { return m.stream == stream; }),
+                  members.end());
+    capturing_.erase(found);
+    return;
+  }
+  end_capture_locked(c);
+  for (const auto& n : c.graph->nodes()) {
+    nodes_.erase(n.get());
+    if (n->kind == node_kind::mem_free) memory_->unclaim_free(*n->allocation, c.graph.get());
+  }
+  dropped = std::move(c.graph);
+  for (auto it = captures_.begin(); it != captures_.end(); ++it) {
+    if (it->get() == &c) {
+      captures_.erase(it);
+      break;
+    }
+  }
+}
+
 void graph_service::end_capture_locked(stream_capture& c) {
   for (const stream_capture::member& m : c.members) capturing_.erase(m.stream);
   for (auto it = captured_events_.begin(); it != captured_events_.end();) {

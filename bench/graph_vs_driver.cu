@@ -9,7 +9,7 @@
 //   enqueue      one launch, enqueue only (host time per launch over many launches), µs
 //   run          one launch and a stream synchronize, µs
 //   reserved     graph reserved memory after the launches (ReservedMemCurrent), MiB
-// Each time is the median of several trials.
+// Each time is the median of several trials; trials alternate between soma and the driver.
 //
 // Usage: graph_vs_driver [--quick]   (SOMA_BACKEND defaults to cuda; exit 2 if soma is not on cuda)
 #include <soma/soma.h>
@@ -69,8 +69,8 @@ struct figures {
 };
 
 struct settings {
-  int trials = 7;
-  int launches = 200;
+  int trials = 11;
+  int launches = 1000;
 };
 
 // A CUDA graph holding one kernel over pointer, made by capturing a side stream.
@@ -117,13 +117,17 @@ cudaGraph_t build_driver(bool kernels, cudaStream_t side) {
   return graph;
 }
 
-figures measure_driver(bool kernels, const settings& s) {
-  cudaStream_t stream = nullptr, side = nullptr;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+struct samples {
   std::vector<double> build, inst, enqueue, run;
   std::uint64_t reserved = 0;
-  for (int t = 0; t < s.trials; ++t) {
+  figures medians() const {
+    return {median(build), median(inst), median(enqueue), median(run), static_cast<double>(reserved) / MiB};
+  }
+};
+
+void trial_driver(bool kernels, const settings& s, cudaStream_t stream, cudaStream_t side, samples& out) {
+  auto& [build, inst, enqueue, run, reserved] = out;
+  {
     auto start = clock_type::now();
     cudaGraph_t graph = build_driver(kernels, side);
     build.push_back(seconds_since(start) * 1e6);
@@ -148,9 +152,6 @@ figures measure_driver(bool kernels, const settings& s) {
     CUDA_CHECK(cudaGraphDestroy(graph));
     CUDA_CHECK(cudaDeviceGraphMemTrim(0));
   }
-  CUDA_CHECK(cudaStreamDestroy(side));
-  CUDA_CHECK(cudaStreamDestroy(stream));
-  return {median(build), median(inst), median(enqueue), median(run), static_cast<double>(reserved) / MiB};
 }
 
 // ---- soma's graphs -----------------------------------------------------------------------
@@ -193,14 +194,9 @@ soma_graph build_soma(bool kernels, cudaStream_t side) {
   return made;
 }
 
-figures measure_soma(bool kernels, const settings& s) {
-  somaStream_t stream = nullptr;
-  SOMA_CHECK(somaStreamCreateWithFlags(&stream, somaStreamNonBlocking));
-  cudaStream_t side = nullptr;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
-  std::vector<double> build, inst, enqueue, run;
-  std::uint64_t reserved = 0;
-  for (int t = 0; t < s.trials; ++t) {
+void trial_soma(bool kernels, const settings& s, somaStream_t stream, cudaStream_t side, samples& out) {
+  auto& [build, inst, enqueue, run, reserved] = out;
+  {
     auto start = clock_type::now();
     soma_graph g = build_soma(kernels, side);
     build.push_back(seconds_since(start) * 1e6);
@@ -226,9 +222,25 @@ figures measure_soma(bool kernels, const settings& s) {
     SOMA_CHECK(somaGraphDestroy(g.graph));
     SOMA_CHECK(somaDeviceGraphMemTrim(0));
   }
+}
+
+// Trials alternate between the allocators, so drift of the machine affects both alike.
+void measure(bool kernels, const settings& s, figures& soma_figures, figures& driver_figures) {
+  cudaStream_t stream = nullptr, side = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  somaStream_t soma_stream = nullptr;
+  SOMA_CHECK(somaStreamCreateWithFlags(&soma_stream, somaStreamNonBlocking));
+  samples soma_samples, driver_samples;
+  for (int t = 0; t < s.trials; ++t) {
+    trial_driver(kernels, s, stream, side, driver_samples);
+    trial_soma(kernels, s, soma_stream, side, soma_samples);
+  }
+  soma_figures = soma_samples.medians();
+  driver_figures = driver_samples.medians();
+  SOMA_CHECK(somaStreamDestroy(soma_stream));
   CUDA_CHECK(cudaStreamDestroy(side));
-  SOMA_CHECK(somaStreamDestroy(stream));
-  return {median(build), median(inst), median(enqueue), median(run), static_cast<double>(reserved) / MiB};
+  CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 void report(const char* variant, const figures& soma, const figures& driver) {
@@ -249,8 +261,8 @@ int main(int argc, char** argv) {
   settings s;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
-      s.trials = 3;
-      s.launches = 40;
+      s.trials = 5;
+      s.launches = 200;
     } else {
       std::fprintf(stderr, "usage: graph_vs_driver [--quick]\n");
       return 2;
@@ -277,8 +289,8 @@ int main(int argc, char** argv) {
               s.trials, s.launches);
   std::printf("graph: %d x [alloc %zu MiB -> memset -> (kernel) -> free], chained\n\n", kSteps, kBytes / MiB);
   for (bool kernels : {false, true}) {
-    const figures driver_figures = measure_driver(kernels, s);
-    const figures soma_figures = measure_soma(kernels, s);
+    figures soma_figures, driver_figures;
+    measure(kernels, s, soma_figures, driver_figures);
     report(kernels ? "memsets and kernels" : "memsets", soma_figures, driver_figures);
     std::printf("\n");
   }

@@ -175,6 +175,33 @@ TEST_F(S15_MemoryNodes, DestroyingTheGraphKeepsItsExecutableAndLiveAllocations) 
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
 }
 
+TEST_F(S15_MemoryNodes, AnotherGraphMayFreeAnAllocationItsGraphLeavesLive) {
+  unique_stream stream;
+  unfreed_graph g;
+  ASSERT_NO_FATAL_FAILURE(g.build(kBytes, 0x3d));
+  unique_graph freeing;
+  somaGraphNode_t free = nullptr;
+  SOMA_ASSERT_OK(add_free(freeing, {}, g.p, &free));
+  somaGraphNode_t own_free = nullptr;
+  EXPECT_EQ(add_free(g.graph, {g.set}, g.p, &own_free), somaErrorInvalidValue)
+      << "freed in two graphs";
+  unique_graph_exec exec, exec_free;
+  SOMA_ASSERT_OK(somaGraphInstantiate(exec.out(), g.graph, 0));
+  SOMA_ASSERT_OK(somaGraphInstantiate(exec_free.out(), freeing, 0));
+  EXPECT_EQ(somaGraphLaunch(exec_free, stream), somaErrorInvalidValue)
+      << "the allocation is not live before its graph ran";
+  for (int round = 0; round < 2; ++round) {
+    SOMA_ASSERT_OK(somaGraphLaunch(exec, stream));
+    host_buffer host = read_back(g.p, kBytes, stream);
+    EXPECT_TRUE(host.all(0x3d));
+    SOMA_ASSERT_OK(somaGraphLaunch(exec_free, stream));
+    SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+    somaPointerAttributes attributes{};
+    SOMA_ASSERT_OK(somaPointerGetAttributes(&attributes, g.p));
+    EXPECT_EQ(attributes.isLiveAllocation, 0) << "round " << round;
+  }
+}
+
 // ---- S15_Ordering: every node touching graph memory lies between alloc and free ----------
 
 class S15_Ordering : public graph_test {};

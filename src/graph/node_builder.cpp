@@ -41,7 +41,9 @@ result<touched_range> node_builder::touch(const graph_model& g, const void* poin
   touched_range t{at, bytes, memory_.find(at)};
   if (t.allocation != nullptr) {
     const graph_allocation& a = *t.allocation;
-    if (bytes > a.address + a.bytes - at) {
+    // The range may start in the granule padding behind the allocation's last byte, which
+    // is graph address space but not the allocation's: test the start before the length.
+    if (at >= a.address + a.bytes || bytes > a.address + a.bytes - at) {
       return status(error_code::invalid_value,
                     what + ": " + format_bytes(bytes) + " at " + format_address(at) +
                         " run past the end of the graph allocation at " + format_address(a.address) +

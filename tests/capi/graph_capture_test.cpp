@@ -211,6 +211,37 @@ TEST_F(S15_Capture, SideStreamThatDoesNotRejoinFailsTheCapture) {
   expect_pool_usable(default_pool(0), origin);
 }
 
+TEST_F(S15_Capture, DestroyingTheCapturingStreamEndsTheCaptureItBegan) {
+  somaStream_t doomed = nullptr;
+  SOMA_ASSERT_OK(somaStreamCreate(&doomed));
+  unique_stream joined;
+  unique_event forked;
+  SOMA_ASSERT_OK(somaStreamBeginCapture(doomed, somaStreamCaptureModeGlobal));
+  SOMA_ASSERT_OK(somaEventRecord(forked, doomed));
+  SOMA_ASSERT_OK(somaStreamWaitEvent(joined, forked, 0));
+  EXPECT_EQ(capture_status(joined), somaStreamCaptureStatusActive);
+  SOMA_ASSERT_OK(somaStreamDestroy(doomed));
+  EXPECT_EQ(capture_status(joined), somaStreamCaptureStatusNone)
+      << "the capture ended with the stream that began it";
+  expect_pool_usable(default_pool(0), joined);  // work on it runs again
+}
+
+TEST_F(S15_Capture, DestroyingAJoinedStreamInvalidatesTheCapture) {
+  unique_stream origin;
+  somaStream_t side = nullptr;
+  SOMA_ASSERT_OK(somaStreamCreate(&side));
+  unique_event forked;
+  SOMA_ASSERT_OK(somaStreamBeginCapture(origin, somaStreamCaptureModeGlobal));
+  SOMA_ASSERT_OK(somaEventRecord(forked, origin));
+  SOMA_ASSERT_OK(somaStreamWaitEvent(side, forked, 0));
+  SOMA_ASSERT_OK(somaStreamDestroy(side));
+  EXPECT_EQ(capture_status(origin), somaStreamCaptureStatusInvalidated);
+  somaGraph_t graph = nullptr;
+  EXPECT_EQ(somaStreamEndCapture(origin, &graph), somaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(graph, nullptr);
+  expect_pool_usable(default_pool(0), origin);
+}
+
 TEST_F(S15_Capture, CapturedFreeOfMemoryNoCapturedAllocationMadeIsRefused) {
   unique_stream stream;
   void *pool_memory = nullptr;

@@ -156,6 +156,22 @@ TEST_F(S15_MemoryNodes, AutoFreeOnLaunchRelaunchesAtTheSameAddress) {
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
 }
 
+TEST_F(S15_MemoryNodes, UploadMapsForTheStreamAndTheLaunchRuns) {
+  unique_stream stream;
+  unfreed_graph g;
+  ASSERT_NO_FATAL_FAILURE(g.build(kBytes, 0x44));
+  unique_graph_exec exec;
+  SOMA_ASSERT_OK(somaGraphInstantiate(exec.out(), g.graph, somaGraphInstantiateFlagUpload));
+  SOMA_ASSERT_OK(somaGraphUpload(exec, stream));
+  SOMA_ASSERT_OK(somaGraphLaunch(exec, stream));
+  host_buffer host = read_back(g.p, kBytes, stream);
+  EXPECT_TRUE(host.all(0x44));
+  EXPECT_EQ(somaGraphUpload(nullptr, stream), somaErrorInvalidValue);
+  SOMA_ASSERT_OK(somaGraphUpload(exec, stream)) << "an upload while an allocation is live keeps it";
+  SOMA_ASSERT_OK(somaFreeAsync(g.p, stream));
+  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+}
+
 TEST_F(S15_MemoryNodes, DestroyingTheGraphKeepsItsExecutableAndLiveAllocations) {
   unique_stream stream;
   unfreed_graph g;

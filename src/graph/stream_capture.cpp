@@ -313,7 +313,15 @@ void graph_service::stream_destroyed(std::uintptr_t stream) {
   auto found = capturing_.find(stream);
   if (found == capturing_.end()) return;
   stream_capture& c = *found->second;
+  // Native captures stop with soma's (cuda: the stream's own capture would outlive it).
+  auto end_native = [&](const stream_capture::member& m) {
+    std::shared_ptr<backend::stream> queue = runtime_.queue_of(*m.object);
+    if (queue == nullptr) return;
+    result<void*> segment = runtime_.platform().end_native_capture(*queue);
+    if (segment.ok() && segment.value() != nullptr) runtime_.platform().destroy_native_graph(segment.value());
+  };
   if (c.origin != stream) {
+    if (stream_capture::member* m = c.find(stream)) end_native(*m);
     if (c.failure.ok()) {
       c.failure = status(error_code::capture_invalidated,
                          "a stream that joined the capture was destroyed before it ended");
@@ -325,6 +333,7 @@ void graph_service::stream_destroyed(std::uintptr_t stream) {
     capturing_.erase(found);
     return;
   }
+  for (const stream_capture::member& m : c.members) end_native(m);
   end_capture_locked(c);
   for (const auto& n : c.graph->nodes()) {
     nodes_.erase(n.get());

@@ -313,8 +313,19 @@ TEST_F(S15_Events, RecordNodeOrdersAWaitOnAnotherStreamAfterTheGraph) {
   SOMA_ASSERT_OK(gate.hold(graph_stream));
   SOMA_ASSERT_OK(somaGraphLaunch(exec, graph_stream));
   SOMA_ASSERT_OK(somaStreamWaitEvent(waiting, recorded, 0));
-  SOMA_ASSERT_OK(
-      somaMemcpyAsync(later.data(), graph_out.data(), kBytes, somaMemcpyHostToHost, waiting));
+  // A host task, not a host-to-host somaMemcpyAsync: the cuda driver does such a copy on the
+  // calling thread once the stream gets there, which would wait for the gate this thread opens.
+  struct copy_args {
+    void *to;
+    const void *from;
+  } args{later.data(), graph_out.data()};
+  SOMA_ASSERT_OK(somaLaunchHostFunc(
+      waiting,
+      [](void *data) {
+        auto *a = static_cast<copy_args *>(data);
+        std::memcpy(a->to, a->from, kBytes);
+      },
+      &args));
   stream_flag passed;
   SOMA_ASSERT_OK(passed.set_on(waiting));
   EXPECT_FALSE(passed.wait(std::chrono::milliseconds(50)))

@@ -54,7 +54,7 @@ status graph_service::begin_capture(std::uintptr_t stream, int mode) {
 
 status graph_service::capture_node(stream_capture& c, std::uintptr_t stream,
                                    const std::function<result<node*>(graph_model&, std::span<node* const>)>& make) {
-  std::unique_lock lock(mutex_);
+  std::lock_guard lock(mutex_);
   if (!c.failure.ok()) {
     return status(error_code::capture_invalidated,
                   "the stream's capture was invalidated: " + c.failure.message());
@@ -75,12 +75,11 @@ status graph_service::capture_node(stream_capture& c, std::uintptr_t stream,
     m->frontier = {seg.value()->index};
   }
   std::vector<node*> after = frontier_nodes(c, *m);
-  lock.unlock();  // the maker takes graph memory's lock and may call into the runtime
+  // Under the lock: streams of one capture may be used from several threads. The maker takes
+  // graph memory's lock and the runtime's, never this one.
   result<node*> added = make(*c.graph, after);
-  lock.lock();
   if (added.ok()) {
     nodes_.insert(added.value());
-    m = c.find(stream);
     m->frontier = {added.value()->index};
     ++m->own_nodes;
   }

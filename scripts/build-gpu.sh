@@ -43,7 +43,7 @@ done
 if ((${#gpu_tests[@]} == 0)); then
   missing+=("$build_dir/tests/gpu/gpu_*_test (is 'add_subdirectory(gpu)' in tests/CMakeLists.txt?)")
 fi
-for program in "$build_dir/bench/vs_driver" "$build_dir/bench/alloc_pairs_bench"; do
+for program in "$build_dir/bench/vs_driver" "$build_dir/bench/graph_vs_driver" "$build_dir/bench/alloc_pairs_bench"; do
   [[ -x "$program" ]] || missing+=("$program")
 done
 if ! grep -q '^SOMA_ENABLE_CUDA:STRING=ON' "$build_dir/CMakeCache.txt"; then
@@ -58,7 +58,7 @@ fi
 # Every GPU program must run on a machine with only the NVIDIA driver: no libcudart.so,
 # no libgtest.so, and libsoma found relative to the program ($ORIGIN).
 bad=0
-for program in "${gpu_tests[@]}" "$build_dir/bench/vs_driver" "$build_dir/bench/alloc_pairs_bench"; do
+for program in "${gpu_tests[@]}" "$build_dir/bench/vs_driver" "$build_dir/bench/graph_vs_driver" "$build_dir/bench/alloc_pairs_bench"; do
   libraries="$(ldd "$program" 2>&1 || true)"
   if grep -qE 'not found|libcudart|libgtest' <<<"$libraries"; then
     echo "build-gpu: $program needs a library the GPU machine may lack:" >&2
@@ -81,7 +81,7 @@ for test in "${gpu_tests[@]}"; do
   count="$("$test" --gtest_list_tests | grep -c '^  ' || true)"
   echo "  $test ($count tests)"
 done
-echo "build-gpu: benchmarks: $build_dir/bench/vs_driver, $build_dir/bench/alloc_pairs_bench"
+echo "build-gpu: benchmarks: $build_dir/bench/vs_driver, $build_dir/bench/graph_vs_driver, $build_dir/bench/alloc_pairs_bench"
 echo "build-gpu: glibc/libstdc++ of this machine: $(ldd --version | head -1);" \
   "newest GLIBCXX needed: $(objdump -T "$build_dir"/src/capi/libsoma.so* "${gpu_tests[@]}" 2>/dev/null |
     grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -1)"

@@ -22,7 +22,8 @@
 #                   whole, all its tests in one process
 #   4 sanitizer     the same under compute-sanitizer --tool memcheck
 #                   --track-stream-ordered-races all: must report 0 errors
-#   5 bench         bench/vs_driver (soma vs cudaMallocAsync vs cudaMalloc), and
+#   5 bench         bench/vs_driver (soma vs cudaMallocAsync vs cudaMalloc), bench/graph_vs_driver
+#                   (soma's graph memory nodes vs the driver's), and
 #                   bench/alloc_pairs_bench with SOMA_BACKEND=cpu (and, for information only, cuda)
 # The conformance suites run here on cuda (CI runs them on cpu); tests that hold on the cpu
 # backend only report SKIPPED with their reason. GPU tests run with SOMA_BACKEND=cuda and SOMA_GPU_TESTS_REQUIRE_CUDA=1, so a
@@ -313,6 +314,7 @@ if ((run_bench == 0)); then
   record SKIP bench "--no-bench"
 else
   run_bench_program vs_driver yes cuda "$build_abs/bench/vs_driver"
+  run_bench_program graph_vs_driver yes cuda "$build_abs/bench/graph_vs_driver"
   run_bench_program alloc_pairs_bench-cpu yes cpu "$build_abs/bench/alloc_pairs_bench"
   run_bench_program alloc_pairs_bench-cuda info cuda "$build_abs/bench/alloc_pairs_bench"
 fi
@@ -323,6 +325,11 @@ fi
     echo
     echo "== bench/vs_driver"
     cat "$OUT/vs_driver.txt"
+  fi
+  if [[ -s "$OUT/graph_vs_driver.txt" ]]; then
+    echo
+    echo "== bench/graph_vs_driver"
+    cat "$OUT/graph_vs_driver.txt"
   fi
   if [[ -s "$OUT/alloc_pairs_bench-cpu.txt" ]]; then
     echo

@@ -40,11 +40,18 @@ typedef enum somaError {
    *  file descriptors: EMFILE, ENFILE); the message names the call, errno and what to do */
   somaErrorOperatingSystem = 304,
   somaErrorInvalidResourceHandle = 400, /**< destroyed or never-created stream/event/pool */
+  somaErrorIllegalState = 401,         /**< not now: e.g. capture begun on a capturing stream */
   somaErrorNotReady = 600,             /**< queried work has not completed yet */
   somaErrorIllegalAddress = 700,       /**< an operation touched memory it may not */
   somaErrorLaunchFailure = 719,        /**< asynchronous work failed (sticky on its stream) */
   somaErrorNotPermitted = 800,         /**< operation not permitted on this object */
   somaErrorNotSupported = 801,         /**< valid request this pool/backend does not support */
+  /** S15: a call that cannot be captured (synchronize, query) on a capturing stream; the
+   *  capture is invalidated */
+  somaErrorStreamCaptureUnsupported = 900,
+  somaErrorStreamCaptureInvalidated = 901, /**< S15: the capture failed earlier; it is over */
+  somaErrorStreamCaptureUnmatched = 903,   /**< S15: end of a capture on a stream that began none */
+  somaErrorStreamCaptureUnjoined = 904,    /**< S15: a stream that joined the capture never rejoined */
   somaErrorUnknown = 999,
   /** soma's own (S16): reserving virtual addresses failed (e.g. RLIMIT_AS), while
    *  physical memory may be plentiful. The message names the limit and the sizes. */
@@ -397,6 +404,198 @@ SOMA_API somaError_t somaMemPoolExportPointer(somaMemPoolPtrExportData* exportDa
  *  the same data can be imported again. */
 SOMA_API somaError_t somaMemPoolImportPointer(void** ptr, somaMemPool_t memPool,
                                               somaMemPoolPtrExportData* exportData);
+
+/* ---- graphs with memory nodes (S15) ---------------------------------------------------------- */
+/* docs/graphs.md: how to use them, the rules, and what soma checks that CUDA leaves undefined.
+ *
+ * A graph holds nodes with dependencies; an executable graph (somaGraphInstantiate) is launched
+ * into a stream as a whole. Alloc and free nodes put an allocation's life inside the graph: it
+ * starts when execution reaches the alloc node and ends at the free node, or, when the graph does
+ * not free it, at a somaFreeAsync ordered after the launch. Every node that touches graph memory
+ * (memset, copy, host node with declared access) must be reachable from the alloc node and must
+ * reach the free node: otherwise InvalidValue naming both nodes, when the node is added if the
+ * graph already shows it, else at instantiation.
+ *
+ * Graph memory comes from a per-device graph pool, apart from the stream-ordered pools
+ * (somaMemPoolTrimTo does not touch it). Graphs launched into one stream share physical memory;
+ * graphs that may run at the same time, and memory an unfreed allocation holds, never do. Inside
+ * a graph, allocations whose lifetimes cannot overlap share physical memory.
+ *
+ * cuda backend: a launch is one cuGraphLaunch; cpu backend: the nodes run on the launching
+ * stream in an order that respects every dependency. Graph objects are not thread-safe: use one
+ * graph or executable graph from one thread at a time. */
+
+typedef struct somaGraph_st* somaGraph_t;
+typedef struct somaGraphNode_st* somaGraphNode_t;
+typedef struct somaGraphExec_st* somaGraphExec_t;
+
+/** Parameters of an alloc node (cudaMemAllocNodeParams). */
+typedef struct somaMemAllocNodeParams {
+  somaMemPoolProps poolProps;          /**< Pinned, Device location, handleTypes None */
+  const somaMemAccessDesc* accessDescs; /**< other devices' access; may be NULL with count 0 */
+  size_t accessDescCount;
+  size_t bytesize;                     /**< > 0 */
+  void* dptr;                          /**< out: the address, fixed for every launch */
+} somaMemAllocNodeParams;
+
+/** Parameters of a memset node (cudaMemsetParams). soma sets bytes: elementSize 1, height 1. */
+typedef struct somaMemsetParams {
+  void* dst;
+  size_t pitch;          /**< ignored for height 1 */
+  unsigned int value;    /**< the low byte is written */
+  unsigned int elementSize;
+  size_t width;          /**< bytes */
+  size_t height;
+} somaMemsetParams;
+
+/** Parameters of a host node (cudaHostNodeParams). */
+typedef struct somaHostNodeParams {
+  somaHostFn_t fn;
+  void* userData;
+} somaHostNodeParams;
+
+typedef enum somaStreamCaptureMode {
+  somaStreamCaptureModeGlobal = 0,
+  somaStreamCaptureModeThreadLocal = 1,
+  somaStreamCaptureModeRelaxed = 2,
+} somaStreamCaptureMode;
+
+typedef enum somaStreamCaptureStatus {
+  somaStreamCaptureStatusNone = 0,
+  somaStreamCaptureStatusActive = 1,
+  somaStreamCaptureStatusInvalidated = 2,
+} somaStreamCaptureStatus;
+
+enum {
+  /** each launch first frees, in stream order, what the previous launch left unfreed */
+  somaGraphInstantiateFlagAutoFreeOnLaunch = 1,
+  /** upload at instantiation, on the device's default stream */
+  somaGraphInstantiateFlagUpload = 2,
+  somaGraphInstantiateFlagDeviceLaunch = 4, /**< NotSupported */
+  somaGraphInstantiateFlagUseNodePriority = 8, /**< accepted; soma has no priorities */
+};
+
+typedef enum somaGraphMemAttributeType {
+  somaGraphMemAttrUsedMemCurrent = 0,     /**< uint64_t: bytes mapped into at least one graph */
+  somaGraphMemAttrUsedMemHigh = 1,        /**< uint64_t; set only to 0 = reset */
+  somaGraphMemAttrReservedMemCurrent = 2, /**< uint64_t: physical bytes held for graphs */
+  somaGraphMemAttrReservedMemHigh = 3,    /**< uint64_t; set only to 0 = reset */
+} somaGraphMemAttributeType;
+
+SOMA_API somaError_t somaGraphCreate(somaGraph_t* graph, unsigned int flags);
+/** Frees the graph's nodes. Executable graphs made from it stay valid, and allocations their
+ *  launches left unfreed stay live. */
+SOMA_API somaError_t somaGraphDestroy(somaGraph_t graph);
+
+/* Every somaGraphAdd*Node takes the new node's dependencies: numDependencies nodes of the same
+ * graph (NULL with 0 for a root). A node of another graph, a repeated dependency or a NULL
+ * argument: InvalidValue. */
+
+/** Adds an alloc node; params->dptr receives the address at once. A pool property other than
+ *  Pinned on a Device location with no handle types, bytesize 0, or an access list with an
+ *  entry for a device that cannot reach the owner (InvalidDevice): refused. All alloc nodes of
+ *  a graph belong to one device. */
+SOMA_API somaError_t somaGraphAddMemAllocNode(somaGraphNode_t* node, somaGraph_t graph,
+                                              const somaGraphNode_t* dependencies,
+                                              size_t numDependencies,
+                                              somaMemAllocNodeParams* params);
+/** Adds a free node for dptr: the start of an alloc node's allocation of this graph, or of
+ *  another graph's that that graph does not free. The same allocation freed twice, in one graph
+ *  or in two, an address that is no graph allocation: InvalidValue. */
+SOMA_API somaError_t somaGraphAddMemFreeNode(somaGraphNode_t* node, somaGraph_t graph,
+                                             const somaGraphNode_t* dependencies,
+                                             size_t numDependencies, void* dptr);
+/** Sets width bytes at dst. Inside a graph allocation: the range must lie in it and the node
+ *  may not depend on its free node (InvalidValue). elementSize other than 1 or height other
+ *  than 1: NotSupported. */
+SOMA_API somaError_t somaGraphAddMemsetNode(somaGraphNode_t* node, somaGraph_t graph,
+                                            const somaGraphNode_t* dependencies,
+                                            size_t numDependencies,
+                                            const somaMemsetParams* memsetParams);
+/** Copies count bytes (cudaGraphAddMemcpyNode1D). Ranges in graph memory follow the memset
+ *  node's rules; ranges in pool memory must lie in a live allocation when the node is added. */
+SOMA_API somaError_t somaGraphAddMemcpyNode1D(somaGraphNode_t* node, somaGraph_t graph,
+                                              const somaGraphNode_t* dependencies,
+                                              size_t numDependencies, void* dst, const void* src,
+                                              size_t count, somaMemcpyKind kind);
+SOMA_API somaError_t somaGraphAddHostNode(somaGraphNode_t* node, somaGraph_t graph,
+                                          const somaGraphNode_t* dependencies,
+                                          size_t numDependencies,
+                                          const somaHostNodeParams* nodeParams);
+/** soma's own: a host node that declares the memory it touches (as somaLaunchHostFuncWithAccess);
+ *  declared graph memory is checked like a memset node's. */
+SOMA_API somaError_t somaGraphAddHostNodeWithAccess(somaGraphNode_t* node, somaGraph_t graph,
+                                                    const somaGraphNode_t* dependencies,
+                                                    size_t numDependencies,
+                                                    const somaHostNodeParams* nodeParams,
+                                                    const somaHostAccess* accesses, size_t count);
+/** The event must outlive the graph and its executable graphs. */
+SOMA_API somaError_t somaGraphAddEventRecordNode(somaGraphNode_t* node, somaGraph_t graph,
+                                                 const somaGraphNode_t* dependencies,
+                                                 size_t numDependencies, somaEvent_t event);
+SOMA_API somaError_t somaGraphAddEventWaitNode(somaGraphNode_t* node, somaGraph_t graph,
+                                               const somaGraphNode_t* dependencies,
+                                               size_t numDependencies, somaEvent_t event);
+SOMA_API somaError_t somaGraphAddEmptyNode(somaGraphNode_t* node, somaGraph_t graph,
+                                           const somaGraphNode_t* dependencies,
+                                           size_t numDependencies);
+/** soma's own: the platform's own graph as one node (cuda: a CUgraph, e.g. made with
+ *  cudaStreamBeginCapture around your kernels; it is copied, so the caller keeps owning it).
+ *  cpu backend: NotSupported. */
+SOMA_API somaError_t somaGraphAddNativeChildGraphNode(somaGraphNode_t* node, somaGraph_t graph,
+                                                      const somaGraphNode_t* dependencies,
+                                                      size_t numDependencies, void* nativeGraph);
+/** Adds the edges from[i] -> to[i]. An edge that would close a cycle, or a node of another
+ *  graph: InvalidValue, and no edge is added. */
+SOMA_API somaError_t somaGraphAddDependencies(somaGraph_t graph, const somaGraphNode_t* from,
+                                              const somaGraphNode_t* to, size_t numDependencies);
+/** The alloc node's parameters; accessDescs points into the node (valid while the graph lives). */
+SOMA_API somaError_t somaGraphMemAllocNodeGetParams(somaGraphNode_t node,
+                                                    somaMemAllocNodeParams* paramsOut);
+SOMA_API somaError_t somaGraphMemFreeNodeGetParams(somaGraphNode_t node, void** dptrOut);
+
+/** Captures the stream's work into a graph instead of running it: somaMallocAsync,
+ *  somaMallocFromPoolAsync, somaFreeAsync, somaMemsetAsync, somaMemcpyAsync, somaLaunchHostFunc
+ *  (and WithAccess), somaEventRecord and somaStreamWaitEvent become nodes in stream order.
+ *  Another stream joins the capture by waiting for an event recorded on a capturing stream, and
+ *  must rejoin the origin stream the same way before the capture ends. cuda backend: the native
+ *  stream (somaStreamGetNative) is captured too, so your kernels land in the graph in order with
+ *  soma's nodes. The default stream (NULL): StreamCaptureUnsupported; a stream already capturing:
+ *  IllegalState. */
+SOMA_API somaError_t somaStreamBeginCapture(somaStream_t stream, somaStreamCaptureMode mode);
+/** Ends the capture begun on stream and returns its graph. A stream that did not begin it:
+ *  StreamCaptureUnmatched; a joined stream that did not rejoin: StreamCaptureUnjoined; a capture
+ *  that failed earlier: StreamCaptureInvalidated. In each case the capture ends, *graph is NULL. */
+SOMA_API somaError_t somaStreamEndCapture(somaStream_t stream, somaGraph_t* graph);
+SOMA_API somaError_t somaStreamIsCapturing(somaStream_t stream,
+                                           somaStreamCaptureStatus* captureStatus);
+
+/** A graph holding memory nodes has one executable graph at a time (a second: NotSupported).
+ *  Checks the ordering rules and lays out the graph's memory. */
+SOMA_API somaError_t somaGraphInstantiate(somaGraphExec_t* graphExec, somaGraph_t graph,
+                                          unsigned long long flags);
+/** Maps the graph's memory for launches on stream, ahead of the first launch. */
+SOMA_API somaError_t somaGraphUpload(somaGraphExec_t graphExec, somaStream_t stream);
+/** Launches into stream (of the graph memory's device). The previous launch's allocations
+ *  still unfreed without somaGraphInstantiateFlagAutoFreeOnLaunch: InvalidValue. */
+SOMA_API somaError_t somaGraphLaunch(somaGraphExec_t graphExec, somaStream_t stream);
+/** Returns at once; launched work still runs. Allocations left unfreed stay live. */
+SOMA_API somaError_t somaGraphExecDestroy(somaGraphExec_t graphExec);
+/** Changes a memset node for later launches. A node of another graph, or a range that leaves the
+ *  graph allocation the node was made for (or a graph allocation when it was made for other
+ *  memory): InvalidValue. */
+SOMA_API somaError_t somaGraphExecMemsetNodeSetParams(somaGraphExec_t graphExec,
+                                                      somaGraphNode_t node,
+                                                      const somaMemsetParams* memsetParams);
+
+/** Gives back the device's graph memory that no unfreed allocation and no scheduled or running
+ *  graph holds. */
+SOMA_API somaError_t somaDeviceGraphMemTrim(int device);
+SOMA_API somaError_t somaDeviceGetGraphMemAttribute(int device, somaGraphMemAttributeType attr,
+                                                    void* value);
+/** Only the two High attributes, only to 0: InvalidValue otherwise. */
+SOMA_API somaError_t somaDeviceSetGraphMemAttribute(int device, somaGraphMemAttributeType attr,
+                                                    void* value);
 
 #ifdef __cplusplus
 }

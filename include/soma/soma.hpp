@@ -29,5 +29,6 @@
 #include <soma/cxx/stream.hpp>
 #include <soma/cxx/pool.hpp>
 #include <soma/cxx/memory.hpp>
+#include <soma/cxx/graph.hpp>
 
 #endif // SOMA_SOMA_HPP

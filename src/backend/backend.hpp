@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "core/status.hpp"
@@ -32,6 +33,9 @@ struct device_properties {
   /// allocations cost the same whatever their size (cuMemCreate) grows in larger steps.
   std::size_t growth_step_bytes = 0;
   unsigned supported_handle_types = 0;      ///< bitmask of handle_type_*
+  /// Whether map_part takes a nonzero offset (cpu: mmap of a memfd offset). cuMemMap maps
+  /// whole physical allocations only, so graph memory there comes in granule-sized pieces.
+  bool maps_at_offset = true;
   bool memory_pools_supported = true;
 };
 
@@ -105,6 +109,42 @@ class stream {
   virtual void* native_handle() const = 0;
 };
 
+/// An instantiated work_graph: launched as a whole, as often as wanted (S15).
+class work_graph_exec {
+ public:
+  virtual ~work_graph_exec() = default;
+  /// Enqueues every node on s, each after its dependencies; later work on s runs after all of
+  /// them. Event record nodes leave their events recorded as record() would.
+  virtual status launch(stream& s) = 0;
+  /// Does ahead of time what the first launch on s would (cuGraphUpload); cpu: nothing.
+  virtual status upload(stream& s) = 0;
+  /// Changes a memset node (the index add_memset returned) for later launches.
+  virtual status set_memset(std::size_t node, void* destination, int value, std::size_t bytes) = 0;
+};
+
+/// A dependency graph of stream work (cuda: a CUgraph), built node by node with each node's
+/// dependencies added before it, then instantiated. Memory nodes are the runtime's business:
+/// the platform sees only the work, with addresses already mapped at launch.
+class work_graph {
+ public:
+  using node_index = std::size_t;
+  using dependencies = std::span<const node_index>;
+  virtual ~work_graph() = default;
+  virtual result<node_index> add_empty(dependencies after) = 0;
+  virtual result<node_index> add_memset(dependencies after, void* destination, int value,
+                                        std::size_t bytes) = 0;
+  virtual result<node_index> add_memcpy(dependencies after, void* destination, const void* source,
+                                        std::size_t bytes) = 0;
+  /// function(data) on a host thread once the dependencies completed.
+  virtual result<node_index> add_host(dependencies after, void (*function)(void*), void* data) = 0;
+  /// The event must outlive every exec instantiated from this graph.
+  virtual result<node_index> add_event_record(dependencies after, event& e) = 0;
+  virtual result<node_index> add_event_wait(dependencies after, event& e) = 0;
+  /// The platform's own graph (cuda: a CUgraph, copied in) as one node; cpu: not_supported.
+  virtual result<node_index> add_native_child(dependencies after, void* native_graph) = 0;
+  virtual result<std::unique_ptr<work_graph_exec>> instantiate() = 0;
+};
+
 /// The platform. One instance per process, created by the runtime.
 class backend {
  public:
@@ -141,6 +181,12 @@ class backend {
   /// writable by device.
   virtual status map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
                      int device) = 0;
+  /// Maps [offset, offset + bytes) of a physical allocation at address, readable and writable
+  /// by device. Requires: offset and bytes granule aligned and inside the allocation; offset 0
+  /// unless properties().maps_at_offset (else not_supported). One
+  /// physical range may be mapped at several addresses at once (graph memory, S15).
+  virtual status map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
+                          std::size_t offset, int device) = 0;
   /// Unmaps; the address range stays reserved.
   virtual void unmap(std::uintptr_t address, std::size_t bytes) = 0;
   /// Grants a device access to a mapped range (S6).
@@ -162,6 +208,16 @@ class backend {
   virtual result<std::unique_ptr<stream>> adopt_stream(int device, void* native,
                                                        stream_timeline& timeline) = 0;
   virtual result<std::unique_ptr<event>> create_event() = 0;
+
+  // -- graphs (S15) ------------------------------------------------------------------------
+  virtual result<std::unique_ptr<work_graph>> create_work_graph(int device) = 0;
+  /// Starts recording the native stream behind s (cuda: cuStreamBeginCapture, relaxed mode),
+  /// so users' kernels launched on it land in a native graph; cpu: nothing to record.
+  virtual status begin_native_capture(stream& s) = 0;
+  /// Ends what begin_native_capture started: the native graph recorded since (the caller owns
+  /// it: destroy_native_graph), or nullptr when nothing was recorded.
+  virtual result<void*> end_native_capture(stream& s) = 0;
+  virtual void destroy_native_graph(void* native_graph) = 0;
 
   // -- host memory ------------------------------------------------------------------------
   /// Host memory that copies to and from pool memory may use asynchronously and that stream

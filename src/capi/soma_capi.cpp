@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "capi/capi_support.hpp"
+#include "graph/graph_service.hpp"
+#include "graph/stream_capture.hpp"
 #include "ipc/ipc.hpp"
 #include "runtime/last_error.hpp"
 #include "runtime/runtime.hpp"
@@ -19,49 +22,20 @@ using soma::detail::result;
 using soma::detail::runtime;
 using soma::detail::status;
 
+using soma::capi::handle_of;
+using soma::capi::null_argument;
+using soma::capi::raw_value;
+using soma::capi::report;
+using soma::capi::store;
+using soma::capi::with_runtime;
+using soma::detail::graph::graph_service;
+
 namespace {
 
-somaError_t report(const status& outcome) {
-  return static_cast<somaError_t>(soma::detail::record_outcome(outcome));
-}
-
-// Runs body(runtime&) -> status with the runtime started, mapping exceptions to codes.
-template <typename Body>
-somaError_t with_runtime(Body&& body) noexcept {
-  try {
-    result<runtime*> rt = runtime::instance();
-    if (!rt.ok()) return report(rt.error());
-    return report(body(*rt.value()));
-  } catch (const std::bad_alloc&) {
-    return report(status(error_code::out_of_memory, "host memory exhausted inside soma"));
-  } catch (const std::exception& e) {
-    return report(status(error_code::unknown, std::string("internal error: ") + e.what()));
-  } catch (...) {
-    return report(status(error_code::unknown, "internal error"));
-  }
-}
-
-status null_argument(const char* call, const char* argument) {
-  return status(error_code::invalid_value, std::string(call) + ": " + argument + " is NULL");
-}
-
-template <typename T, typename Out>
-status store(result<T> value, Out* out) {
-  if (!value.ok()) return value.take_error();
-  *out = reinterpret_cast<Out>(value.value());
-  return status::success();
-}
-
-std::uintptr_t handle_of(const void* handle) { return reinterpret_cast<std::uintptr_t>(handle); }
-
-// C callers may pass any int where the API names an enum. Reading such a value as the C++
-// enum type is undefined when it lies outside the enum's range, so enums are read as ints.
-template <typename Enum>
-int raw_value(const Enum& value) noexcept {
-  static_assert(sizeof(Enum) == sizeof(int), "C enums of the API are int-sized");
-  int raw = 0;
-  std::memcpy(&raw, &value, sizeof raw);
-  return raw;
+// S15: on a capturing stream the call becomes a node of the capture's graph.
+soma::detail::graph::stream_capture* capture_of(runtime& rt, somaStream_t stream) {
+  if (!graph_service::any_capture()) return nullptr;
+  return graph_service::of(rt).capture_of(handle_of(stream));
 }
 
 }  // namespace
@@ -80,11 +54,16 @@ const char* somaGetErrorName(somaError_t error) {
     case somaErrorNoDevice: return "somaErrorNoDevice";
     case somaErrorOperatingSystem: return "somaErrorOperatingSystem";
     case somaErrorInvalidResourceHandle: return "somaErrorInvalidResourceHandle";
+    case somaErrorIllegalState: return "somaErrorIllegalState";
     case somaErrorNotReady: return "somaErrorNotReady";
     case somaErrorIllegalAddress: return "somaErrorIllegalAddress";
     case somaErrorLaunchFailure: return "somaErrorLaunchFailure";
     case somaErrorNotPermitted: return "somaErrorNotPermitted";
     case somaErrorNotSupported: return "somaErrorNotSupported";
+    case somaErrorStreamCaptureUnsupported: return "somaErrorStreamCaptureUnsupported";
+    case somaErrorStreamCaptureInvalidated: return "somaErrorStreamCaptureInvalidated";
+    case somaErrorStreamCaptureUnmatched: return "somaErrorStreamCaptureUnmatched";
+    case somaErrorStreamCaptureUnjoined: return "somaErrorStreamCaptureUnjoined";
     case somaErrorUnknown: return "somaErrorUnknown";
     case somaErrorAddressSpaceExhausted: return "somaErrorAddressSpaceExhausted";
   }
@@ -101,11 +80,16 @@ const char* somaGetErrorString(somaError_t error) {
     case somaErrorNoDevice: return "no device available for the selected backend";
     case somaErrorOperatingSystem: return "an operating system call failed";
     case somaErrorInvalidResourceHandle: return "invalid resource handle";
+    case somaErrorIllegalState: return "the operation is not allowed in the object's current state";
     case somaErrorNotReady: return "device not ready";
     case somaErrorIllegalAddress: return "an illegal memory access was encountered";
     case somaErrorLaunchFailure: return "asynchronous work failed";
     case somaErrorNotPermitted: return "operation not permitted";
     case somaErrorNotSupported: return "operation not supported";
+    case somaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case somaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case somaErrorStreamCaptureUnmatched: return "capture was not initiated in this stream";
+    case somaErrorStreamCaptureUnjoined: return "capturing stream has unjoined work";
     case somaErrorUnknown: return "unknown error";
     case somaErrorAddressSpaceExhausted: return "address space reservation failed";
   }
@@ -212,21 +196,38 @@ somaError_t somaStreamCreateWithFlags(somaStream_t* stream, unsigned int flags) 
 }
 
 somaError_t somaStreamDestroy(somaStream_t stream) {
-  return with_runtime([&](runtime& rt) { return rt.destroy_stream(handle_of(stream)); });
+  return with_runtime([&](runtime& rt) -> status {
+    if (graph_service::any_capture() && rt.stream_of(handle_of(stream)).ok())
+      graph_service::of(rt).stream_destroyed(handle_of(stream));
+    return rt.destroy_stream(handle_of(stream));
+  });
 }
 
 somaError_t somaStreamSynchronize(somaStream_t stream) {
-  return with_runtime([&](runtime& rt) { return rt.synchronize_stream(handle_of(stream)); });
+  return with_runtime([&](runtime& rt) -> status {
+    if (capture_of(rt, stream) != nullptr)
+      return *graph_service::of(rt).refuse_while_capturing(handle_of(stream), "somaStreamSynchronize");
+    return rt.synchronize_stream(handle_of(stream));
+  });
 }
 
 somaError_t somaStreamQuery(somaStream_t stream) {
-  return with_runtime([&](runtime& rt) { return rt.query_stream(handle_of(stream)); });
+  return with_runtime([&](runtime& rt) -> status {
+    if (capture_of(rt, stream) != nullptr)
+      return *graph_service::of(rt).refuse_while_capturing(handle_of(stream), "somaStreamQuery");
+    return rt.query_stream(handle_of(stream));
+  });
 }
 
 somaError_t somaStreamWaitEvent(somaStream_t stream, somaEvent_t event, unsigned int flags) {
   return with_runtime([&](runtime& rt) -> status {
     if (flags != 0) {
       return status(error_code::invalid_value, "somaStreamWaitEvent: flags must be 0");
+    }
+    if (graph_service::any_capture()) {
+      std::optional<status> captured =
+          graph_service::of(rt).capture_wait(handle_of(stream), handle_of(event));
+      if (captured) return *captured;
     }
     return rt.stream_wait_event(handle_of(stream), handle_of(event));
   });
@@ -267,8 +268,15 @@ somaError_t somaEventDestroy(somaEvent_t event) {
 }
 
 somaError_t somaEventRecord(somaEvent_t event, somaStream_t stream) {
-  return with_runtime(
-      [&](runtime& rt) { return rt.record_event(handle_of(event), handle_of(stream)); });
+  return with_runtime([&](runtime& rt) -> status {
+    if (graph_service::any_capture()) {
+      graph_service& graphs = graph_service::of(rt);
+      if (auto* c = capture_of(rt, stream))
+        return graphs.capture_record(*c, handle_of(stream), handle_of(event));
+      graphs.forget_captured_event(handle_of(event));
+    }
+    return rt.record_event(handle_of(event), handle_of(stream));
+  });
 }
 
 somaError_t somaEventQuery(somaEvent_t event) {
@@ -282,6 +290,8 @@ somaError_t somaEventSynchronize(somaEvent_t event) {
 somaError_t somaLaunchHostFunc(somaStream_t stream, somaHostFn_t fn, void* userData) {
   return with_runtime([&](runtime& rt) -> status {
     if (fn == nullptr) return null_argument("somaLaunchHostFunc", "fn");
+    if (auto* c = capture_of(rt, stream))
+      return graph_service::of(rt).capture_host(*c, handle_of(stream), fn, userData, nullptr, 0);
     return rt.launch_host_task(handle_of(stream), [fn, userData] {
       fn(userData);
       return status::success();
@@ -293,6 +303,10 @@ somaError_t somaLaunchHostFuncWithStatus(somaStream_t stream, somaHostStatusFn_t
                                          void* userData) {
   return with_runtime([&](runtime& rt) -> status {
     if (fn == nullptr) return null_argument("somaLaunchHostFuncWithStatus", "fn");
+    if (capture_of(rt, stream) != nullptr) {
+      return *graph_service::of(rt).refuse_while_capturing(handle_of(stream),
+                                                            "somaLaunchHostFuncWithStatus");
+    }
     return rt.launch_host_task(handle_of(stream), [fn, userData] {
       const somaError_t outcome = fn(userData);
       if (outcome == somaSuccess) return status::success();
@@ -320,6 +334,10 @@ somaError_t somaLaunchHostFuncWithAccess(somaStream_t stream, somaHostFn_t fn, v
                           static_cast<soma::detail::backend::access_flags>(raw_value(accesses[i].access))});
       }
     }
+    if (auto* c = capture_of(rt, stream)) {
+      return graph_service::of(rt).capture_host(*c, handle_of(stream), fn, userData,
+                                                 accesses == nullptr ? nullptr : ranges.data(), count);
+    }
     return rt.launch_host_task_with_access(
         handle_of(stream),
         [fn, userData] {
@@ -331,8 +349,11 @@ somaError_t somaLaunchHostFuncWithAccess(somaStream_t stream, somaHostFn_t fn, v
 }
 
 somaError_t somaMemsetAsync(void* devPtr, int value, size_t count, somaStream_t stream) {
-  return with_runtime(
-      [&](runtime& rt) { return rt.memset_async(devPtr, value, count, handle_of(stream)); });
+  return with_runtime([&](runtime& rt) -> status {
+    if (auto* c = capture_of(rt, stream))
+      return graph_service::of(rt).capture_memset(*c, handle_of(stream), devPtr, value, count);
+    return rt.memset_async(devPtr, value, count, handle_of(stream));
+  });
 }
 
 somaError_t somaMemcpyAsync(void* dst, const void* src, size_t count, somaMemcpyKind kind,
@@ -344,6 +365,8 @@ somaError_t somaMemcpyAsync(void* dst, const void* src, size_t count, somaMemcpy
                     "somaMemcpyAsync: kind " + std::to_string(raw_kind) +
                         " is not a somaMemcpyKind");
     }
+    if (auto* c = capture_of(rt, stream))
+      return graph_service::of(rt).capture_memcpy(*c, handle_of(stream), dst, src, count);
     return rt.memcpy_async(dst, src, count, handle_of(stream));
   });
 }
@@ -366,14 +389,18 @@ somaError_t somaFreeHost(void* ptr) {
 
 somaError_t somaStreamWaitValue32(somaStream_t stream, uint32_t* addr, uint32_t value,
                                   unsigned int flags) {
-  return with_runtime([&](runtime& rt) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (capture_of(rt, stream) != nullptr)
+      return *graph_service::of(rt).refuse_while_capturing(handle_of(stream), "somaStreamWaitValue32");
     return rt.stream_wait_value32(handle_of(stream), addr, value, flags);
   });
 }
 
 somaError_t somaStreamWriteValue32(somaStream_t stream, uint32_t* addr, uint32_t value,
                                    unsigned int flags) {
-  return with_runtime([&](runtime& rt) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (capture_of(rt, stream) != nullptr)
+      return *graph_service::of(rt).refuse_while_capturing(handle_of(stream), "somaStreamWriteValue32");
     return rt.stream_write_value32(handle_of(stream), addr, value, flags);
   });
 }
@@ -383,6 +410,8 @@ somaError_t somaStreamWriteValue32(somaStream_t stream, uint32_t* addr, uint32_t
 somaError_t somaMallocAsync(void** devPtr, size_t size, somaStream_t stream) {
   return with_runtime([&](runtime& rt) -> status {
     if (devPtr == nullptr) return null_argument("somaMallocAsync", "devPtr");
+    if (auto* c = capture_of(rt, stream))
+      return graph_service::of(rt).capture_alloc(*c, handle_of(stream), devPtr, size, 0);
     return store(rt.allocate(size, handle_of(stream)), devPtr);
   });
 }
@@ -391,12 +420,20 @@ somaError_t somaMallocFromPoolAsync(void** ptr, size_t size, somaMemPool_t memPo
                                     somaStream_t stream) {
   return with_runtime([&](runtime& rt) -> status {
     if (ptr == nullptr) return null_argument("somaMallocFromPoolAsync", "ptr");
+    if (auto* c = capture_of(rt, stream)) {
+      if (memPool == nullptr) return null_argument("somaMallocFromPoolAsync", "memPool");
+      return graph_service::of(rt).capture_alloc(*c, handle_of(stream), ptr, size, handle_of(memPool));
+    }
     return store(rt.allocate_from_pool(size, handle_of(memPool), handle_of(stream)), ptr);
   });
 }
 
 somaError_t somaFreeAsync(void* devPtr, somaStream_t stream) {
-  return with_runtime([&](runtime& rt) { return rt.free(devPtr, handle_of(stream)); });
+  return with_runtime([&](runtime& rt) -> status {
+    if (auto* c = capture_of(rt, stream))
+      return graph_service::of(rt).capture_free(*c, handle_of(stream), devPtr);
+    return rt.free(devPtr, handle_of(stream));
+  });
 }
 
 // ---- pools ---------------------------------------------------------------------------------

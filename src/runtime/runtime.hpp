@@ -17,8 +17,10 @@
 #include "core/pointer_table.hpp"
 #include "core/status.hpp"
 #include "core/timeline_registry.hpp"
+#include "runtime/graph_memory_hooks.hpp"
 #include "runtime/handle_table.hpp"
 #include "runtime/memory_pool.hpp"
+#include "runtime/pointer_info.hpp"
 #include "runtime/stream_object.hpp"
 
 namespace soma::detail {
@@ -54,18 +56,6 @@ enum class device_attribute : int {
   pool_supported_handle_types = 119,
   total_memory_mib = 20001,
   granularity_kib = 20002,
-};
-
-class memory_pool;
-
-struct pointer_info {
-  bool is_live = false;
-  const memory_pool* pool = nullptr;  ///< owner of a live allocation (destroyed pools too)
-  bool is_host = false;  ///< inside a somaMallocHost allocation (base and size are its own)
-  int device = -1;
-  std::uintptr_t pool_handle = 0;
-  std::uintptr_t base = 0;
-  std::size_t requested_bytes = 0;
 };
 
 class runtime {
@@ -272,6 +262,35 @@ class runtime {
   /// Releases the mappings whose free completed; true if pool holds none any more.
   static bool release_imported(memory_pool& pool);
   std::atomic<bool> has_imported_pools_{false};
+
+  // -- graphs (S15): hooks for src/graph ---------------------------------------------------
+ public:
+  /// Installs the graph layer's memory (once, before any graph address exists).
+  void set_graph_memory(graph_memory_hooks* hooks) noexcept { graph_memory_.store(hooks); }
+  /// The stream of handle (0: the current device's default stream) or an error.
+  result<stream_object*> stream_of(std::uintptr_t handle) const { return resolve_stream(handle); }
+  result<event_object*> event_of(std::uintptr_t handle) const { return resolve_event(handle); }
+  const backend::device_properties& device_properties(int device) const {
+    return devices_[static_cast<std::size_t>(device)]->properties;
+  }
+  status device_valid(int device) const { return check_device(device); }
+  /// check_use for graph nodes, which check their ranges when they are added.
+  status check_memory_use(const void* pointer, std::size_t bytes, const char* what, int device,
+                          backend::access_flags needed) const {
+    return check_use(pointer, bytes, what, device, needed);
+  }
+  /// The backend queue of stream, or null once it is destroyed.
+  std::shared_ptr<backend::stream> queue_of(const stream_object& stream) const;
+  /// Blocks until stream completed position (its queue's synchronize while it lives).
+  status wait_until(stream_object& stream, std::uint64_t position);
+  /// Later work on waiter waits until source completed position (on the host where the
+  /// source's queue is gone).
+  status order_stream_after(stream_object& waiter, stream_object& source, std::uint64_t position);
+  /// A graph launch recorded event on stream before position (caller holds event.mutex).
+  static void note_event_recorded(event_object& event, stream_object& stream, std::uint64_t position);
+
+ private:
+  std::atomic<graph_memory_hooks*> graph_memory_{nullptr};
 };
 
 }  // namespace soma::detail

@@ -113,7 +113,12 @@ status runtime::free(void* pointer, std::uintptr_t stream_handle) {
   if (!s.ok()) return s.take_error();
   const auto address = reinterpret_cast<std::uintptr_t>(pointer);
   block* live = pointers_.remove(address);
-  if (live == nullptr) return explain_unknown_pointer(address, "somaFreeAsync");
+  if (live == nullptr) {
+    if (graph_memory_hooks* graphs = graph_memory_.load(); graphs != nullptr) {
+      if (std::optional<status> freed = graphs->free(address, *s.value())) return *freed;
+    }
+    return explain_unknown_pointer(address, "somaFreeAsync");
+  }
   auto* owner = static_cast<memory_pool*>(live->owner);
   if (owner->imports() != nullptr) return free_imported(*owner, live, *s.value());
   if (owner->exports() != nullptr) owner->exports()->forget(address);  // S7: data goes stale
@@ -181,7 +186,11 @@ pointer_info runtime::describe_pointer(const void* pointer) const {
     }
   }
   if (owner == nullptr) owner = find_imported(address, &info);  // S7: inside an imported mapping
-  if (owner == nullptr) return info;
+  if (owner == nullptr) {
+    if (graph_memory_hooks* graphs = graph_memory_.load(); graphs != nullptr)
+      graphs->describe(address, info);  // S15
+    return info;
+  }
   info.is_live = true;
   info.pool = owner;
   info.device = owner->config().device;
@@ -199,12 +208,14 @@ status runtime::check_range(const void* pointer, std::size_t bytes, const char* 
     for (const auto& p : all_pools_) in_pool = in_pool || p->owns_address(address);
   }
   in_pool = in_pool || find_imported(address, nullptr) != nullptr;  // S7
+  if (graph_memory_hooks* graphs = graph_memory_.load(); graphs != nullptr)
+    in_pool = in_pool || graphs->owns_address(address);  // S15
   if (!in_pool) return status::success();  // host memory the application owns
   pointer_info info = describe_pointer(pointer);
   if (described != nullptr) *described = info;
   if (!info.is_live) {
     return status(error_code::invalid_value, std::string(what) + " " + format_address(address) +
-                                                 " lies in pool memory that is not a live allocation");
+                                                 " lies in pool or graph memory that is not a live allocation");
   }
   if (address + bytes > info.base + info.requested_bytes || address + bytes < address) {
     return status(error_code::invalid_value,

@@ -1,5 +1,6 @@
 // Streams, events and the work enqueued on them.
 #include <algorithm>
+#include <thread>
 
 #include "runtime/runtime.hpp"
 
@@ -243,6 +244,39 @@ status runtime::record_event(std::uintptr_t event_handle, std::uintptr_t stream_
   ++event.record_count;
   s.value()->timeline.capture_clock_into(event.clock);
   return event.backend_event->record(*s.value()->queue);
+}
+
+std::shared_ptr<backend::stream> runtime::queue_of(const stream_object& stream) const {
+  std::lock_guard lock(registry_mutex_);
+  return stream.queue;
+}
+
+status runtime::wait_until(stream_object& stream, std::uint64_t position) {
+  if (stream.timeline.has_completed(position)) return status::success();
+  if (std::shared_ptr<backend::stream> queue = queue_of(stream); queue != nullptr) {
+    if (status done = queue->synchronize(); !done.ok()) return done;
+  }
+  while (!stream.timeline.has_completed(position)) std::this_thread::yield();
+  return status::success();
+}
+
+status runtime::order_stream_after(stream_object& waiter, stream_object& source,
+                                   std::uint64_t position) {
+  if (&waiter == &source || source.timeline.has_completed(position)) return status::success();
+  std::shared_ptr<backend::stream> queue = queue_of(waiter);
+  std::shared_ptr<backend::stream> source_queue = queue_of(source);
+  if (queue == nullptr) return status(error_code::invalid_handle, "the stream was destroyed");
+  if (source_queue != nullptr && queue->enqueue_wait_for(*source_queue, position).ok())
+    return status::success();
+  return wait_until(source, position);
+}
+
+void runtime::note_event_recorded(event_object& event, stream_object& stream,
+                                  std::uint64_t position) {
+  if (event.recorded_stream.get() != &stream) event.recorded_stream = stream.shared_from_this();
+  event.recorded_position = position;
+  ++event.record_count;
+  stream.timeline.capture_clock_into(event.clock);
 }
 
 status runtime::query_event(std::uintptr_t handle) {

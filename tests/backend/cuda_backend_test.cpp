@@ -544,6 +544,249 @@ TEST_F(cuda_fake_driver, SynchronizeAndQueryAdvanceTheTimeline) {
   EXPECT_EQ(timeline.completed_position(), 2u);
 }
 
+// ---- graphs (S15) -----------------------------------------------------------------------------
+
+void count_call(void *data) { ++*static_cast<int *>(data); }
+
+TEST_F(cuda_fake_driver, GraphNodesCarryTheirDependenciesAndParameters) {
+  auto backend = open();
+  auto created = backend->create_work_graph(1);
+  ASSERT_TRUE(created.ok()) << created.error().message();
+  be::work_graph &graph = *created.value();
+  ASSERT_EQ(gpu_.graphs.size(), 1u);
+  const fake_cuda::graph_state &native = *gpu_.graphs.front();
+  EXPECT_EQ(native.device, 1); // made in device 1's context
+  auto *destination = reinterpret_cast<void *>(std::uintptr_t{0x7000'0020'0000});
+  auto *source = reinterpret_cast<const void *>(std::uintptr_t{0x7000'0040'0000});
+  int calls = 0;
+  auto empty = graph.add_empty({});
+  ASSERT_TRUE(empty.ok());
+  const std::size_t after_empty[] = {empty.value()};
+  auto set = graph.add_memset(after_empty, destination, 0x1AB, 100); // a byte: 0xAB
+  ASSERT_TRUE(set.ok()) << set.error().message();
+  const std::size_t twice[] = {empty.value(), set.value(), set.value()};
+  auto copy = graph.add_memcpy(twice, destination, source, 64);
+  ASSERT_TRUE(copy.ok()) << copy.error().message();
+  const std::size_t after_copy[] = {copy.value()};
+  auto host = graph.add_host(after_copy, &count_call, &calls);
+  ASSERT_TRUE(host.ok());
+  EXPECT_EQ(host.value(), 3u);
+  ASSERT_EQ(native.nodes.size(), 4u);
+
+  const fake_cuda::graph_node &m = *native.nodes[1];
+  EXPECT_EQ(m.kind, fake_cuda::graph_node::memset_node);
+  EXPECT_EQ(m.dependencies, std::vector<fake_cuda::graph_node *>{native.nodes[0].get()});
+  EXPECT_EQ(m.memset.dst, reinterpret_cast<std::uintptr_t>(destination));
+  EXPECT_EQ(m.memset.value, 0xABu);
+  EXPECT_EQ(m.memset.elementSize, 1u);
+  EXPECT_EQ(m.memset.width, 100u);
+  EXPECT_EQ(m.memset.height, 1u);
+  EXPECT_EQ(m.context, fake_cuda::context_of(1));
+
+  const fake_cuda::graph_node &c = *native.nodes[2];
+  EXPECT_EQ(c.kind, fake_cuda::graph_node::memcpy_node);
+  EXPECT_EQ(c.dependencies,
+            (std::vector<fake_cuda::graph_node *>{native.nodes[0].get(), native.nodes[1].get()}))
+      << "a dependency named twice is passed once";
+  EXPECT_EQ(c.memcpy.srcMemoryType, cuda::CU_MEMORYTYPE_UNIFIED);
+  EXPECT_EQ(c.memcpy.dstMemoryType, cuda::CU_MEMORYTYPE_UNIFIED);
+  EXPECT_EQ(c.memcpy.srcDevice, reinterpret_cast<std::uintptr_t>(source));
+  EXPECT_EQ(c.memcpy.dstDevice, reinterpret_cast<std::uintptr_t>(destination));
+  EXPECT_EQ(c.memcpy.WidthInBytes, 64u);
+  EXPECT_EQ(c.memcpy.Height, 1u);
+  EXPECT_EQ(c.memcpy.Depth, 1u);
+  EXPECT_EQ(c.context, fake_cuda::context_of(1));
+
+  const fake_cuda::graph_node &h = *native.nodes[3];
+  EXPECT_EQ(h.kind, fake_cuda::graph_node::host_node);
+  EXPECT_EQ(h.dependencies, std::vector<fake_cuda::graph_node *>{native.nodes[2].get()});
+  EXPECT_EQ(h.host.fn, &count_call);
+  EXPECT_EQ(h.host.userData, &calls);
+
+  // A dependency that is no node yet is refused before the driver is asked.
+  const std::size_t later[] = {4};
+  const std::size_t calls_before = gpu_.graph_calls.size();
+  auto refused = graph.add_empty(later);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code(), error_code::invalid_value);
+  EXPECT_THAT(refused.error().message(), HasSubstr("dependency 4 is no node yet"));
+  EXPECT_EQ(gpu_.graph_calls.size(), calls_before);
+  EXPECT_EQ(native.nodes.size(), 4u);
+  created.value().reset();
+  EXPECT_EQ(gpu_.live_graphs(), 0);
+  EXPECT_EQ(backend->create_work_graph(2).error().code(), error_code::invalid_device);
+}
+
+TEST_F(cuda_fake_driver, GraphLaunchIsOneStreamOperationAndRecordsItsEvents) {
+  auto backend = open();
+  stream_timeline a_line(0), b_line(1);
+  auto a = stream_on(*backend, 0, a_line);
+  auto b = stream_on(*backend, 0, b_line);
+  auto e = backend->create_event();
+  auto graph = backend->create_work_graph(0);
+  ASSERT_TRUE(graph.ok() && e.ok());
+  int calls = 0, x = 0;
+  auto set = graph.value()->add_memset({}, &x, 0, sizeof x);
+  const std::size_t after_set[] = {set.value()};
+  auto host = graph.value()->add_host(after_set, &count_call, &calls);
+  const std::size_t after_host[] = {host.value()};
+  ASSERT_TRUE(graph.value()->add_event_record(after_host, *e.value()).ok());
+  EXPECT_EQ(gpu_.live_events, 1);       // the event's CUevent in device 0's context
+  EXPECT_TRUE(e.value()->query().ok()); // adding a record node records nothing
+
+  auto exec = graph.value()->instantiate();
+  ASSERT_TRUE(exec.ok()) << exec.error().message();
+  ASSERT_TRUE(exec.value()->upload(*a).ok());
+  EXPECT_EQ(a_line.enqueued_position(), 0u); // an upload runs none of the graph's work
+  ASSERT_TRUE(exec.value()->launch(*a).ok());
+  EXPECT_EQ(a_line.enqueued_position(), 1u);
+  const std::vector<std::string> order(gpu_.graph_calls.end() - 3, gpu_.graph_calls.end());
+  EXPECT_EQ(order, (std::vector<std::string>{"cuGraphInstantiateWithFlags", "cuGraphUpload",
+                                             "cuGraphLaunch"}));
+
+  // The event stands for the launch's record: waits and queries use the graph's CUevent.
+  EXPECT_EQ(e.value()->query().code(), error_code::not_ready);
+  ASSERT_TRUE(b->enqueue_wait(*e.value()).ok());
+  ASSERT_TRUE(b->enqueue_memset(&x, 0, sizeof x).ok());
+  EXPECT_EQ(gpu_.run(fake_stream(*b)), 0); // b waits for the launch
+  EXPECT_FALSE(a_line.has_completed(1));   // a marker behind the launch
+  gpu_.run(fake_stream(*a));
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(gpu_.run(fake_stream(*b)), 2); // the wait is satisfied
+  EXPECT_TRUE(e.value()->query().ok());
+  EXPECT_TRUE(e.value()->synchronize().ok());
+  EXPECT_TRUE(a_line.has_completed(1));
+
+  ASSERT_TRUE(exec.value()->launch(*a).ok()); // again: the event moves to the second launch
+  EXPECT_EQ(e.value()->query().code(), error_code::not_ready);
+  ASSERT_TRUE(a->synchronize().ok());
+  EXPECT_EQ(calls, 2);
+  EXPECT_TRUE(e.value()->query().ok());
+  EXPECT_EQ(a_line.completed_position(), 2u);
+
+  // The CUgraph lives as long as an exec made from it: set_memset names its nodes.
+  graph.value().reset();
+  EXPECT_EQ(gpu_.live_graphs(), 1);
+  EXPECT_EQ(gpu_.live_execs(), 1);
+  exec.value().reset();
+  EXPECT_EQ(gpu_.live_graphs(), 0);
+  EXPECT_EQ(gpu_.live_execs(), 0);
+}
+
+TEST_F(cuda_fake_driver, SetMemsetChangesTheInstantiatedNodeOnly) {
+  auto backend = open();
+  auto graph = backend->create_work_graph(0);
+  int x = 0, y = 0;
+  auto empty = graph.value()->add_empty({});
+  auto set = graph.value()->add_memset({}, &x, 1, sizeof x);
+  ASSERT_TRUE(empty.ok() && set.ok());
+  auto exec = graph.value()->instantiate();
+  ASSERT_TRUE(exec.ok());
+  ASSERT_TRUE(exec.value()->set_memset(set.value(), &y, 0x2CD, 2).ok());
+  const fake_cuda::exec_state &native = *gpu_.execs.front();
+  EXPECT_EQ(native.nodes[1].memset.dst, reinterpret_cast<std::uintptr_t>(&y));
+  EXPECT_EQ(native.nodes[1].memset.value, 0xCDu);
+  EXPECT_EQ(native.nodes[1].memset.width, 2u);
+  EXPECT_EQ(native.nodes[1].memset.elementSize, 1u);
+  EXPECT_EQ(native.nodes[1].context, fake_cuda::context_of(0));
+  EXPECT_EQ(gpu_.graphs.front()->nodes[1]->memset.dst, reinterpret_cast<std::uintptr_t>(&x));
+  const status not_memset = exec.value()->set_memset(empty.value(), &y, 0, 4);
+  EXPECT_EQ(not_memset.code(), error_code::invalid_value);
+  EXPECT_THAT(not_memset.message(), HasSubstr("node 0 is no memset node"));
+  EXPECT_EQ(exec.value()->set_memset(7, &y, 0, 4).code(), error_code::invalid_value);
+}
+
+TEST_F(cuda_fake_driver, GraphDriverErrorsAreTranslatedAndNamed) {
+  auto backend = open();
+  stream_timeline timeline(0);
+  auto s = stream_on(*backend, 0, timeline);
+  gpu_.fail_graph_call = cuda::CUDA_ERROR_OUT_OF_MEMORY;
+  auto no_graph = backend->create_work_graph(0);
+  ASSERT_FALSE(no_graph.ok());
+  EXPECT_EQ(no_graph.error().code(), error_code::out_of_memory);
+  EXPECT_THAT(no_graph.error().message(),
+              HasSubstr("cuGraphCreate failed (CUDA_ERROR_OUT_OF_MEMORY"));
+
+  auto graph = backend->create_work_graph(0);
+  ASSERT_TRUE(graph.ok());
+  int x = 0;
+  gpu_.fail_graph_call = cuda::CUDA_ERROR_INVALID_VALUE;
+  auto set = graph.value()->add_memset({}, &x, 7, sizeof x);
+  ASSERT_FALSE(set.ok());
+  EXPECT_EQ(set.error().code(), error_code::invalid_value);
+  EXPECT_THAT(set.error().message(),
+              HasSubstr("cuGraphAddMemsetNode failed (CUDA_ERROR_INVALID_VALUE"));
+  EXPECT_THAT(set.error().message(), HasSubstr("memset of 4 B at 0x"));
+  auto e = backend->create_event();
+  ASSERT_TRUE(
+      graph.value()->add_event_record({}, *e.value()).ok()); // node 0: refused adds leave no index
+  auto exec = graph.value()->instantiate();
+  ASSERT_TRUE(exec.ok());
+  gpu_.fail_graph_call = cuda::CUDA_ERROR_LAUNCH_FAILED;
+  const status launched = exec.value()->launch(*s);
+  EXPECT_EQ(launched.code(), error_code::launch_failure);
+  EXPECT_THAT(launched.message(), HasSubstr("cuGraphLaunch failed"));
+  EXPECT_TRUE(e.value()->query().ok()); // a refused launch records nothing
+  gpu_.fail_graph_call = cuda::CUDA_ERROR_NOT_SUPPORTED;
+  auto no_exec = graph.value()->instantiate();
+  ASSERT_FALSE(no_exec.ok());
+  EXPECT_EQ(no_exec.error().code(), error_code::not_supported);
+  EXPECT_THAT(no_exec.error().message(), HasSubstr("cuGraphInstantiateWithFlags failed"));
+  EXPECT_THAT(no_exec.error().message(), HasSubstr("a graph of 1 nodes on device 0"));
+}
+
+TEST_F(cuda_fake_driver, NativeCaptureNeitherRecordsNorQueriesOnTheCapturedStream) {
+  auto backend = open();
+  stream_timeline a_line(0), b_line(1);
+  auto a = stream_on(*backend, 0, a_line);
+  auto b = stream_on(*backend, 0, b_line);
+  int x = 0;
+  ASSERT_TRUE(a->enqueue_memset(&x, 0, sizeof x).ok());
+  ASSERT_TRUE(backend->begin_native_capture(*a).ok());
+  EXPECT_EQ(gpu_.event_records, 1);      // the marker covering position 1, before the capture
+  EXPECT_FALSE(a_line.has_completed(1)); // polls learn from that marker only
+  ASSERT_TRUE(b->enqueue_wait_for(*a, 1).ok()); // orders b after the same marker
+  EXPECT_EQ(gpu_.event_records, 1);
+  gpu_.run(fake_stream(*a));
+  EXPECT_TRUE(a_line.has_completed(1));
+  EXPECT_EQ(gpu_.capture_errors, 0);
+  auto nothing = backend->end_native_capture(*a);
+  ASSERT_TRUE(nothing.ok()) << nothing.error().message();
+  EXPECT_EQ(nothing.value(), nullptr);
+  EXPECT_EQ(gpu_.live_graphs(), 0); // the empty capture is destroyed
+
+  // A stream idle at the capture needs no marker; the application's work lands in the graph.
+  const int records = gpu_.event_records;
+  ASSERT_TRUE(backend->begin_native_capture(*a).ok());
+  EXPECT_EQ(gpu_.event_records, records);
+  auto native = static_cast<cuda::CUstream>(a->native_handle());
+  ASSERT_EQ(driver_.cuMemsetD8Async(reinterpret_cast<std::uintptr_t>(&x), 5, sizeof x, native),
+            cuda::CUDA_SUCCESS);
+  auto captured = backend->end_native_capture(*a);
+  ASSERT_TRUE(captured.ok()) << captured.error().message();
+  ASSERT_NE(captured.value(), nullptr);
+  EXPECT_EQ(gpu_.capture_errors, 0);
+  auto graph = backend->create_work_graph(0);
+  auto child = graph.value()->add_native_child({}, captured.value());
+  ASSERT_TRUE(child.ok()) << child.error().message();
+  backend->destroy_native_graph(captured.value()); // the node holds a copy
+  EXPECT_EQ(graph.value()->add_native_child({}, nullptr).error().code(), error_code::invalid_value);
+  auto exec = graph.value()->instantiate();
+  ASSERT_TRUE(exec.ok());
+  ASSERT_TRUE(exec.value()->launch(*a).ok());
+  EXPECT_EQ(fake_stream(*a)->queue.size(), 1u); // the child's memset
+  ASSERT_TRUE(a->synchronize().ok());
+  EXPECT_EQ(a_line.completed_position(), 2u);
+
+  gpu_.fail_graph_call = cuda::CUDA_ERROR_INVALID_VALUE;
+  const status refused = backend->begin_native_capture(*a);
+  EXPECT_EQ(refused.code(), error_code::invalid_value);
+  EXPECT_THAT(refused.message(), HasSubstr("cuStreamBeginCapture failed"));
+  ASSERT_TRUE(a->enqueue_memset(&x, 0, sizeof x).ok());
+  EXPECT_FALSE(a_line.has_completed(3)); // not capturing: markers again
+  EXPECT_EQ(gpu_.capture_errors, 0);
+}
+
 // ---- a child forked after the backend started -------------------------------------------------
 
 /// CUDA cannot be used in a child forked after it started: the driver answers

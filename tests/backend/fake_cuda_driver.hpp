@@ -37,9 +37,48 @@ struct operation {
   std::uint64_t generation = 0;
 };
 
+struct graph_state;
+
+/// A node of a fake graph, with what it was added with.
+struct graph_node {
+  enum kind_t {
+    empty_node,
+    memset_node,
+    memcpy_node,
+    host_node,
+    record_node,
+    wait_node,
+    child_node
+  };
+  kind_t kind = empty_node;
+  std::vector<graph_node *> dependencies;
+  cu::CUDA_MEMSET_NODE_PARAMS memset{};
+  cu::CUDA_MEMCPY3D memcpy{};
+  cu::CUDA_HOST_NODE_PARAMS host{};
+  cu::CUcontext context = nullptr; // memset, memcpy
+  event_state *event = nullptr;    // event_record, event_wait
+  graph_state *child = nullptr;    // child: the copy
+};
+
+struct graph_state {
+  int device = 0; // whose context was current at creation
+  std::vector<std::unique_ptr<graph_node>> nodes;
+  bool destroyed = false;
+};
+
+struct exec_state {
+  graph_state *graph = nullptr;
+  /// The nodes as instantiated (a memset's parameters may be changed here).
+  std::vector<graph_node> nodes;
+  bool destroyed = false;
+  int launches = 0;
+  int uploads = 0;
+};
+
 struct stream_state {
   int device = 0;
   std::deque<operation> queue;
+  graph_state *capture = nullptr; // between cuStreamBeginCapture and cuStreamEndCapture
 };
 
 struct driver_state {
@@ -76,6 +115,23 @@ struct driver_state {
   int stream_queries = 0;
   int retained_contexts = 0;
   int context_errors = 0; // calls made without the context they need
+  std::vector<std::unique_ptr<graph_state>> graphs;
+  std::vector<std::unique_ptr<exec_state>> execs;
+  std::vector<std::string> graph_calls; // graph and capture entry points, in call order
+  int capture_errors = 0; // calls a capturing stream refuses (marker records, queries)
+  cu::CUresult fail_graph_call = cu::CUDA_SUCCESS; // returned by the next graph call instead
+  int live_graphs() const {
+    int live = 0;
+    for (const auto &g : graphs)
+      live += g->destroyed ? 0 : 1;
+    return live;
+  }
+  int live_execs() const {
+    int live = 0;
+    for (const auto &e : execs)
+      live += e->destroyed ? 0 : 1;
+    return live;
+  }
 
   /// The GPU runs up to `count` operations of s, stopping at an unsatisfied wait.
   /// Returns how many ran.
@@ -306,12 +362,22 @@ inline cu::CUresult stream_context(cu::CUstream s, cu::CUcontext *c) {
   }
   return cu::CUDA_ERROR_INVALID_HANDLE;
 }
+/// What a real driver answers for calls a capture forbids (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED).
+inline constexpr cu::CUresult capture_unsupported = 900;
 inline cu::CUresult stream_synchronize(cu::CUstream s) {
+  if (as_stream(s)->capture != nullptr) {
+    ++state->capture_errors;
+    return capture_unsupported;
+  }
   state->run_all();
   return as_stream(s)->queue.empty() ? cu::CUDA_SUCCESS : cu::CUDA_ERROR_LAUNCH_FAILED;
 }
 inline cu::CUresult stream_query(cu::CUstream s) {
   ++state->stream_queries;
+  if (as_stream(s)->capture != nullptr) {
+    ++state->capture_errors;
+    return capture_unsupported;
+  }
   return as_stream(s)->queue.empty() ? cu::CUDA_SUCCESS : cu::CUDA_ERROR_NOT_READY;
 }
 inline cu::CUresult stream_wait(cu::CUstream s, cu::CUevent e, unsigned) {
@@ -323,7 +389,19 @@ inline cu::CUresult host_function(cu::CUstream s, cu::CUhostFn f, void *data) {
   as_stream(s)->queue.push_back({operation::host_function, f, data, nullptr, 0});
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult memset_async(cu::CUdeviceptr, unsigned char, std::size_t, cu::CUstream s) {
+inline cu::CUresult memset_async(cu::CUdeviceptr destination, unsigned char value,
+                                 std::size_t bytes, cu::CUstream s) {
+  if (graph_state *g = as_stream(s)->capture) { // captured: a memset node after the last one
+    auto node = std::make_unique<graph_node>();
+    node->kind = graph_node::memset_node;
+    node->memset.dst = destination;
+    node->memset.value = value;
+    node->memset.width = bytes;
+    if (!g->nodes.empty())
+      node->dependencies.push_back(g->nodes.back().get());
+    g->nodes.push_back(std::move(node));
+    return cu::CUDA_SUCCESS;
+  }
   as_stream(s)->queue.push_back({});
   return cu::CUDA_SUCCESS;
 }
@@ -370,6 +448,10 @@ inline cu::CUresult event_record(cu::CUevent e, cu::CUstream s) {
   // As in CUDA: an event records only on a stream of its own device.
   if (as_event(e)->device != as_stream(s)->device)
     return cu::CUDA_ERROR_INVALID_HANDLE;
+  if (as_stream(s)->capture != nullptr) { // soma never records on a capturing stream
+    ++state->capture_errors;
+    return capture_unsupported;
+  }
   ++state->event_records;
   const std::uint64_t generation = ++as_event(e)->recorded;
   as_stream(s)->queue.push_back({operation::record, nullptr, nullptr, as_event(e), generation});
@@ -382,6 +464,240 @@ inline cu::CUresult event_query(cu::CUevent e) {
 inline cu::CUresult event_synchronize(cu::CUevent e) {
   state->run_all();
   return event_query(e) == cu::CUDA_SUCCESS ? cu::CUDA_SUCCESS : cu::CUDA_ERROR_LAUNCH_FAILED;
+}
+
+// ---- graphs and capture ---------------------------------------------------------------------
+inline graph_state *as_graph(cu::CUgraph g) { return reinterpret_cast<graph_state *>(g); }
+inline graph_node *as_node(cu::CUgraphNode n) { return reinterpret_cast<graph_node *>(n); }
+inline exec_state *as_exec(cu::CUgraphExec e) { return reinterpret_cast<exec_state *>(e); }
+
+/// Notes the call; the failure a test asked for, once, else success.
+inline cu::CUresult graph_call(const char *name) {
+  state->graph_calls.push_back(name);
+  const cu::CUresult failure = state->fail_graph_call;
+  state->fail_graph_call = cu::CUDA_SUCCESS;
+  return failure;
+}
+
+inline cu::CUresult graph_create(cu::CUgraph *g, unsigned) {
+  if (const cu::CUresult r = graph_call("cuGraphCreate"); r != cu::CUDA_SUCCESS)
+    return r;
+  const int d = current_device();
+  if (d < 0)
+    return cu::CUDA_ERROR_INVALID_CONTEXT;
+  state->graphs.push_back(std::make_unique<graph_state>());
+  state->graphs.back()->device = d;
+  *g = reinterpret_cast<cu::CUgraph>(state->graphs.back().get());
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult graph_destroy(cu::CUgraph g) {
+  state->graph_calls.push_back("cuGraphDestroy");
+  if (as_graph(g)->destroyed)
+    return cu::CUDA_ERROR_INVALID_VALUE;
+  as_graph(g)->destroyed = true;
+  return cu::CUDA_SUCCESS;
+}
+/// Adds node to g after dependencies (which must be g's, without duplicates, as the driver
+/// demands).
+inline cu::CUresult add_node(cu::CUgraphNode *out, cu::CUgraph g, const cu::CUgraphNode *deps,
+                             std::size_t count, std::unique_ptr<graph_node> node) {
+  for (std::size_t i = 0; i < count; ++i) {
+    graph_node *d = as_node(deps[i]);
+    bool ours = false;
+    for (const auto &n : as_graph(g)->nodes)
+      ours = ours || n.get() == d;
+    for (std::size_t j = 0; j < i; ++j)
+      if (deps[j] == deps[i])
+        return cu::CUDA_ERROR_INVALID_VALUE;
+    if (!ours)
+      return cu::CUDA_ERROR_INVALID_VALUE;
+    node->dependencies.push_back(d);
+  }
+  *out = reinterpret_cast<cu::CUgraphNode>(node.get());
+  as_graph(g)->nodes.push_back(std::move(node));
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult add_empty(cu::CUgraphNode *out, cu::CUgraph g, const cu::CUgraphNode *deps,
+                              std::size_t count) {
+  if (const cu::CUresult r = graph_call("cuGraphAddEmptyNode"); r != cu::CUDA_SUCCESS)
+    return r;
+  return add_node(out, g, deps, count, std::make_unique<graph_node>());
+}
+inline cu::CUresult add_memset(cu::CUgraphNode *out, cu::CUgraph g, const cu::CUgraphNode *deps,
+                               std::size_t count, const cu::CUDA_MEMSET_NODE_PARAMS *params,
+                               cu::CUcontext context) {
+  if (const cu::CUresult r = graph_call("cuGraphAddMemsetNode"); r != cu::CUDA_SUCCESS)
+    return r;
+  auto node = std::make_unique<graph_node>();
+  node->kind = graph_node::memset_node;
+  node->memset = *params;
+  node->context = context;
+  return add_node(out, g, deps, count, std::move(node));
+}
+inline cu::CUresult add_memcpy(cu::CUgraphNode *out, cu::CUgraph g, const cu::CUgraphNode *deps,
+                               std::size_t count, const cu::CUDA_MEMCPY3D *params,
+                               cu::CUcontext context) {
+  if (const cu::CUresult r = graph_call("cuGraphAddMemcpyNode"); r != cu::CUDA_SUCCESS)
+    return r;
+  auto node = std::make_unique<graph_node>();
+  node->kind = graph_node::memcpy_node;
+  node->memcpy = *params;
+  node->context = context;
+  return add_node(out, g, deps, count, std::move(node));
+}
+inline cu::CUresult add_host(cu::CUgraphNode *out, cu::CUgraph g, const cu::CUgraphNode *deps,
+                             std::size_t count, const cu::CUDA_HOST_NODE_PARAMS *params) {
+  if (const cu::CUresult r = graph_call("cuGraphAddHostNode"); r != cu::CUDA_SUCCESS)
+    return r;
+  auto node = std::make_unique<graph_node>();
+  node->kind = graph_node::host_node;
+  node->host = *params;
+  return add_node(out, g, deps, count, std::move(node));
+}
+inline cu::CUresult add_event_node(graph_node::kind_t kind, cu::CUgraphNode *out, cu::CUgraph g,
+                                   const cu::CUgraphNode *deps, std::size_t count, cu::CUevent e) {
+  if (as_event(e)->device != as_graph(g)->device)
+    return cu::CUDA_ERROR_INVALID_HANDLE; // the fake's graphs keep to one device
+  auto node = std::make_unique<graph_node>();
+  node->kind = kind;
+  node->event = as_event(e);
+  return add_node(out, g, deps, count, std::move(node));
+}
+inline cu::CUresult add_event_record(cu::CUgraphNode *out, cu::CUgraph g,
+                                     const cu::CUgraphNode *deps, std::size_t count,
+                                     cu::CUevent e) {
+  if (const cu::CUresult r = graph_call("cuGraphAddEventRecordNode"); r != cu::CUDA_SUCCESS)
+    return r;
+  return add_event_node(graph_node::record_node, out, g, deps, count, e);
+}
+inline cu::CUresult add_event_wait(cu::CUgraphNode *out, cu::CUgraph g, const cu::CUgraphNode *deps,
+                                   std::size_t count, cu::CUevent e) {
+  if (const cu::CUresult r = graph_call("cuGraphAddEventWaitNode"); r != cu::CUDA_SUCCESS)
+    return r;
+  return add_event_node(graph_node::wait_node, out, g, deps, count, e);
+}
+inline cu::CUresult add_child(cu::CUgraphNode *out, cu::CUgraph g, const cu::CUgraphNode *deps,
+                              std::size_t count, cu::CUgraph child) {
+  if (const cu::CUresult r = graph_call("cuGraphAddChildGraphNode"); r != cu::CUDA_SUCCESS)
+    return r;
+  if (as_graph(child)->destroyed)
+    return cu::CUDA_ERROR_INVALID_VALUE;
+  // Copied in, as the driver does (dependencies inside the copy are not kept: it runs in order).
+  state->graphs.push_back(std::make_unique<graph_state>());
+  graph_state *copy = state->graphs.back().get();
+  copy->device = as_graph(child)->device;
+  for (const auto &n : as_graph(child)->nodes) {
+    copy->nodes.push_back(std::make_unique<graph_node>(*n));
+    copy->nodes.back()->dependencies.clear();
+  }
+  auto node = std::make_unique<graph_node>();
+  node->kind = graph_node::child_node;
+  node->child = copy;
+  return add_node(out, g, deps, count, std::move(node));
+}
+inline cu::CUresult graph_nodes(cu::CUgraph g, cu::CUgraphNode *nodes, std::size_t *count) {
+  if (const cu::CUresult r = graph_call("cuGraphGetNodes"); r != cu::CUDA_SUCCESS)
+    return r;
+  if (nodes != nullptr) {
+    for (std::size_t i = 0; i < *count && i < as_graph(g)->nodes.size(); ++i)
+      nodes[i] = reinterpret_cast<cu::CUgraphNode>(as_graph(g)->nodes[i].get());
+  }
+  *count = as_graph(g)->nodes.size();
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult instantiate(cu::CUgraphExec *e, cu::CUgraph g, unsigned long long flags) {
+  if (const cu::CUresult r = graph_call("cuGraphInstantiateWithFlags"); r != cu::CUDA_SUCCESS)
+    return r;
+  if (flags != 0 || as_graph(g)->destroyed)
+    return cu::CUDA_ERROR_INVALID_VALUE;
+  state->execs.push_back(std::make_unique<exec_state>());
+  exec_state *exec = state->execs.back().get();
+  exec->graph = as_graph(g);
+  for (const auto &n : as_graph(g)->nodes)
+    exec->nodes.push_back(*n);
+  *e = reinterpret_cast<cu::CUgraphExec>(exec);
+  return cu::CUDA_SUCCESS;
+}
+/// The GPU's view of a launch: each node's work queued in node order (a topological order).
+inline void queue_nodes(stream_state *s, const std::vector<graph_node> &nodes) {
+  for (const graph_node &n : nodes) {
+    switch (n.kind) {
+    case graph_node::host_node:
+      s->queue.push_back({operation::host_function, n.host.fn, n.host.userData, nullptr, 0});
+      break;
+    case graph_node::record_node:
+      ++state->event_records;
+      s->queue.push_back({operation::record, nullptr, nullptr, n.event, ++n.event->recorded});
+      break;
+    case graph_node::wait_node:
+      s->queue.push_back({operation::wait, nullptr, nullptr, n.event, n.event->recorded});
+      break;
+    case graph_node::child_node: {
+      std::vector<graph_node> inner;
+      for (const auto &c : n.child->nodes)
+        inner.push_back(*c);
+      queue_nodes(s, inner);
+      break;
+    }
+    default:
+      s->queue.push_back({});
+    }
+  }
+}
+inline cu::CUresult graph_launch(cu::CUgraphExec e, cu::CUstream s) {
+  if (const cu::CUresult r = graph_call("cuGraphLaunch"); r != cu::CUDA_SUCCESS)
+    return r;
+  if (as_exec(e)->destroyed)
+    return cu::CUDA_ERROR_INVALID_VALUE;
+  ++as_exec(e)->launches;
+  queue_nodes(as_stream(s), as_exec(e)->nodes);
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult graph_upload(cu::CUgraphExec e, cu::CUstream) {
+  if (const cu::CUresult r = graph_call("cuGraphUpload"); r != cu::CUDA_SUCCESS)
+    return r;
+  ++as_exec(e)->uploads;
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult exec_destroy(cu::CUgraphExec e) {
+  state->graph_calls.push_back("cuGraphExecDestroy");
+  as_exec(e)->destroyed = true;
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult exec_memset(cu::CUgraphExec e, cu::CUgraphNode node,
+                                const cu::CUDA_MEMSET_NODE_PARAMS *params, cu::CUcontext context) {
+  if (const cu::CUresult r = graph_call("cuGraphExecMemsetNodeSetParams"); r != cu::CUDA_SUCCESS)
+    return r;
+  exec_state *exec = as_exec(e);
+  for (std::size_t i = 0; i < exec->graph->nodes.size() && i < exec->nodes.size(); ++i) {
+    if (exec->graph->nodes[i].get() != as_node(node))
+      continue;
+    if (exec->nodes[i].kind != graph_node::memset_node)
+      return cu::CUDA_ERROR_INVALID_VALUE;
+    exec->nodes[i].memset = *params;
+    exec->nodes[i].context = context;
+    return cu::CUDA_SUCCESS;
+  }
+  return cu::CUDA_ERROR_INVALID_VALUE; // not a node of the graph instantiated
+}
+inline cu::CUresult begin_capture(cu::CUstream s, int mode) {
+  if (const cu::CUresult r = graph_call("cuStreamBeginCapture"); r != cu::CUDA_SUCCESS)
+    return r;
+  if (mode != cu::CU_STREAM_CAPTURE_MODE_RELAXED || as_stream(s)->capture != nullptr)
+    return cu::CUDA_ERROR_INVALID_VALUE;
+  state->graphs.push_back(std::make_unique<graph_state>());
+  state->graphs.back()->device = as_stream(s)->device;
+  as_stream(s)->capture = state->graphs.back().get();
+  return cu::CUDA_SUCCESS;
+}
+inline cu::CUresult end_capture(cu::CUstream s, cu::CUgraph *g) {
+  if (const cu::CUresult r = graph_call("cuStreamEndCapture"); r != cu::CUDA_SUCCESS)
+    return r;
+  if (as_stream(s)->capture == nullptr)
+    return cu::CUDA_ERROR_INVALID_VALUE;
+  *g = reinterpret_cast<cu::CUgraph>(as_stream(s)->capture);
+  as_stream(s)->capture = nullptr;
+  return cu::CUDA_SUCCESS;
 }
 
 /// The driver table over the fake. Requires: `state` points at the test's driver_state.
@@ -430,6 +746,23 @@ inline cu::driver_api make_driver() {
   d.cuEventRecord = event_record;
   d.cuEventQuery = event_query;
   d.cuEventSynchronize = event_synchronize;
+  d.cuGraphCreate = graph_create;
+  d.cuGraphDestroy = graph_destroy;
+  d.cuGraphAddEmptyNode = add_empty;
+  d.cuGraphAddMemsetNode = add_memset;
+  d.cuGraphAddMemcpyNode = add_memcpy;
+  d.cuGraphAddHostNode = add_host;
+  d.cuGraphAddEventRecordNode = add_event_record;
+  d.cuGraphAddEventWaitNode = add_event_wait;
+  d.cuGraphAddChildGraphNode = add_child;
+  d.cuGraphGetNodes = graph_nodes;
+  d.cuGraphInstantiateWithFlags = instantiate;
+  d.cuGraphLaunch = graph_launch;
+  d.cuGraphUpload = graph_upload;
+  d.cuGraphExecDestroy = exec_destroy;
+  d.cuGraphExecMemsetNodeSetParams = exec_memset;
+  d.cuStreamBeginCapture = begin_capture;
+  d.cuStreamEndCapture = end_capture;
   d.library_name = "fake";
   d.driver_version = 13000;
   return d;

@@ -486,3 +486,57 @@ TEST(Errors_CxxApi, TaskStatusesAndSomaExceptionsAlsoFailTheStream) {
   }
   EXPECT_THROW(s.synchronize(), soma::error);
 }
+
+// ---- S15: graphs ------------------------------------------------------------------------------
+
+TEST(S15_CxxApi, GraphBuiltNodeByNodeRunsAtEveryLaunch) {
+  soma::stream s;
+  auto* host = static_cast<unsigned char*>(soma::malloc_host(4096));
+  soma::graph g;
+  void* memory = nullptr;
+  const soma::graph_node alloc = g.add_alloc(4096, &memory);
+  const soma::graph_node set = g.add_memset(memory, 0x3c, 4096, {alloc});
+  const soma::graph_node copy = g.add_memcpy(host, memory, 4096, {set});
+  g.add_free(memory, {copy});
+  soma::graph_exec exec(g);
+  for (int i = 0; i < 2; ++i) {
+    std::memset(host, 0, 4096);
+    exec.launch(s);
+    s.synchronize();
+    EXPECT_EQ(host[0], 0x3c);
+    EXPECT_EQ(host[4095], 0x3c);
+  }
+  try {
+    soma::graph_exec second(g);
+    ADD_FAILURE() << "a graph with memory nodes has one executable at a time";
+  } catch (const soma::error& e) {
+    EXPECT_EQ(e.code(), somaErrorNotSupported);
+  }
+  soma::free_host(host);
+}
+
+TEST(S15_CxxApi, CaptureScopeRecordsInsteadOfRunning) {
+  soma::stream s;
+  std::atomic<int> runs{0};
+  soma::graph g = [&] {
+    soma::capture_scope capture(s);
+    somaHostFn_t count = [](void* data) { static_cast<std::atomic<int>*>(data)->fetch_add(1); };
+    EXPECT_EQ(somaLaunchHostFunc(s.handle(), count, &runs), somaSuccess);
+    return capture.end();
+  }();
+  s.synchronize();
+  EXPECT_EQ(runs.load(), 0) << "captured work does not run";
+  soma::graph_exec exec(g);
+  exec.launch(s);
+  exec.launch(s);
+  s.synchronize();
+  EXPECT_EQ(runs.load(), 2);
+}
+
+TEST(S15_CxxApi, LeavingACaptureScopeWithoutEndStopsTheCapture) {
+  soma::stream s;
+  { soma::capture_scope capture(s); }
+  somaStreamCaptureStatus state = somaStreamCaptureStatusActive;
+  ASSERT_EQ(somaStreamIsCapturing(s.handle(), &state), somaSuccess);
+  EXPECT_EQ(state, somaStreamCaptureStatusNone);
+}

@@ -13,6 +13,7 @@
 #include "backend/cpu/cpu_stream.hpp"
 #include "backend/fork_guard.hpp"
 #include "backend/os_error.hpp"
+#include "backend/sequential_graph.hpp"
 
 namespace soma::detail::backend::cpu {
 namespace {
@@ -178,8 +179,13 @@ void cpu_backend::discard_physical_part(std::uint64_t handle, std::size_t offset
 
 status cpu_backend::map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
                         int device) {
+  return map_part(address, bytes, handle, 0, device);
+}
+
+status cpu_backend::map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
+                             std::size_t offset, int device) {
   void* mapped = mmap(reinterpret_cast<void*>(address), bytes, PROT_READ | PROT_WRITE,
-                      MAP_SHARED | MAP_FIXED, static_cast<int>(handle), 0);
+                      MAP_SHARED | MAP_FIXED, static_cast<int>(handle), static_cast<off_t>(offset));
   if (mapped == MAP_FAILED) {
     const int error = errno;
     return status(error == ENOMEM ? error_code::address_space_exhausted : error_code::unknown,
@@ -238,6 +244,17 @@ result<std::unique_ptr<stream>> cpu_backend::adopt_stream(int, void*, stream_tim
   return status(error_code::not_supported,
                 "the cpu backend has no native streams to adopt; use somaStreamCreate");
 }
+
+// Graphs replay their nodes on the launching stream; there is no native stream to record.
+result<std::unique_ptr<work_graph>> cpu_backend::create_work_graph(int) {
+  return std::unique_ptr<work_graph>(std::make_unique<sequential_graph>());
+}
+
+status cpu_backend::begin_native_capture(stream&) { return status::success(); }
+
+result<void*> cpu_backend::end_native_capture(stream&) { return static_cast<void*>(nullptr); }
+
+void cpu_backend::destroy_native_graph(void*) {}
 
 result<std::unique_ptr<event>> cpu_backend::create_event() {
   return std::unique_ptr<event>(std::make_unique<cpu_event>());

@@ -42,6 +42,8 @@ class cpu_backend final : public backend {
   void discard_physical_part(std::uint64_t handle, std::size_t offset, std::size_t bytes) override;
   status map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
              int device) override;
+  status map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
+                  std::size_t offset, int device) override;
   void unmap(std::uintptr_t address, std::size_t bytes) override;
   status set_access(std::uintptr_t address, std::size_t bytes, int device,
                     access_flags flags) override;
@@ -52,6 +54,10 @@ class cpu_backend final : public backend {
   result<std::unique_ptr<stream>> adopt_stream(int device, void* native,
                                                stream_timeline& timeline) override;
   result<std::unique_ptr<event>> create_event() override;
+  result<std::unique_ptr<work_graph>> create_work_graph(int device) override;
+  status begin_native_capture(stream& s) override;
+  result<void*> end_native_capture(stream& s) override;
+  void destroy_native_graph(void* native_graph) override;
   result<void*> allocate_host(std::size_t bytes) override;
   void free_host(void* pointer, std::size_t bytes) override;
 

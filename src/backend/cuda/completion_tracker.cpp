@@ -22,6 +22,7 @@ void completion_tracker::attach(CUstream stream, stream_timeline& timeline) {
   stream_ = stream;
   timeline_ = &timeline;
   final_position_ = 0;
+  capturing_ = false;
   timeline.set_poller(this);
 }
 
@@ -49,6 +50,12 @@ result<CUevent> completion_tracker::record_marker_locked() {
   if (stream_ == nullptr) {
     return status(error_code::invalid_handle,
                   "the stream was destroyed; no marker can be recorded");
+  }
+  // The marker would be captured into the graph instead of recorded (begin_capture_locked).
+  if (capturing_) {
+    return status(error_code::not_permitted,
+                  "the stream is being captured into a graph; no marker can be recorded on it "
+                  "until the capture ends");
   }
   CUevent event = nullptr;
   if (!spare_events_.empty()) {
@@ -92,6 +99,8 @@ void completion_tracker::poll(std::uint64_t position) {
     return; // learn from it later
   if (stream_ == nullptr)
     return; // retired: the final marker is the last word
+  if (capturing_)
+    return; // no query, no marker: the pending markers cover all (begin_capture_locked)
   const std::uint64_t enqueued = timeline_->enqueued_position();
   if (pending_.empty()) {
     // An idle stream answers at once, without an event (the common case: the free ran
@@ -106,6 +115,20 @@ void completion_tracker::poll(std::uint64_t position) {
   if (pending_.size() >= max_pending_markers)
     return;                     // the oldest completes first anyway
   (void)record_marker_locked(); // on failure a later poll tries again
+}
+
+status completion_tracker::begin_capture_locked() {
+  if (stream_ == nullptr || timeline_ == nullptr)
+    return status(error_code::invalid_handle, "the stream was destroyed");
+  const std::uint64_t enqueued = timeline_->enqueued_position();
+  const bool covered = timeline_->completed_position() >= enqueued ||
+                       (!pending_.empty() && pending_.back().position >= enqueued);
+  if (!covered) {
+    if (result<CUevent> marker = record_marker_locked(); !marker.ok())
+      return marker.take_error();
+  }
+  capturing_ = true;
+  return status::success();
 }
 
 void completion_tracker::retire() {

@@ -51,6 +51,18 @@ public:
   /// completion_poller: learns what completed; records a marker if none covers position.
   void poll(std::uint64_t position) override;
 
+  /// The stream is about to be captured into a graph (cuStreamBeginCapture). During a
+  /// capture a marker recorded on the stream would become part of the graph (and could never
+  /// be queried), and cuStreamQuery on it would end the capture with an error; so a marker
+  /// covering every position issued so far is recorded now, and until end_capture_locked()
+  /// the tracker records and queries nothing on the stream: polls learn completion from the
+  /// markers already pending, which cover every position (nothing is issued during a
+  /// capture). Requires: issue_mutex() held, the stream's context current.
+  status begin_capture_locked();
+  /// The capture ended (or never began): markers and stream queries are allowed again.
+  /// Requires: issue_mutex() held.
+  void end_capture_locked() noexcept { capturing_ = false; }
+
   /// The stream is going away; no more work is issued. Records a final marker unless the
   /// timeline already reached its last position. Call before the CUstream is destroyed.
   void retire();
@@ -81,6 +93,7 @@ private:
   CUstream stream_ = nullptr;           // null once retired
   stream_timeline* timeline_ = nullptr; // null when detached
   std::uint64_t final_position_ = 0;    // enqueued position at retirement
+  bool capturing_ = false;              // between begin and end of a capture
   std::deque<marker> pending_;          // oldest first; positions ascending
   std::vector<CUevent> spare_events_;   // completed markers, reused
 };

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "backend/cuda/cuda_event.hpp"
+#include "backend/cuda/cuda_graph.hpp"
 #include "backend/cuda/cuda_stream.hpp"
 #include "backend/fork_guard.hpp"
 
@@ -40,6 +41,7 @@ status read_properties(const driver_api& driver, CUdevice device, int ordinal, C
     handle_types = 0;
   // soma's pools are built on the virtual memory API, not on the driver's pools.
   out->memory_pools_supported = virtual_memory != 0 && pools != 0;
+  out->maps_at_offset = false;  // cuMemMap: "offset ... currently must be zero"
   out->supported_handle_types =
       (handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0 ? handle_type_posix_fd : 0;
 
@@ -260,6 +262,55 @@ result<std::unique_ptr<stream>> cuda_backend::adopt_stream(int device, void* nat
   tracker->attach(adopted, timeline);
   return std::unique_ptr<stream>(std::make_unique<cuda_stream>(
       *this, driver_, device, context, adopted, /*owns_native=*/false, timeline, *tracker));
+}
+
+result<std::unique_ptr<work_graph>> cuda_backend::create_work_graph(int device) {
+  if (status checked = check_device(device); !checked.ok())
+    return checked;
+  result<std::unique_ptr<cuda_graph>> created =
+      cuda_graph::create(driver_, devices_[static_cast<std::size_t>(device)]->context, device);
+  if (!created.ok())
+    return created.take_error();
+  return std::unique_ptr<work_graph>(std::move(created.value()));
+}
+
+status cuda_backend::begin_native_capture(stream &s) {
+  return static_cast<cuda_stream &>(s).begin_capture();
+}
+
+result<void *> cuda_backend::end_native_capture(stream &s) {
+  auto &captured = static_cast<cuda_stream &>(s);
+  result<CUgraph> ended = captured.end_capture();
+  if (!ended.ok())
+    return ended.take_error();
+  CUgraph graph = ended.value();
+  if (graph == nullptr)
+    return static_cast<void *>(nullptr);
+  context_scope scope(driver_, captured.context());
+  if (!scope.entered().ok())
+    return scope.entered();
+  std::size_t node_count = 0;
+  if (status counted = driver_.check(
+          driver_.cuGraphGetNodes(graph, nullptr, &node_count), "cuGraphGetNodes",
+          "the graph captured on a stream of device " + std::to_string(captured.device()));
+      !counted.ok()) {
+    driver_.cuGraphDestroy(graph);
+    return counted;
+  }
+  if (node_count == 0) {
+    driver_.cuGraphDestroy(graph); // nothing was recorded
+    return static_cast<void *>(nullptr);
+  }
+  return static_cast<void *>(graph);
+}
+
+void cuda_backend::destroy_native_graph(void *native_graph) {
+  if (native_graph == nullptr)
+    return;
+  // A CUgraph is tied to no context; device 0's is made current for the driver's sake.
+  context_scope scope(driver_, devices_.front()->context);
+  if (scope.entered().ok())
+    driver_.cuGraphDestroy(static_cast<CUgraph>(native_graph));
 }
 
 result<std::unique_ptr<event>> cuda_backend::create_event() {

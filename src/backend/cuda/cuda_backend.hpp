@@ -33,6 +33,10 @@ result<std::unique_ptr<backend>> open_backend();
 /// does not wait for the GPU: the pool unmaps only memory whose frees completed).
 /// committed_bytes counts what this backend created, not other users of the device.
 ///
+/// Graphs (S15): create_work_graph = a CUgraph in the device's primary context (cuda_graph);
+/// native capture = cuStreamBeginCapture in relaxed mode on the stream's CUstream, and
+/// end_native_capture hands back the CUgraph, or nullptr (destroying it) when it has no node.
+///
 /// Requires: streams and events are destroyed before the backend, and no timeline is polled
 /// after it (the runtime keeps its backend for the life of the process).
 class cuda_backend final : public backend {
@@ -57,6 +61,8 @@ public:
   bool can_discard_physical_part() const override { return false; }
   void discard_physical_part(std::uint64_t, std::size_t, std::size_t) override {}
   status map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle, int device) override;
+  status map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
+                  std::size_t offset, int device) override;
   void unmap(std::uintptr_t address, std::size_t bytes) override;
   /// Applies to the mapped pieces inside the range and is remembered for the reservation:
   /// later maps anywhere in it grant the same access (pool-wide access, S6).
@@ -70,6 +76,10 @@ public:
   result<std::unique_ptr<stream>> adopt_stream(int device, void* native,
                                                stream_timeline& timeline) override;
   result<std::unique_ptr<event>> create_event() override;
+  result<std::unique_ptr<work_graph>> create_work_graph(int device) override;
+  status begin_native_capture(stream& s) override;
+  result<void*> end_native_capture(stream& s) override;
+  void destroy_native_graph(void* native_graph) override;
   /// cuMemHostAlloc(PORTABLE | DEVICEMAP) in device 0's primary context: usable by every
   /// context, at the same address on host and devices.
   result<void*> allocate_host(std::size_t bytes) override;

@@ -171,6 +171,16 @@ void cuda_backend::release_physical(std::uint64_t handle) {
 
 status cuda_backend::map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
                          int device) {
+  return map_part(address, bytes, handle, 0, device);
+}
+
+status cuda_backend::map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
+                              std::size_t offset, int device) {
+  if (offset != 0) {
+    return status(error_code::not_supported,
+                  "cuMemMap maps a physical allocation from its start only (offset " +
+                      std::to_string(offset) + " asked)");
+  }
   if (status checked = check_device(device); !checked.ok())
     return checked;
   reservation* r = find_reservation(address, bytes);
@@ -184,7 +194,7 @@ status cuda_backend::map(std::uintptr_t address, std::size_t bytes, std::uint64_
   if (!scope.entered().ok())
     return scope.entered();
   const auto base = static_cast<CUdeviceptr>(address);
-  if (status s = driver_.check(driver_.cuMemMap(base, bytes, 0, handle, 0), "cuMemMap",
+  if (status s = driver_.check(driver_.cuMemMap(base, bytes, offset, handle, 0), "cuMemMap",
                                range_text(address, bytes));
       !s.ok())
     return s;

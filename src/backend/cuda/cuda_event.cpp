@@ -14,6 +14,34 @@ cuda_event::~cuda_event() {
   }
 }
 
+result<CUevent> cuda_event::event_in_locked(CUcontext context, int device) {
+  for (const per_context &created : created_)
+    if (created.context == context)
+      return created.event;
+  CUevent made = nullptr;
+  if (status s =
+          driver_.check(driver_.cuEventCreate(&made, CU_EVENT_DISABLE_TIMING), "cuEventCreate",
+                        "creating an event on device " + std::to_string(device));
+      !s.ok())
+    return s;
+  created_.push_back({context, made});
+  return made;
+}
+
+result<CUevent> cuda_event::event_in(CUcontext context, int device) {
+  std::lock_guard lock(mutex_);
+  return event_in_locked(context, device);
+}
+
+void cuda_event::note_recorded(CUevent recorded, CUcontext context,
+                               std::shared_ptr<sticky_state> sticky, std::uint64_t position) {
+  std::lock_guard lock(mutex_);
+  event_ = recorded;
+  context_ = context;
+  sticky_ = std::move(sticky);
+  recorded_position_ = position;
+}
+
 status cuda_event::record(stream& s) {
   auto& target = static_cast<cuda_stream&>(s);
   // The stream's issue lock first (the order enqueue_wait uses too): an operation whose
@@ -24,22 +52,14 @@ status cuda_event::record(stream& s) {
   context_scope scope(driver_, target.context());
   if (!scope.entered().ok())
     return scope.entered();
-  CUevent chosen = nullptr;
-  for (const per_context& created : created_)
-    if (created.context == target.context())
-      chosen = created.event;
-  if (chosen == nullptr) {
-    if (const CUresult made = driver_.cuEventCreate(&chosen, CU_EVENT_DISABLE_TIMING);
-        made != CUDA_SUCCESS) {
-      return driver_.check(made, "cuEventCreate",
-                           "creating an event on device " + std::to_string(target.device()));
-    }
-    created_.push_back({target.context(), chosen});
-  }
-  if (status s = driver_.check(driver_.cuEventRecord(chosen, target.native()), "cuEventRecord");
+  result<CUevent> chosen = event_in_locked(target.context(), target.device());
+  if (!chosen.ok())
+    return chosen.take_error();
+  if (status s =
+          driver_.check(driver_.cuEventRecord(chosen.value(), target.native()), "cuEventRecord");
       !s.ok())
     return s;
-  event_ = chosen;
+  event_ = chosen.value();
   sticky_ = target.sticky();
   recorded_position_ = target.enqueued_position();
   context_ = target.context();

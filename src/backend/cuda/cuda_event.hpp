@@ -36,7 +36,18 @@ public:
     return use(event_, context_);
   }
 
+  /// This event's CUevent in context (of device), created there at first use as a record
+  /// would: what a graph's event record or wait node names. Requires: context is current.
+  result<CUevent> event_in(CUcontext context, int device);
+  /// The event now stands for a record of `recorded` (its CUevent in context) by work at
+  /// position of a stream whose failures are sticky: what a graph launch whose record node
+  /// names this event does. Called under that stream's issue lock, as record() holds it.
+  void note_recorded(CUevent recorded, CUcontext context, std::shared_ptr<sticky_state> sticky,
+                     std::uint64_t position);
+
 private:
+  result<CUevent> event_in_locked(CUcontext context, int device);
+
   const driver_api& driver_;
   std::mutex mutex_;
   struct per_context {

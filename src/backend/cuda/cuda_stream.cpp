@@ -174,6 +174,61 @@ status cuda_stream::enqueue_wait_for(stream& other, std::uint64_t position) {
                            " of a stream on device " + std::to_string(source.device_));
 }
 
+status cuda_stream::enqueue_graph(CUgraphExec exec,
+                                  const std::function<void(std::uint64_t)> &launched) {
+  return issue_one([&](std::uint64_t position) {
+    if (status s = driver_.check(driver_.cuGraphLaunch(exec, native_), "cuGraphLaunch",
+                                 "a graph on a stream of device " + std::to_string(device_));
+        !s.ok())
+      return s;
+    launched(position);
+    return status::success();
+  });
+}
+
+status cuda_stream::upload_graph(CUgraphExec exec) {
+  if (status failed = sticky_error(); !failed.ok())
+    return failed;
+  context_scope scope(driver_, context_);
+  if (!scope.entered().ok())
+    return scope.entered();
+  std::lock_guard lock(tracker_.issue_mutex());
+  return driver_.check(driver_.cuGraphUpload(exec, native_), "cuGraphUpload",
+                       "a graph on a stream of device " + std::to_string(device_));
+}
+
+status cuda_stream::begin_capture() {
+  context_scope scope(driver_, context_);
+  if (!scope.entered().ok())
+    return scope.entered();
+  std::lock_guard lock(tracker_.issue_mutex());
+  if (status prepared = tracker_.begin_capture_locked(); !prepared.ok())
+    return prepared;
+  const CUresult begun = driver_.cuStreamBeginCapture(native_, CU_STREAM_CAPTURE_MODE_RELAXED);
+  if (begun != CUDA_SUCCESS) {
+    tracker_.end_capture_locked();
+    return driver_.check(begun, "cuStreamBeginCapture",
+                         "relaxed mode, a stream of device " + std::to_string(device_));
+  }
+  return status::success();
+}
+
+result<CUgraph> cuda_stream::end_capture() {
+  context_scope scope(driver_, context_);
+  if (!scope.entered().ok())
+    return scope.entered();
+  std::lock_guard lock(tracker_.issue_mutex());
+  CUgraph captured = nullptr;
+  const CUresult ended = driver_.cuStreamEndCapture(native_, &captured);
+  // Even a failed cuStreamEndCapture (an invalidated capture) leaves the stream uncaptured.
+  tracker_.end_capture_locked();
+  if (status s = driver_.check(ended, "cuStreamEndCapture",
+                               "a stream of device " + std::to_string(device_));
+      !s.ok())
+    return s;
+  return captured;
+}
+
 status cuda_stream::synchronize() {
   std::uint64_t position = 0;
   {

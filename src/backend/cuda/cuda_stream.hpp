@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -69,6 +70,22 @@ public:
   std::mutex& issue_mutex() noexcept { return tracker_.issue_mutex(); }
   const std::shared_ptr<sticky_state>& sticky() const noexcept { return sticky_; }
   std::uint64_t enqueued_position() const noexcept { return timeline_.enqueued_position(); }
+
+  /// Launches exec (cuGraphLaunch) as one operation, at the next position, so the completion
+  /// tracker covers the whole graph as it covers a memset. Once the driver accepted the launch,
+  /// launched(position) runs under the issue lock: the graph's record nodes update their events
+  /// there, as record() would.
+  status enqueue_graph(CUgraphExec exec, const std::function<void(std::uint64_t)> &launched);
+  /// cuGraphUpload on this stream: prepares exec's launches; runs none of its work, takes no
+  /// position.
+  status upload_graph(CUgraphExec exec);
+  /// cuStreamBeginCapture in relaxed mode. The completion tracker first records a marker
+  /// covering everything issued so far, then neither records nor queries on the stream until
+  /// end_capture (either would be captured, or would end the capture with an error).
+  /// Requires: nothing is enqueued on this stream until end_capture.
+  status begin_capture();
+  /// cuStreamEndCapture: the graph recorded since begin_capture (the caller owns it).
+  result<CUgraph> end_capture();
 
 private:
   /// Takes the next position and runs issue() under the issue lock, in the stream's context.

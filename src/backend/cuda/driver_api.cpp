@@ -76,6 +76,25 @@ const entry_point entry_points[] = {
     SOMA_CUDA_ENTRY(cuEventRecord, "cuEventRecord"),
     SOMA_CUDA_ENTRY(cuEventQuery, "cuEventQuery"),
     SOMA_CUDA_ENTRY(cuEventSynchronize, "cuEventSynchronize"),
+    SOMA_CUDA_ENTRY(cuGraphCreate, "cuGraphCreate"),
+    SOMA_CUDA_ENTRY(cuGraphDestroy, "cuGraphDestroy"),
+    SOMA_CUDA_ENTRY(cuGraphAddEmptyNode, "cuGraphAddEmptyNode"),
+    SOMA_CUDA_ENTRY(cuGraphAddMemsetNode, "cuGraphAddMemsetNode"),
+    SOMA_CUDA_ENTRY(cuGraphAddMemcpyNode, "cuGraphAddMemcpyNode"),
+    SOMA_CUDA_ENTRY(cuGraphAddHostNode, "cuGraphAddHostNode"),
+    SOMA_CUDA_ENTRY(cuGraphAddEventRecordNode, "cuGraphAddEventRecordNode"),
+    SOMA_CUDA_ENTRY(cuGraphAddEventWaitNode, "cuGraphAddEventWaitNode"),
+    SOMA_CUDA_ENTRY(cuGraphAddChildGraphNode, "cuGraphAddChildGraphNode"),
+    SOMA_CUDA_ENTRY(cuGraphGetNodes, "cuGraphGetNodes"),
+    SOMA_CUDA_ENTRY(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags"),
+    SOMA_CUDA_ENTRY(cuGraphLaunch, "cuGraphLaunch"),
+    SOMA_CUDA_ENTRY(cuGraphUpload, "cuGraphUpload"),
+    SOMA_CUDA_ENTRY(cuGraphExecDestroy, "cuGraphExecDestroy"),
+    SOMA_CUDA_ENTRY(cuGraphExecMemsetNodeSetParams, "cuGraphExecMemsetNodeSetParams"),
+    // cuGetProcAddress hands out the 10.1 form (the export cuStreamBeginCapture_v2, taking a
+    // capture mode) for the name cuStreamBeginCapture at 12.0.
+    SOMA_CUDA_ENTRY(cuStreamBeginCapture, "cuStreamBeginCapture_v2"),
+    SOMA_CUDA_ENTRY(cuStreamEndCapture, "cuStreamEndCapture"),
 };
 #undef SOMA_CUDA_ENTRY
 

@@ -12,8 +12,9 @@
 
 namespace soma::detail::backend::cuda {
 
-/// The driver's entry points with their CUDA 12.0 signatures, plus the translation of their
-/// results. All pointers are set once load_driver succeeds; a test may fill them with fakes.
+/// The driver's entry points with their CUDA 12.0 signatures (unchanged in 13), plus the
+/// translation of their results. All pointers are set once load_driver succeeds; a test may fill
+/// them with fakes.
 struct driver_api {
   CUresult (*cuInit)(unsigned flags) = nullptr;
   CUresult (*cuDriverGetVersion)(int* version) = nullptr;
@@ -73,6 +74,42 @@ struct driver_api {
   CUresult (*cuEventRecord)(CUevent event, CUstream stream) = nullptr;
   CUresult (*cuEventQuery)(CUevent event) = nullptr;
   CUresult (*cuEventSynchronize)(CUevent event) = nullptr;
+  // graphs (S15) and stream capture
+  CUresult (*cuGraphCreate)(CUgraph *graph, unsigned flags) = nullptr;
+  CUresult (*cuGraphDestroy)(CUgraph graph) = nullptr;
+  CUresult (*cuGraphAddEmptyNode)(CUgraphNode *node, CUgraph graph, const CUgraphNode *dependencies,
+                                  std::size_t dependency_count) = nullptr;
+  CUresult (*cuGraphAddMemsetNode)(CUgraphNode *node, CUgraph graph,
+                                   const CUgraphNode *dependencies, std::size_t dependency_count,
+                                   const CUDA_MEMSET_NODE_PARAMS *params,
+                                   CUcontext context) = nullptr;
+  CUresult (*cuGraphAddMemcpyNode)(CUgraphNode *node, CUgraph graph,
+                                   const CUgraphNode *dependencies, std::size_t dependency_count,
+                                   const CUDA_MEMCPY3D *params, CUcontext context) = nullptr;
+  CUresult (*cuGraphAddHostNode)(CUgraphNode *node, CUgraph graph, const CUgraphNode *dependencies,
+                                 std::size_t dependency_count,
+                                 const CUDA_HOST_NODE_PARAMS *params) = nullptr;
+  CUresult (*cuGraphAddEventRecordNode)(CUgraphNode *node, CUgraph graph,
+                                        const CUgraphNode *dependencies,
+                                        std::size_t dependency_count, CUevent event) = nullptr;
+  CUresult (*cuGraphAddEventWaitNode)(CUgraphNode *node, CUgraph graph,
+                                      const CUgraphNode *dependencies, std::size_t dependency_count,
+                                      CUevent event) = nullptr;
+  CUresult (*cuGraphAddChildGraphNode)(CUgraphNode *node, CUgraph graph,
+                                       const CUgraphNode *dependencies,
+                                       std::size_t dependency_count, CUgraph child) = nullptr;
+  CUresult (*cuGraphGetNodes)(CUgraph graph, CUgraphNode *nodes, std::size_t *count) = nullptr;
+  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *exec, CUgraph graph,
+                                          unsigned long long flags) = nullptr;
+  CUresult (*cuGraphLaunch)(CUgraphExec exec, CUstream stream) = nullptr;
+  CUresult (*cuGraphUpload)(CUgraphExec exec, CUstream stream) = nullptr;
+  CUresult (*cuGraphExecDestroy)(CUgraphExec exec) = nullptr;
+  CUresult (*cuGraphExecMemsetNodeSetParams)(CUgraphExec exec, CUgraphNode node,
+                                             const CUDA_MEMSET_NODE_PARAMS *params,
+                                             CUcontext context) = nullptr;
+  /// mode: CU_STREAM_CAPTURE_MODE_* (cuda.h's CUstreamCaptureMode, an int-sized enum).
+  CUresult (*cuStreamBeginCapture)(CUstream stream, int mode) = nullptr;
+  CUresult (*cuStreamEndCapture)(CUstream stream, CUgraph *graph) = nullptr;
 
   std::string library_name; ///< what was opened, for messages
   int driver_version = 0;   ///< cuDriverGetVersion, e.g. 13000

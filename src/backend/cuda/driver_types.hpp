@@ -23,6 +23,14 @@ using CUstream = CUstream_st*;
 struct CUevent_st;
 using CUevent = CUevent_st*;
 using CUhostFn = void (*)(void* user_data);
+struct CUgraph_st;
+using CUgraph = CUgraph_st *;
+struct CUgraphNode_st;
+using CUgraphNode = CUgraphNode_st *;
+struct CUgraphExec_st;
+using CUgraphExec = CUgraphExec_st *;
+struct CUarray_st;
+using CUarray = CUarray_st *;
 
 // ---- results (CUresult) -------------------------------------------------------------------
 inline constexpr CUresult CUDA_SUCCESS = 0;
@@ -83,8 +91,16 @@ inline constexpr unsigned CU_STREAM_WAIT_VALUE_EQ = 0x1;
 inline constexpr unsigned CU_STREAM_WAIT_VALUE_AND = 0x2;
 inline constexpr unsigned CU_STREAM_WAIT_VALUE_NOR = 0x3;
 inline constexpr unsigned CU_STREAM_WRITE_VALUE_DEFAULT = 0x0;
+// CUmemorytype and CUstreamCaptureMode are int-sized enums in cuda.h.
+inline constexpr int CU_MEMORYTYPE_HOST = 0x01;
+inline constexpr int CU_MEMORYTYPE_DEVICE = 0x02;
+inline constexpr int CU_MEMORYTYPE_ARRAY = 0x03;
+inline constexpr int CU_MEMORYTYPE_UNIFIED = 0x04;
+inline constexpr int CU_STREAM_CAPTURE_MODE_GLOBAL = 0;
+inline constexpr int CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
+inline constexpr int CU_STREAM_CAPTURE_MODE_RELAXED = 2;
 
-// ---- structures (layouts of cuda.h's *_v1 structs) ------------------------------------------
+// ---- structures (layouts of cuda.h's structs, the *_v1 ones unless said) ------------------
 struct CUmemLocation {
   int type = 0; ///< CU_MEM_LOCATION_TYPE_*
   int id = 0;   ///< device ordinal for CU_MEM_LOCATION_TYPE_DEVICE
@@ -109,5 +125,55 @@ struct CUmemAccessDesc {
   int flags = 0; ///< CU_MEM_ACCESS_FLAGS_PROT_*
 };
 static_assert(sizeof(CUmemAccessDesc) == 12, "cuda.h's CUmemAccessDesc_v1 is 12 bytes");
+
+/// A memset node: height rows of width elements of elementSize (1, 2 or 4) bytes.
+struct CUDA_MEMSET_NODE_PARAMS {
+  CUdeviceptr dst = 0;
+  std::size_t pitch = 0; ///< unused when height is 1
+  unsigned value = 0;
+  unsigned elementSize = 1;
+  std::size_t width = 0; ///< in elements
+  std::size_t height = 1;
+};
+static_assert(sizeof(CUDA_MEMSET_NODE_PARAMS) == 40,
+              "cuda.h's CUDA_MEMSET_NODE_PARAMS_v1 is 40 bytes");
+
+/// A 3-D copy (cuda.h's CUDA_MEMCPY3D_v2); soma fills only 1-D unified-address copies.
+struct CUDA_MEMCPY3D {
+  std::size_t srcXInBytes = 0;
+  std::size_t srcY = 0;
+  std::size_t srcZ = 0;
+  std::size_t srcLOD = 0;
+  int srcMemoryType = 0; ///< CU_MEMORYTYPE_*
+  const void *srcHost = nullptr;
+  CUdeviceptr srcDevice = 0;
+  CUarray srcArray = nullptr;
+  void *reserved0 = nullptr;
+  std::size_t srcPitch = 0;
+  std::size_t srcHeight = 0;
+
+  std::size_t dstXInBytes = 0;
+  std::size_t dstY = 0;
+  std::size_t dstZ = 0;
+  std::size_t dstLOD = 0;
+  int dstMemoryType = 0; ///< CU_MEMORYTYPE_*
+  void *dstHost = nullptr;
+  CUdeviceptr dstDevice = 0;
+  CUarray dstArray = nullptr;
+  void *reserved1 = nullptr;
+  std::size_t dstPitch = 0;
+  std::size_t dstHeight = 0;
+
+  std::size_t WidthInBytes = 0;
+  std::size_t Height = 1;
+  std::size_t Depth = 1;
+};
+static_assert(sizeof(CUDA_MEMCPY3D) == 200, "cuda.h's CUDA_MEMCPY3D_v2 is 200 bytes");
+
+struct CUDA_HOST_NODE_PARAMS {
+  CUhostFn fn = nullptr;
+  void *userData = nullptr;
+};
+static_assert(sizeof(CUDA_HOST_NODE_PARAMS) == 16, "cuda.h's CUDA_HOST_NODE_PARAMS_v1 is 16 bytes");
 
 } // namespace soma::detail::backend::cuda

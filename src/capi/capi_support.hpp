@@ -1,0 +1,66 @@
+// What every C API file shares: running a call with the runtime started, recording its outcome
+// for somaGetLastErrorMessage, and reading C arguments safely.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+
+#include "runtime/last_error.hpp"
+#include "runtime/runtime.hpp"
+#include "soma/soma.h"
+
+namespace soma::capi {
+
+using soma::detail::error_code;
+using soma::detail::result;
+using soma::detail::runtime;
+using soma::detail::status;
+
+
+inline somaError_t report(const status& outcome) {
+  return static_cast<somaError_t>(soma::detail::record_outcome(outcome));
+}
+
+// Runs body(runtime&) -> status with the runtime started, mapping exceptions to codes.
+template <typename Body>
+inline somaError_t with_runtime(Body&& body) noexcept {
+  try {
+    result<runtime*> rt = runtime::instance();
+    if (!rt.ok()) return report(rt.error());
+    return report(body(*rt.value()));
+  } catch (const std::bad_alloc&) {
+    return report(status(error_code::out_of_memory, "host memory exhausted inside soma"));
+  } catch (const std::exception& e) {
+    return report(status(error_code::unknown, std::string("internal error: ") + e.what()));
+  } catch (...) {
+    return report(status(error_code::unknown, "internal error"));
+  }
+}
+
+inline status null_argument(const char* call, const char* argument) {
+  return status(error_code::invalid_value, std::string(call) + ": " + argument + " is NULL");
+}
+
+template <typename T, typename Out>
+status store(result<T> value, Out* out) {
+  if (!value.ok()) return value.take_error();
+  *out = reinterpret_cast<Out>(value.value());
+  return status::success();
+}
+
+inline std::uintptr_t handle_of(const void* handle) { return reinterpret_cast<std::uintptr_t>(handle); }
+
+// C callers may pass any int where the API names an enum. Reading such a value as the C++
+// enum type is undefined when it lies outside the enum's range, so enums are read as ints.
+template <typename Enum>
+inline int raw_value(const Enum& value) noexcept {
+  static_assert(sizeof(Enum) == sizeof(int), "C enums of the API are int-sized");
+  int raw = 0;
+  std::memcpy(&raw, &value, sizeof raw);
+  return raw;
+}
+
+}  // namespace soma::capi

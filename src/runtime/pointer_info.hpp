@@ -1,0 +1,22 @@
+// What the runtime knows about an address (S14): somaPointerGetAttributes and range checks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace soma::detail {
+
+class memory_pool;
+
+struct pointer_info {
+  bool is_live = false;
+  const memory_pool* pool = nullptr;  ///< owner of a live allocation (destroyed pools too)
+  bool is_host = false;  ///< inside a somaMallocHost allocation (base and size are its own)
+  bool is_graph = false;  ///< a live graph allocation (S15): no pool
+  int device = -1;
+  std::uintptr_t pool_handle = 0;
+  std::uintptr_t base = 0;
+  std::size_t requested_bytes = 0;
+};
+
+}  // namespace soma::detail

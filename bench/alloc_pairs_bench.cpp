@@ -19,7 +19,6 @@
 
 #include "bench_support.hpp"
 
-
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -52,37 +51,37 @@ struct settings {
   int trials = 7;
 };
 
-[[noreturn]] void fail(const char *what, somaError_t status) {
+[[noreturn]] void fail(const char* what, somaError_t status) {
   std::fprintf(stderr, "alloc_pairs_bench: %s failed: %s: %s\n", what, somaGetErrorName(status),
                somaGetLastErrorMessage());
   std::exit(1);
 }
 
-#define SOMA_BENCH_CHECK(call)                                                                     \
-  do {                                                                                             \
-    const somaError_t soma_bench_status = (call);                                                  \
-    if (soma_bench_status != somaSuccess) [[unlikely]]                                             \
-      fail(#call, soma_bench_status);                                                              \
+#define SOMA_BENCH_CHECK(call)                         \
+  do {                                                 \
+    const somaError_t soma_bench_status = (call);      \
+    if (soma_bench_status != somaSuccess) [[unlikely]] \
+      fail(#call, soma_bench_status);                  \
   } while (0)
 
 // Keeps the compiler from removing a malloc/free pair whose pointer is otherwise unused.
-inline void escape(void *ptr) { asm volatile("" : : "r"(ptr) : "memory"); }
+inline void escape(void* ptr) { asm volatile("" : : "r"(ptr) : "memory"); }
 
 // ---- the two allocators, behind the same three calls ------------------------------------
 
 struct soma_allocator {
-  static constexpr const char *name = "soma";
+  static constexpr const char* name = "soma";
   somaStream_t stream;
-  somaMemPool_t pool; // nullptr: the stream device's current pool (somaMallocAsync)
-  void *allocate(std::size_t bytes) {
-    void *ptr = nullptr;
+  somaMemPool_t pool;  // nullptr: the stream device's current pool (somaMallocAsync)
+  void* allocate(std::size_t bytes) {
+    void* ptr = nullptr;
     const somaError_t status = pool == nullptr ? somaMallocAsync(&ptr, bytes, stream)
                                                : somaMallocFromPoolAsync(&ptr, bytes, pool, stream);
     if (status != somaSuccess) [[unlikely]]
       fail("somaMallocAsync", status);
     return ptr;
   }
-  void deallocate(void *ptr) {
+  void deallocate(void* ptr) {
     const somaError_t status = somaFreeAsync(ptr, stream);
     if (status != somaSuccess) [[unlikely]]
       fail("somaFreeAsync", status);
@@ -90,33 +89,31 @@ struct soma_allocator {
 };
 
 struct system_allocator {
-  static constexpr const char *name = "system";
-  void *allocate(std::size_t bytes) {
-    void *ptr = std::malloc(bytes);
+  static constexpr const char* name = "system";
+  void* allocate(std::size_t bytes) {
+    void* ptr = std::malloc(bytes);
     if (ptr == nullptr) [[unlikely]] {
       std::fprintf(stderr, "alloc_pairs_bench: malloc(%zu) failed\n", bytes);
       std::exit(1);
     }
     return ptr;
   }
-  void deallocate(void *ptr) { std::free(ptr); }
+  void deallocate(void* ptr) { std::free(ptr); }
 };
 
 // ---- timing -------------------------------------------------------------------------------
 
-
 // Runs batch() (which performs `pairs_per_batch` pairs) until trial_seconds pass; returns ns
 // per pair. The median over the trials is reported.
 template <class Batch>
-double time_pairs(const settings &config, long pairs_per_batch, Batch &&batch) {
+double time_pairs(const settings& config, long pairs_per_batch, Batch&& batch) {
   std::vector<double> results;
   for (int trial = 0; trial < config.trials; ++trial) {
     long pairs = 0;
     const clock_type::time_point start = clock_type::now();
     double elapsed = 0;
     do {
-      for (int i = 0; i < 16; ++i)
-        batch();
+      for (int i = 0; i < 16; ++i) batch();
       pairs += 16 * pairs_per_batch;
       elapsed = seconds_since(start);
     } while (elapsed < config.trial_seconds);
@@ -126,31 +123,30 @@ double time_pairs(const settings &config, long pairs_per_batch, Batch &&batch) {
 }
 
 template <class Allocator>
-double pair_ns(const settings &config, Allocator &allocator, std::size_t bytes) {
+double pair_ns(const settings& config, Allocator& allocator, std::size_t bytes) {
   return time_pairs(config, 1, [&] {
-    void *ptr = allocator.allocate(bytes);
+    void* ptr = allocator.allocate(bytes);
     escape(ptr);
     allocator.deallocate(ptr);
   });
 }
 
 template <class Allocator>
-double live_ns(const settings &config, Allocator &allocator, std::size_t bytes) {
-  void *ptrs[kLiveCount];
+double live_ns(const settings& config, Allocator& allocator, std::size_t bytes) {
+  void* ptrs[kLiveCount];
   return time_pairs(config, kLiveCount, [&] {
-    for (void *&ptr : ptrs) {
+    for (void*& ptr : ptrs) {
       ptr = allocator.allocate(bytes);
       escape(ptr);
     }
-    for (void *ptr : ptrs)
-      allocator.deallocate(ptr);
+    for (void* ptr : ptrs) allocator.deallocate(ptr);
   });
 }
 
 // N threads, each with its own allocator (for soma: its own stream), run pairs until main says
 // stop; returns aggregate ns per pair (wall time / all pairs of all threads).
 template <class Allocator>
-double threaded_ns(const settings &config, std::vector<Allocator> &allocators, std::size_t bytes) {
+double threaded_ns(const settings& config, std::vector<Allocator>& allocators, std::size_t bytes) {
   const int thread_count = static_cast<int>(allocators.size());
   std::vector<double> results;
   for (int trial = 0; trial < config.trials; ++trial) {
@@ -161,14 +157,13 @@ double threaded_ns(const settings &config, std::vector<Allocator> &allocators, s
     threads.reserve(static_cast<std::size_t>(thread_count));
     for (int t = 0; t < thread_count; ++t) {
       threads.emplace_back([&, t] {
-        Allocator &allocator = allocators[static_cast<std::size_t>(t)];
-        for (int i = 0; i < 1000; ++i)
-          allocator.deallocate(allocator.allocate(bytes)); // warm
+        Allocator& allocator = allocators[static_cast<std::size_t>(t)];
+        for (int i = 0; i < 1000; ++i) allocator.deallocate(allocator.allocate(bytes));  // warm
         start_line.arrive_and_wait();
         long done = 0;
         while (!stop.load(std::memory_order_relaxed)) {
           for (int i = 0; i < 64; ++i) {
-            void *ptr = allocator.allocate(bytes);
+            void* ptr = allocator.allocate(bytes);
             escape(ptr);
             allocator.deallocate(ptr);
           }
@@ -181,12 +176,10 @@ double threaded_ns(const settings &config, std::vector<Allocator> &allocators, s
     const clock_type::time_point start = clock_type::now();
     std::this_thread::sleep_for(std::chrono::duration<double>(config.trial_seconds));
     stop.store(true);
-    for (std::thread &thread : threads)
-      thread.join();
+    for (std::thread& thread : threads) thread.join();
     const double elapsed = seconds_since(start);
     long total = 0;
-    for (long count : pairs)
-      total += count;
+    for (long count : pairs) total += count;
     results.push_back(elapsed * 1e9 / static_cast<double>(total));
   }
   return median(results);
@@ -196,7 +189,7 @@ double threaded_ns(const settings &config, std::vector<Allocator> &allocators, s
 
 struct churn_phase {
   double us_per_request = 0;
-  std::size_t heap_bytes = 0; // malloc's bytes in use at the end of the phase
+  std::size_t heap_bytes = 0;  // malloc's bytes in use at the end of the phase
 };
 
 // The streams a loop of requests uses. `ordered`: each request stream starts after the main
@@ -217,7 +210,7 @@ struct churn_loop {
       SOMA_BENCH_CHECK(somaEventRecord(main_done, main_stream));
       SOMA_BENCH_CHECK(somaStreamWaitEvent(stream, main_done, 0));
     }
-    void *ptr = nullptr;
+    void* ptr = nullptr;
     SOMA_BENCH_CHECK(somaMallocAsync(&ptr, 64 * KiB, stream));
     SOMA_BENCH_CHECK(somaFreeAsync(ptr, stream));
     if (ordered) {
@@ -253,8 +246,8 @@ void print_churn_row(bool ordered, int total_requests) {
       (total_requests - phase_requests);
   std::printf("%-44s %10.2f %10.2f %10.2f %12.1f\n",
               ordered ? "ordered after/before a main stream" : "create, allocate, free, destroy",
-              late.us_per_request, early.us_per_request,
-              late.us_per_request / early.us_per_request, heap_per_request);
+              late.us_per_request, early.us_per_request, late.us_per_request / early.us_per_request,
+              heap_per_request);
   std::fflush(stdout);
   SOMA_BENCH_CHECK(somaDeviceSynchronize());
   SOMA_BENCH_CHECK(somaEventDestroy(loop.request_done));
@@ -264,10 +257,11 @@ void print_churn_row(bool ordered, int total_requests) {
 
 void print_churn(bool quick) {
   const int total_requests = quick ? 10000 : 50000;
-  std::printf("\nstream churn: a stream per request, %d requests (S2, S11); time per request "
-              "in the\nlast 1000 against the first 1000, and malloc's heap growth per request "
-              "after the first 1000\n",
-              total_requests);
+  std::printf(
+      "\nstream churn: a stream per request, %d requests (S2, S11); time per request "
+      "in the\nlast 1000 against the first 1000, and malloc's heap growth per request "
+      "after the first 1000\n",
+      total_requests);
   std::printf("%-44s %10s %10s %10s %12s\n", "loop", "last us", "first us", "last/first",
               "heap B/req");
   std::printf("%s\n", std::string(90, '-').c_str());
@@ -277,23 +271,21 @@ void print_churn(bool quick) {
 
 // ---- report ---------------------------------------------------------------------------------
 
-
 void print_header() {
   std::printf("%-44s %12s %12s %10s %12s\n", "scenario", "soma ns", "system ns", "soma/sys",
               "soma M/s");
   std::printf("%s\n", std::string(94, '-').c_str());
 }
 
-void print_row(const std::string &scenario, double soma_ns, double system_ns) {
+void print_row(const std::string& scenario, double soma_ns, double system_ns) {
   std::printf("%-44s %12.1f %12.1f %10.2f %12.2f\n", scenario.c_str(), soma_ns, system_ns,
               soma_ns / system_ns, 1e3 / soma_ns);
   std::fflush(stdout);
 }
 
-
-void print_machine(const settings &config) {
+void print_machine(const settings& config) {
   const std::string date = soma_bench::utc_date_text();
-  const char *backend = "?";
+  const char* backend = "?";
   SOMA_BENCH_CHECK(somaGetBackendName(&backend));
   int granularity_kib = 0;
   SOMA_BENCH_CHECK(
@@ -309,14 +301,15 @@ void print_machine(const settings &config) {
 #endif
   );
   std::printf("soma        backend %s, granularity %d KiB\n", backend, granularity_kib);
-  std::printf("method      median of %d trials of %.0f ms each; ns per alloc+free pair;\n"
-              "            warm pool, release threshold UINT64_MAX unless said (S12)\n\n",
-              config.trials, config.trial_seconds * 1e3);
+  std::printf(
+      "method      median of %d trials of %.0f ms each; ns per alloc+free pair;\n"
+      "            warm pool, release threshold UINT64_MAX unless said (S12)\n\n",
+      config.trials, config.trial_seconds * 1e3);
 }
 
-} // namespace
+}  // namespace
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   settings config;
   bool quick = false;
   bool churn_only = false;
@@ -353,11 +346,9 @@ int main(int argc, char **argv) {
   const std::size_t pair_sizes[] = {256, 4 * KiB, 64 * KiB, 1 * MiB, 64 * MiB};
   const std::size_t live_sizes[] = {256, 4 * KiB, 64 * KiB, 1 * MiB};
   for (std::size_t bytes : live_sizes) {
-    void *ptrs[kLiveCount];
-    for (void *&ptr : ptrs)
-      ptr = soma.allocate(bytes);
-    for (void *ptr : ptrs)
-      soma.deallocate(ptr);
+    void* ptrs[kLiveCount];
+    for (void*& ptr : ptrs) ptr = soma.allocate(bytes);
+    for (void* ptr : ptrs) soma.deallocate(ptr);
   }
   soma.deallocate(soma.allocate(64 * MiB));
   SOMA_BENCH_CHECK(somaStreamSynchronize(stream));
@@ -408,17 +399,18 @@ int main(int argc, char **argv) {
   SOMA_BENCH_CHECK(somaMemPoolCreate(&small_pool, &props));
   soma_allocator cold{stream, small_pool};
   const double soma_cold_ns = time_pairs(config, 1, [&] {
-    void *ptr = cold.allocate(64 * MiB);
+    void* ptr = cold.allocate(64 * MiB);
     escape(ptr);
     cold.deallocate(ptr);
     SOMA_BENCH_CHECK(somaStreamSynchronize(stream));
   });
   const double system_cold_ns = pair_ns(config, system, 64 * MiB);
   print_row("threshold 0: 64 MiB pair + stream sync", soma_cold_ns, system_cold_ns);
-  std::printf("\nsoma ns / system ns: per alloc+free pair (aggregate rows: wall time / all "
-              "pairs);\nsoma/sys below 1 means soma is faster. soma M/s: million pairs per "
-              "second.\nThe threshold-0 row compares against plain malloc+free (no "
-              "synchronize exists there).\n");
+  std::printf(
+      "\nsoma ns / system ns: per alloc+free pair (aggregate rows: wall time / all "
+      "pairs);\nsoma/sys below 1 means soma is faster. soma M/s: million pairs per "
+      "second.\nThe threshold-0 row compares against plain malloc+free (no "
+      "synchronize exists there).\n");
 
   SOMA_BENCH_CHECK(somaMemPoolDestroy(small_pool));
   SOMA_BENCH_CHECK(somaStreamDestroy(stream));

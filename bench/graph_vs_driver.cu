@@ -35,22 +35,22 @@ constexpr std::size_t MiB = std::size_t{1} << 20;
 constexpr int kSteps = 8;
 constexpr std::size_t kBytes = 1 * MiB;
 
-#define CUDA_CHECK(call)                                                                           \
-  do {                                                                                             \
-    const cudaError_t status_ = (call);                                                            \
-    if (status_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(status_));                 \
-      std::exit(1);                                                                                \
-    }                                                                                              \
+#define CUDA_CHECK(call)                                                           \
+  do {                                                                             \
+    const cudaError_t status_ = (call);                                            \
+    if (status_ != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(status_)); \
+      std::exit(1);                                                                \
+    }                                                                              \
   } while (0)
-#define SOMA_CHECK(call)                                                                           \
-  do {                                                                                             \
-    const somaError_t status_ = (call);                                                            \
-    if (status_ != somaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s failed: %s: %s\n", #call, somaGetErrorName(status_),                \
-                   somaGetLastErrorMessage());                                                     \
-      std::exit(1);                                                                                \
-    }                                                                                              \
+#define SOMA_CHECK(call)                                                            \
+  do {                                                                              \
+    const somaError_t status_ = (call);                                             \
+    if (status_ != somaSuccess) {                                                   \
+      std::fprintf(stderr, "%s failed: %s: %s\n", #call, somaGetErrorName(status_), \
+                   somaGetLastErrorMessage());                                      \
+      std::exit(1);                                                                 \
+    }                                                                               \
   } while (0)
 
 __global__ void touch_kernel(unsigned char* bytes, std::size_t count) {
@@ -121,11 +121,13 @@ struct samples {
   std::vector<double> build, inst, enqueue, run;
   std::uint64_t reserved = 0;
   figures medians() const {
-    return {median(build), median(inst), median(enqueue), median(run), static_cast<double>(reserved) / MiB};
+    return {median(build), median(inst), median(enqueue), median(run),
+            static_cast<double>(reserved) / MiB};
   }
 };
 
-void trial_driver(bool kernels, const settings& s, cudaStream_t stream, cudaStream_t side, samples& out) {
+void trial_driver(bool kernels, const settings& s, cudaStream_t stream, cudaStream_t side,
+                  samples& out) {
   auto& [build, inst, enqueue, run, reserved] = out;
   {
     auto start = clock_type::now();
@@ -172,7 +174,8 @@ soma_graph build_soma(bool kernels, cudaStream_t side) {
     p.poolProps.location.id = 0;
     p.bytesize = kBytes;
     somaGraphNode_t alloc = nullptr, set = nullptr, release = nullptr;
-    SOMA_CHECK(somaGraphAddMemAllocNode(&alloc, made.graph, last ? &last : nullptr, last ? 1 : 0, &p));
+    SOMA_CHECK(
+        somaGraphAddMemAllocNode(&alloc, made.graph, last ? &last : nullptr, last ? 1 : 0, &p));
     somaMemsetParams m{};
     m.dst = p.dptr;
     m.value = static_cast<unsigned>(i);
@@ -194,7 +197,8 @@ soma_graph build_soma(bool kernels, cudaStream_t side) {
   return made;
 }
 
-void trial_soma(bool kernels, const settings& s, somaStream_t stream, cudaStream_t side, samples& out) {
+void trial_soma(bool kernels, const settings& s, somaStream_t stream, cudaStream_t side,
+                samples& out) {
   auto& [build, inst, enqueue, run, reserved] = out;
   {
     auto start = clock_type::now();
@@ -278,16 +282,18 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaFree(nullptr));
   const char* backend = nullptr;
   if (somaGetBackendName(&backend) != somaSuccess || std::strcmp(backend, "cuda") != 0) {
-    std::fprintf(stderr, "graph_vs_driver: soma is not on the cuda backend: %s\n", somaGetLastErrorMessage());
+    std::fprintf(stderr, "graph_vs_driver: soma is not on the cuda backend: %s\n",
+                 somaGetLastErrorMessage());
     return 2;
   }
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   int driver = 0;
   CUDA_CHECK(cudaDriverGetVersion(&driver));
-  std::printf("graph_vs_driver: %s, driver %d, %d trials, %d launches per trial\n", prop.name, driver,
-              s.trials, s.launches);
-  std::printf("graph: %d x [alloc %zu MiB -> memset -> (kernel) -> free], chained\n\n", kSteps, kBytes / MiB);
+  std::printf("graph_vs_driver: %s, driver %d, %d trials, %d launches per trial\n", prop.name,
+              driver, s.trials, s.launches);
+  std::printf("graph: %d x [alloc %zu MiB -> memset -> (kernel) -> free], chained\n\n", kSteps,
+              kBytes / MiB);
   for (bool kernels : {false, true}) {
     figures soma_figures, driver_figures;
     measure(kernels, s, soma_figures, driver_figures);

@@ -31,7 +31,6 @@
 
 #include "bench_support.hpp"
 
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -52,8 +51,8 @@ using clock_type = std::chrono::steady_clock;
 
 constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = 1024 * KiB;
-constexpr int kStreams = 4;     // pipeline stages
-constexpr int kCreditDepth = 4; // items in flight before stream 0 waits on a credit
+constexpr int kStreams = 4;      // pipeline stages
+constexpr int kCreditDepth = 4;  // items in flight before stream 0 waits on a credit
 constexpr std::size_t kPoolMaxBytes = 64 * MiB;
 constexpr std::size_t kTouchBytes = 16 * KiB;
 
@@ -61,20 +60,20 @@ struct settings {
   int items = 1500;
   int runs = 10;
   int kernel_spin_us = 5;
-  int host_pause_us = 0; // paced scenario: host work between items (the device catches up)
+  int host_pause_us = 0;  // paced scenario: host work between items (the device catches up)
 };
 
-[[noreturn]] void fail(const char *what, somaError_t status) {
+[[noreturn]] void fail(const char* what, somaError_t status) {
   std::fprintf(stderr, "reuse_policies_bench: %s failed: %s: %s\n", what, somaGetErrorName(status),
                somaGetLastErrorMessage());
   std::exit(1);
 }
 
-#define SOMA_BENCH_CHECK(call)                                                                     \
-  do {                                                                                             \
-    const somaError_t soma_bench_status = (call);                                                  \
-    if (soma_bench_status != somaSuccess) [[unlikely]]                                             \
-      fail(#call, soma_bench_status);                                                              \
+#define SOMA_BENCH_CHECK(call)                         \
+  do {                                                 \
+    const somaError_t soma_bench_status = (call);      \
+    if (soma_bench_status != somaSuccess) [[unlikely]] \
+      fail(#call, soma_bench_status);                  \
   } while (0)
 
 struct policies {
@@ -102,10 +101,10 @@ std::vector<std::size_t> make_sizes(int count) {
 // ---- the kernel: host work standing for device work ----------------------------------------
 
 struct kernel_arguments {
-  void *pointer;
+  void* pointer;
   std::size_t bytes;
   int spin_us;
-  bool free_after; // system allocator row: the last stage frees
+  bool free_after;  // system allocator row: the last stage frees
 };
 
 void spin_for(int microseconds) {
@@ -114,16 +113,15 @@ void spin_for(int microseconds) {
   }
 }
 
-void run_kernel(void *user_data) {
-  auto *arguments = static_cast<kernel_arguments *>(user_data);
+void run_kernel(void* user_data) {
+  auto* arguments = static_cast<kernel_arguments*>(user_data);
   std::memset(arguments->pointer, 0x5a, std::min(arguments->bytes, kTouchBytes));
   spin_for(arguments->spin_us);
-  if (arguments->free_after)
-    std::free(arguments->pointer);
+  if (arguments->free_after) std::free(arguments->pointer);
   delete arguments;
 }
 
-void launch_kernel(somaStream_t stream, void *pointer, std::size_t bytes, int spin_us,
+void launch_kernel(somaStream_t stream, void* pointer, std::size_t bytes, int spin_us,
                    bool free_after = false) {
   SOMA_BENCH_CHECK(somaLaunchHostFunc(stream, run_kernel,
                                       new kernel_arguments{pointer, bytes, spin_us, free_after}));
@@ -143,24 +141,19 @@ struct pipeline {
   somaEvent_t credit[kCreditDepth] = {};
 
   pipeline() {
-    for (somaStream_t &stream : streams)
-      SOMA_BENCH_CHECK(somaStreamCreate(&stream));
-    for (auto &row : handoff)
-      for (somaEvent_t &event : row)
+    for (somaStream_t& stream : streams) SOMA_BENCH_CHECK(somaStreamCreate(&stream));
+    for (auto& row : handoff)
+      for (somaEvent_t& event : row)
         SOMA_BENCH_CHECK(somaEventCreateWithFlags(&event, somaEventDisableTiming));
-    for (somaEvent_t &event : credit)
+    for (somaEvent_t& event : credit)
       SOMA_BENCH_CHECK(somaEventCreateWithFlags(&event, somaEventDisableTiming));
   }
   ~pipeline() {
-    for (somaStream_t stream : streams)
-      (void)somaStreamSynchronize(stream);
-    for (somaStream_t stream : streams)
-      (void)somaStreamDestroy(stream);
-    for (auto &row : handoff)
-      for (somaEvent_t event : row)
-        (void)somaEventDestroy(event);
-    for (somaEvent_t event : credit)
-      (void)somaEventDestroy(event);
+    for (somaStream_t stream : streams) (void)somaStreamSynchronize(stream);
+    for (somaStream_t stream : streams) (void)somaStreamDestroy(stream);
+    for (auto& row : handoff)
+      for (somaEvent_t event : row) (void)somaEventDestroy(event);
+    for (somaEvent_t event : credit) (void)somaEventDestroy(event);
   }
 
   /// Credit: stream 0 waits until item k - depth was freed on the last stream.
@@ -169,7 +162,7 @@ struct pipeline {
       SOMA_BENCH_CHECK(somaStreamWaitEvent(streams[0], credit[item % kCreditDepth], 0));
   }
   /// Hands the item down the stages, a kernel on each; returns the last stream.
-  somaStream_t pass_down(int item, void *pointer, std::size_t bytes, int spin_us,
+  somaStream_t pass_down(int item, void* pointer, std::size_t bytes, int spin_us,
                          bool free_in_last_kernel) {
     for (int stage = 1; stage < kStreams; ++stage) {
       somaEvent_t event = handoff[stage - 1][item % kCreditDepth];
@@ -184,13 +177,12 @@ struct pipeline {
     SOMA_BENCH_CHECK(somaEventRecord(credit[item % kCreditDepth], streams[kStreams - 1]));
   }
   void drain() {
-    for (somaStream_t stream : streams)
-      SOMA_BENCH_CHECK(somaStreamSynchronize(stream));
+    for (somaStream_t stream : streams) SOMA_BENCH_CHECK(somaStreamSynchronize(stream));
   }
 };
 
-run_result run_soma(const settings &config, policies p, const std::vector<std::size_t> &sizes,
-                    std::vector<double> &malloc_ns) {
+run_result run_soma(const settings& config, policies p, const std::vector<std::size_t>& sizes,
+                    std::vector<double>& malloc_ns) {
   somaMemPoolProps props{};
   props.allocType = somaMemAllocationTypePinned;
   props.location.type = somaMemLocationTypeDevice;
@@ -214,7 +206,7 @@ run_result run_soma(const settings &config, policies p, const std::vector<std::s
     for (int item = 0; item < config.items; ++item) {
       const std::size_t bytes = sizes[static_cast<std::size_t>(item)];
       line.wait_credit(item);
-      void *pointer = nullptr;
+      void* pointer = nullptr;
       for (int attempt = 0;; ++attempt) {
         const clock_type::time_point before = clock_type::now();
         const somaError_t status = somaMallocFromPoolAsync(&pointer, bytes, pool, line.streams[0]);
@@ -246,8 +238,8 @@ run_result run_soma(const settings &config, policies p, const std::vector<std::s
   return result;
 }
 
-run_result run_system(const settings &config, const std::vector<std::size_t> &sizes,
-                      std::vector<double> &malloc_ns) {
+run_result run_system(const settings& config, const std::vector<std::size_t>& sizes,
+                      std::vector<double>& malloc_ns) {
   run_result result;
   pipeline line;
   const clock_type::time_point start = clock_type::now();
@@ -255,7 +247,7 @@ run_result run_system(const settings &config, const std::vector<std::size_t> &si
     const std::size_t bytes = sizes[static_cast<std::size_t>(item)];
     line.wait_credit(item);
     const clock_type::time_point before = clock_type::now();
-    void *pointer = std::malloc(bytes);
+    void* pointer = std::malloc(bytes);
     const clock_type::time_point after = clock_type::now();
     if (pointer == nullptr) {
       std::fprintf(stderr, "reuse_policies_bench: malloc(%zu) failed\n", bytes);
@@ -276,8 +268,7 @@ run_result run_system(const settings &config, const std::vector<std::size_t> &si
 // ---- report ---------------------------------------------------------------------------------
 
 double percentile(std::vector<double> values, double fraction) {
-  if (values.empty())
-    return 0;
+  if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
   const auto index = static_cast<std::size_t>(fraction * static_cast<double>(values.size() - 1));
   return values[index];
@@ -291,10 +282,9 @@ struct configuration_result {
   int oom_syncs = 0;
 };
 
-
-void print_machine(const settings &config) {
+void print_machine(const settings& config) {
   const std::string date = soma_bench::utc_date_text();
-  const char *backend = "?";
+  const char* backend = "?";
   SOMA_BENCH_CHECK(somaGetBackendName(&backend));
   int granularity_kib = 0;
   SOMA_BENCH_CHECK(
@@ -311,18 +301,18 @@ void print_machine(const settings &config) {
   );
   std::printf("soma        backend %s, granularity %d KiB, pool max size %zu MiB\n", backend,
               granularity_kib, kPoolMaxBytes / MiB);
-  std::printf("workload    %d items of 4 KiB..4 MiB (log-uniform), %d streams, credit depth %d,\n"
-              "            kernels touch %zu KiB and spin %d us; %d runs per configuration\n\n",
-              config.items, kStreams, kCreditDepth, kTouchBytes / KiB, config.kernel_spin_us,
-              config.runs);
+  std::printf(
+      "workload    %d items of 4 KiB..4 MiB (log-uniform), %d streams, credit depth %d,\n"
+      "            kernels touch %zu KiB and spin %d us; %d runs per configuration\n\n",
+      config.items, kStreams, kCreditDepth, kTouchBytes / KiB, config.kernel_spin_us, config.runs);
 }
 
-void print_table(const std::vector<configuration_result> &results) {
+void print_table(const std::vector<configuration_result>& results) {
   const double default_throughput = percentile(results.back().items_per_second, 0.5);
   std::printf("%-8s %11s %8s %10s %10s %11s %19s %9s\n", "policies", "items/s", "vs FOI",
               "malloc p50", "malloc p99", "peak MiB", "peak min..max MiB", "oom syncs");
   std::printf("%s\n", std::string(93, '-').c_str());
-  for (const configuration_result &r : results) {
+  for (const configuration_result& r : results) {
     const double throughput = percentile(r.items_per_second, 0.5);
     char peak[32];
     char spread[32];
@@ -339,9 +329,9 @@ void print_table(const std::vector<configuration_result> &results) {
   }
 }
 
-} // namespace
+}  // namespace
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   settings config;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
@@ -373,7 +363,7 @@ int main(int argc, char **argv) {
   }
 
   struct scenario {
-    const char *name;
+    const char* name;
     int host_pause_us;
   };
   const scenario scenarios[] = {
@@ -382,12 +372,11 @@ int main(int argc, char **argv) {
        0},
       {"host paced (100 us of host work per item; the streams catch up between items)", 100},
   };
-  for (const scenario &current : scenarios) {
+  for (const scenario& current : scenarios) {
     settings run_config = config;
     run_config.host_pause_us = current.host_pause_us;
     std::vector<configuration_result> results;
-    for (policies p : combinations)
-      results.push_back({policy_label(p)});
+    for (policies p : combinations) results.push_back({policy_label(p)});
     configuration_result system_result{"system"};
     for (int run = 0; run < config.runs; ++run) {
       for (std::size_t i = 0; i < combinations.size(); ++i) {
@@ -400,20 +389,21 @@ int main(int argc, char **argv) {
       system_result.items_per_second.push_back(config.items / r.seconds);
     }
     std::printf("scenario: %s\n\n", current.name);
-    print_table(results); // the default (FOI) is last: the ratios divide by it
-    std::printf("system   %11.0f %8.2f %8.0fns %8.0fns   (malloc on the host, free() in the last "
-                "stage's task)\n\n",
-                percentile(system_result.items_per_second, 0.5),
-                percentile(system_result.items_per_second, 0.5) /
-                    percentile(results.back().items_per_second, 0.5),
-                percentile(system_result.malloc_ns, 0.5),
-                percentile(system_result.malloc_ns, 0.99));
+    print_table(results);  // the default (FOI) is last: the ratios divide by it
+    std::printf(
+        "system   %11.0f %8.2f %8.0fns %8.0fns   (malloc on the host, free() in the last "
+        "stage's task)\n\n",
+        percentile(system_result.items_per_second, 0.5),
+        percentile(system_result.items_per_second, 0.5) /
+            percentile(results.back().items_per_second, 0.5),
+        percentile(system_result.malloc_ns, 0.5), percentile(system_result.malloc_ns, 0.99));
   }
-  std::printf("policies: F follow event dependencies, O opportunistic, I internal dependencies "
-              "(- = off);\nFOI is the default. items/s: median over the runs; vs FOI: ratio to "
-              "the default.\nmalloc p50/p99: one somaMallocFromPoolAsync (malloc for system), "
-              "all runs.\npeak MiB: ReservedMemHigh, median and min..max over the runs. oom "
-              "syncs: per run,\nsynchronizes the benchmark needed after an out-of-memory "
-              "answer.\n");
+  std::printf(
+      "policies: F follow event dependencies, O opportunistic, I internal dependencies "
+      "(- = off);\nFOI is the default. items/s: median over the runs; vs FOI: ratio to "
+      "the default.\nmalloc p50/p99: one somaMallocFromPoolAsync (malloc for system), "
+      "all runs.\npeak MiB: ReservedMemHigh, median and min..max over the runs. oom "
+      "syncs: per run,\nsynchronizes the benchmark needed after an out-of-memory "
+      "answer.\n");
   return 0;
 }

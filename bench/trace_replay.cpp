@@ -33,7 +33,8 @@ using namespace soma::detail;
 /// Address space and commits that exist only as numbers: the pool never touches its memory.
 class synthetic_memory final : public pool_memory {
  public:
-  synthetic_memory(std::size_t granularity, bool partial) : granularity_(granularity), partial_(partial) {}
+  synthetic_memory(std::size_t granularity, bool partial)
+      : granularity_(granularity), partial_(partial) {}
   std::size_t granularity_bytes() const override { return granularity_; }
   result<std::uintptr_t> reserve(std::size_t bytes) override {
     const std::uintptr_t base = next_base_;
@@ -76,7 +77,8 @@ std::size_t parse_size(const char* text) { return std::strtoull(text, nullptr, 0
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s TRACE [--granularity B] [--growth-step B] [--partial-decommit]\n",
+    std::fprintf(stderr,
+                 "usage: %s TRACE [--granularity B] [--growth-step B] [--partial-decommit]\n",
                  argv[0]);
     return 2;
   }
@@ -86,11 +88,16 @@ int main(int argc, char** argv) {
   bool verbose = false;
   bool compact = false;
   for (int i = 2; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--granularity") == 0 && i + 1 < argc) granularity = parse_size(argv[++i]);
-    else if (std::strcmp(argv[i], "--growth-step") == 0 && i + 1 < argc) growth_step = parse_size(argv[++i]);
-    else if (std::strcmp(argv[i], "--partial-decommit") == 0) partial = true;
-    else if (std::strcmp(argv[i], "--verbose") == 0) verbose = true;
-    else if (std::strcmp(argv[i], "--compact") == 0) compact = true;
+    if (std::strcmp(argv[i], "--granularity") == 0 && i + 1 < argc)
+      granularity = parse_size(argv[++i]);
+    else if (std::strcmp(argv[i], "--growth-step") == 0 && i + 1 < argc)
+      growth_step = parse_size(argv[++i]);
+    else if (std::strcmp(argv[i], "--partial-decommit") == 0)
+      partial = true;
+    else if (std::strcmp(argv[i], "--verbose") == 0)
+      verbose = true;
+    else if (std::strcmp(argv[i], "--compact") == 0)
+      compact = true;
   }
   std::ifstream trace(argv[1]);
   if (!trace) {
@@ -123,8 +130,8 @@ int main(int argc, char** argv) {
       if (bytes == 0) continue;
       if (verbose) {
         const pool_statistics now = replayed.statistics();
-        std::printf("event %zu: allocate %zu (%.1f MiB), used %.3f GiB, reserved %.3f GiB\n", events,
-                    bytes, static_cast<double>(bytes) / (1 << 20),
+        std::printf("event %zu: allocate %zu (%.1f MiB), used %.3f GiB, reserved %.3f GiB\n",
+                    events, bytes, static_cast<double>(bytes) / (1 << 20),
                     static_cast<double>(now.used_bytes) / (1 << 30),
                     static_cast<double>(now.reserved_bytes) / (1 << 30));
       }
@@ -132,7 +139,8 @@ int main(int argc, char** argv) {
       result<block*> made = replayed.allocate(bytes, stream, &wait);
       if (!made.ok() && wait.synchronize_and_compact) {
         ++compactions;  // what the runtime does: synchronize, prove, trim, retry
-        if (verbose) std::printf("compaction at event %zu (allocation of %zu bytes)\n", events, bytes);
+        if (verbose)
+          std::printf("compaction at event %zu (allocation of %zu bytes)\n", events, bytes);
         const std::uint64_t position = stream.note_enqueued();
         stream.note_completed(position);
         stream.prove_completed(position);
@@ -142,7 +150,8 @@ int main(int argc, char** argv) {
         made = replayed.allocate(bytes, stream, &wait);
       }
       if (!made.ok()) {
-        std::fprintf(stderr, "trace_replay: event %zu: %s\n", events, made.error().message().c_str());
+        std::fprintf(stderr, "trace_replay: event %zu: %s\n", events,
+                     made.error().message().c_str());
         return 1;
       }
       live[id] = made.value();
@@ -154,8 +163,9 @@ int main(int argc, char** argv) {
     }
   }
   const pool_statistics s = replayed.statistics();
-  std::printf("trace %s: %zu events, granularity %zu KiB, growth step %zu MiB, %s release\n", argv[1],
-              events, granularity >> 10, growth_step >> 20, partial ? "granule" : "whole-commit");
+  std::printf("trace %s: %zu events, granularity %zu KiB, growth step %zu MiB, %s release\n",
+              argv[1], events, granularity >> 10, growth_step >> 20,
+              partial ? "granule" : "whole-commit");
   std::printf("compactions %zu (each a stream synchronize on the GPU)\n", compactions);
   std::printf("peak used %.3f GiB, peak reserved %.3f GiB, reserved/used %.3f; %zu commits\n",
               static_cast<double>(s.used_high_bytes) / (1 << 30),

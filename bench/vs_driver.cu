@@ -57,34 +57,34 @@ struct settings {
   int trials = 7;
 };
 
-[[noreturn]] void fail_soma(const char *what, somaError_t status) {
+[[noreturn]] void fail_soma(const char* what, somaError_t status) {
   std::fprintf(stderr, "vs_driver: %s failed: %s: %s\n", what, somaGetErrorName(status),
                somaGetLastErrorMessage());
   std::exit(1);
 }
 
-[[noreturn]] void fail_cuda(const char *what, cudaError_t status) {
+[[noreturn]] void fail_cuda(const char* what, cudaError_t status) {
   std::fprintf(stderr, "vs_driver: %s failed: %s: %s\n", what, cudaGetErrorName(status),
                cudaGetErrorString(status));
   std::exit(1);
 }
 
-#define SOMA_CHECK(call)                                                                           \
-  do {                                                                                             \
-    const somaError_t vs_driver_status = (call);                                                   \
-    if (vs_driver_status != somaSuccess) [[unlikely]]                                              \
-      fail_soma(#call, vs_driver_status);                                                          \
+#define SOMA_CHECK(call)                              \
+  do {                                                \
+    const somaError_t vs_driver_status = (call);      \
+    if (vs_driver_status != somaSuccess) [[unlikely]] \
+      fail_soma(#call, vs_driver_status);             \
   } while (0)
 
-#define CUDA_CHECK(call)                                                                           \
-  do {                                                                                             \
-    const cudaError_t vs_driver_status = (call);                                                   \
-    if (vs_driver_status != cudaSuccess) [[unlikely]]                                              \
-      fail_cuda(#call, vs_driver_status);                                                          \
+#define CUDA_CHECK(call)                              \
+  do {                                                \
+    const cudaError_t vs_driver_status = (call);      \
+    if (vs_driver_status != cudaSuccess) [[unlikely]] \
+      fail_cuda(#call, vs_driver_status);             \
   } while (0)
 
 // Keeps the compiler from dropping an allocation whose pointer is otherwise unused.
-inline void escape(void *ptr) { asm volatile("" : : "r"(ptr) : "memory"); }
+inline void escape(void* ptr) { asm volatile("" : : "r"(ptr) : "memory"); }
 
 // ---- the three allocators, behind the same calls -------------------------------------------
 
@@ -99,12 +99,12 @@ struct soma_side {
     SOMA_CHECK(somaStreamSynchronize(stream));
     SOMA_CHECK(somaStreamDestroy(stream));
   }
-  void *allocate(std::size_t bytes) const {
-    void *ptr = nullptr;
+  void* allocate(std::size_t bytes) const {
+    void* ptr = nullptr;
     SOMA_CHECK(somaMallocAsync(&ptr, bytes, stream));
     return ptr;
   }
-  void deallocate(void *ptr) const { SOMA_CHECK(somaFreeAsync(ptr, stream)); }
+  void deallocate(void* ptr) const { SOMA_CHECK(somaFreeAsync(ptr, stream)); }
   void synchronize() const { SOMA_CHECK(somaStreamSynchronize(stream)); }
   int warm_pairs() const { return 1000; }
 };
@@ -120,30 +120,29 @@ struct driver_side {
     CUDA_CHECK(cudaStreamSynchronize(stream));
     CUDA_CHECK(cudaStreamDestroy(stream));
   }
-  void *allocate(std::size_t bytes) const {
-    void *ptr = nullptr;
+  void* allocate(std::size_t bytes) const {
+    void* ptr = nullptr;
     CUDA_CHECK(cudaMallocAsync(&ptr, bytes, stream));
     return ptr;
   }
-  void deallocate(void *ptr) const { CUDA_CHECK(cudaFreeAsync(ptr, stream)); }
+  void deallocate(void* ptr) const { CUDA_CHECK(cudaFreeAsync(ptr, stream)); }
   void synchronize() const { CUDA_CHECK(cudaStreamSynchronize(stream)); }
   int warm_pairs() const { return 1000; }
 };
 
 struct cuda_malloc_side {
-  cudaStream_t stream = nullptr; // unused by the calls; synchronized like the others
-  void *allocate(std::size_t bytes) const {
-    void *ptr = nullptr;
+  cudaStream_t stream = nullptr;  // unused by the calls; synchronized like the others
+  void* allocate(std::size_t bytes) const {
+    void* ptr = nullptr;
     CUDA_CHECK(cudaMalloc(&ptr, bytes));
     return ptr;
   }
-  void deallocate(void *ptr) const { CUDA_CHECK(cudaFree(ptr)); }
+  void deallocate(void* ptr) const { CUDA_CHECK(cudaFree(ptr)); }
   void synchronize() const { CUDA_CHECK(cudaDeviceSynchronize()); }
   int warm_pairs() const { return 10; }
 };
 
 // ---- timing -------------------------------------------------------------------------------
-
 
 // Times body() (one iteration) and returns ns per iteration, the median over the trials.
 // The iteration count of a trial is calibrated first so that a trial takes about
@@ -152,13 +151,12 @@ struct cuda_malloc_side {
 // (A template, not std::function: an indirect call would add nanoseconds to a figure whose goal
 // is 50 ns.)
 template <class BeforeTrial, class Body>
-double time_iterations(const settings &config, BeforeTrial &&before_trial, Body &&body) {
+double time_iterations(const settings& config, BeforeTrial&& before_trial, Body&& body) {
   long iterations = 1;
   for (;;) {
     before_trial();
     const clock_type::time_point start = clock_type::now();
-    for (long i = 0; i < iterations; ++i)
-      body();
+    for (long i = 0; i < iterations; ++i) body();
     const double elapsed = seconds_since(start);
     if (elapsed >= config.trial_seconds / 8 || iterations >= (1L << 26)) {
       const double per_iteration = std::max(elapsed / static_cast<double>(iterations), 1e-10);
@@ -171,36 +169,36 @@ double time_iterations(const settings &config, BeforeTrial &&before_trial, Body 
   for (int trial = 0; trial < config.trials; ++trial) {
     before_trial();
     const clock_type::time_point start = clock_type::now();
-    for (long i = 0; i < iterations; ++i)
-      body();
+    for (long i = 0; i < iterations; ++i) body();
     results.push_back(seconds_since(start) * 1e9 / static_cast<double>(iterations));
   }
   before_trial();
   return median(results);
 }
 
-template <class Side> double pair_ns(const settings &config, const Side &side, std::size_t bytes) {
-  side.deallocate(side.allocate(bytes)); // warm: the pool holds this size
+template <class Side>
+double pair_ns(const settings& config, const Side& side, std::size_t bytes) {
+  side.deallocate(side.allocate(bytes));  // warm: the pool holds this size
   return time_iterations(
       config, [&] { side.synchronize(); },
       [&] {
-        void *ptr = side.allocate(bytes);
+        void* ptr = side.allocate(bytes);
         escape(ptr);
         side.deallocate(ptr);
       });
 }
 
-template <class Side> double live_ns(const settings &config, const Side &side, std::size_t bytes) {
-  void *ptrs[kLiveCount];
+template <class Side>
+double live_ns(const settings& config, const Side& side, std::size_t bytes) {
+  void* ptrs[kLiveCount];
   auto body = [&] {
-    for (void *&ptr : ptrs) {
+    for (void*& ptr : ptrs) {
       ptr = side.allocate(bytes);
       escape(ptr);
     }
-    for (void *ptr : ptrs)
-      side.deallocate(ptr);
+    for (void* ptr : ptrs) side.deallocate(ptr);
   };
-  body(); // warm
+  body();  // warm
   return time_iterations(
              config, [&] { side.synchronize(); }, body) /
          kLiveCount;
@@ -209,12 +207,11 @@ template <class Side> double live_ns(const settings &config, const Side &side, s
 // N threads, each with its own side (its own stream), run pairs until the main thread says
 // stop; returns aggregate ns per pair (wall time / all pairs of all threads), median of trials.
 template <class Side>
-double threaded_ns(const settings &config, const std::vector<Side> &sides, std::size_t bytes) {
+double threaded_ns(const settings& config, const std::vector<Side>& sides, std::size_t bytes) {
   const int thread_count = static_cast<int>(sides.size());
   std::vector<double> results;
   for (int trial = 0; trial < config.trials; ++trial) {
-    for (const Side &side : sides)
-      side.synchronize();
+    for (const Side& side : sides) side.synchronize();
     std::atomic<bool> stop{false};
     std::vector<long> pairs(static_cast<std::size_t>(thread_count), 0);
     std::barrier start_line(thread_count + 1);
@@ -222,16 +219,15 @@ double threaded_ns(const settings &config, const std::vector<Side> &sides, std::
     threads.reserve(static_cast<std::size_t>(thread_count));
     for (int t = 0; t < thread_count; ++t) {
       threads.emplace_back([&, t] {
-        const Side &side = sides[static_cast<std::size_t>(t)];
+        const Side& side = sides[static_cast<std::size_t>(t)];
         if (trial == 0) {
-          for (int i = 0; i < side.warm_pairs(); ++i)
-            side.deallocate(side.allocate(bytes));
+          for (int i = 0; i < side.warm_pairs(); ++i) side.deallocate(side.allocate(bytes));
         }
         start_line.arrive_and_wait();
         long done = 0;
         while (!stop.load(std::memory_order_relaxed)) {
           for (int i = 0; i < 16; ++i) {
-            void *ptr = side.allocate(bytes);
+            void* ptr = side.allocate(bytes);
             escape(ptr);
             side.deallocate(ptr);
           }
@@ -244,25 +240,20 @@ double threaded_ns(const settings &config, const std::vector<Side> &sides, std::
     const clock_type::time_point start = clock_type::now();
     std::this_thread::sleep_for(std::chrono::duration<double>(config.trial_seconds));
     stop.store(true);
-    for (std::thread &thread : threads)
-      thread.join();
+    for (std::thread& thread : threads) thread.join();
     const double elapsed = seconds_since(start);
     long total = 0;
-    for (long count : pairs)
-      total += count;
+    for (long count : pairs) total += count;
     results.push_back(elapsed * 1e9 / static_cast<double>(std::max(total, 1L)));
   }
-  for (const Side &side : sides)
-    side.synchronize();
+  for (const Side& side : sides) side.synchronize();
   return median(results);
 }
 
 // ---- report ---------------------------------------------------------------------------------
 
-
-std::string number_or_dash(double value, const char *format) {
-  if (std::isnan(value))
-    return "-";
+std::string number_or_dash(double value, const char* format) {
+  if (std::isnan(value)) return "-";
   char text[32];
   std::snprintf(text, sizeof text, format, value);
   return text;
@@ -277,7 +268,7 @@ void print_time_header() {
 }
 
 // Times in ns; printed in µs. Ratios: how many times faster soma is than the other.
-void print_time_row(const std::string &scenario, double soma_ns, double driver_ns,
+void print_time_row(const std::string& scenario, double soma_ns, double driver_ns,
                     double cuda_malloc_ns, double goal_us) {
   std::string goal = "-";
   if (!std::isnan(goal_us)) {
@@ -301,7 +292,7 @@ void print_rate_header() {
   std::printf("%s\n", std::string(116, '-').c_str());
 }
 
-void print_rate_row(const std::string &scenario, double soma_ns, double driver_ns,
+void print_rate_row(const std::string& scenario, double soma_ns, double driver_ns,
                     double cuda_malloc_ns, double goal_mps) {
   const double soma = 1e3 / soma_ns;
   const double driver = 1e3 / driver_ns;
@@ -320,19 +311,18 @@ void print_rate_row(const std::string &scenario, double soma_ns, double driver_n
   std::fflush(stdout);
 }
 
-std::string first_line_of(const char *path) {
+std::string first_line_of(const char* path) {
   std::ifstream file(path);
   std::string line;
   std::getline(file, line);
   return line;
 }
 
-
-std::string version_text(int version) { // 13000 -> "13.0"
+std::string version_text(int version) {  // 13000 -> "13.0"
   return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
 }
 
-void print_machine(const settings &config) {
+void print_machine(const settings& config) {
   const std::string date = soma_bench::utc_date_text();
   cudaDeviceProp properties{};
   CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
@@ -341,15 +331,15 @@ void print_machine(const settings &config) {
   CUDA_CHECK(cudaDriverGetVersion(&driver_version));
   CUDA_CHECK(cudaRuntimeGetVersion(&runtime_version));
   std::string kernel_module = first_line_of("/proc/driver/nvidia/version");
-  if (kernel_module.empty())
-    kernel_module = "(no /proc/driver/nvidia/version)";
-  const char *backend = "?";
+  if (kernel_module.empty()) kernel_module = "(no /proc/driver/nvidia/version)";
+  const char* backend = "?";
   SOMA_CHECK(somaGetBackendName(&backend));
   int granularity_kib = 0;
   SOMA_CHECK(somaDeviceGetAttribute(&granularity_kib, somaDevAttrAllocationGranularityKiB, 0));
 
-  std::printf("vs_driver — soma vs the driver's cudaMallocAsync vs cudaMalloc, one GPU, one "
-              "process\n");
+  std::printf(
+      "vs_driver — soma vs the driver's cudaMallocAsync vs cudaMalloc, one GPU, one "
+      "process\n");
   std::printf("date        %s\n", date.c_str());
   std::printf("gpu         %s (sm_%d%d, %.1f GiB)\n", properties.name, properties.major,
               properties.minor, static_cast<double>(properties.totalGlobalMem) / (1024.0 * MiB));
@@ -367,10 +357,11 @@ void print_machine(const settings &config) {
   std::printf("soma        backend %s, granularity %d KiB, default pool\n", backend,
               granularity_kib);
   std::printf("driver side cudaMallocAsync/cudaFreeAsync on the device's default pool\n");
-  std::printf("method      median of %d trials of ~%.0f ms; host time; warm pools with release\n"
-              "            threshold UINT64_MAX (both pools) except (e); streams synchronized\n"
-              "            before each trial, outside the timing (S12)\n\n",
-              config.trials, config.trial_seconds * 1e3);
+  std::printf(
+      "method      median of %d trials of ~%.0f ms; host time; warm pools with release\n"
+      "            threshold UINT64_MAX (both pools) except (e); streams synchronized\n"
+      "            before each trial, outside the timing (S12)\n\n",
+      config.trials, config.trial_seconds * 1e3);
 }
 
 // ---- scenarios -----------------------------------------------------------------------------
@@ -382,7 +373,7 @@ void set_release_thresholds(somaMemPool_t soma_pool, cudaMemPool_t driver_pool,
 }
 
 template <class Side, class Stream>
-std::vector<Side> sides_for_threads(int count, std::vector<Stream> &streams) {
+std::vector<Side> sides_for_threads(int count, std::vector<Stream>& streams) {
   std::vector<Side> sides(static_cast<std::size_t>(count));
   for (int t = 0; t < count; ++t) {
     streams.push_back(Side::new_stream());
@@ -391,7 +382,7 @@ std::vector<Side> sides_for_threads(int count, std::vector<Stream> &streams) {
   return sides;
 }
 
-void run_threads(const settings &config, int thread_count) {
+void run_threads(const settings& config, int thread_count) {
   std::vector<somaStream_t> soma_streams;
   std::vector<cudaStream_t> driver_streams;
   const std::vector<soma_side> soma = sides_for_threads<soma_side>(thread_count, soma_streams);
@@ -404,15 +395,13 @@ void run_threads(const settings &config, int thread_count) {
   print_rate_row("(c) " + std::to_string(thread_count) + " thread(s), own stream each, " +
                      size_name(kThreadPairBytes),
                  soma_ns, driver_ns, cuda_malloc_ns, thread_count == 16 ? 50.0 : kNone);
-  for (somaStream_t stream : soma_streams)
-    soma_side::destroy_stream(stream);
-  for (cudaStream_t stream : driver_streams)
-    driver_side::destroy_stream(stream);
+  for (somaStream_t stream : soma_streams) soma_side::destroy_stream(stream);
+  for (cudaStream_t stream : driver_streams) driver_side::destroy_stream(stream);
 }
 
 // (d): returns ns per iteration (2 pairs + 2 records + 2 waits), or with allocate == false the
 // 4 event calls alone.
-double soma_ping_pong_ns(const settings &config, bool allocate) {
+double soma_ping_pong_ns(const settings& config, bool allocate) {
   const somaStream_t a = soma_side::new_stream();
   const somaStream_t b = soma_side::new_stream();
   somaEvent_t on_a = nullptr;
@@ -420,9 +409,8 @@ double soma_ping_pong_ns(const settings &config, bool allocate) {
   SOMA_CHECK(somaEventCreateWithFlags(&on_a, somaEventDisableTiming));
   SOMA_CHECK(somaEventCreateWithFlags(&on_b, somaEventDisableTiming));
   auto body = [&] {
-    void *ptr = nullptr;
-    if (allocate)
-      SOMA_CHECK(somaMallocAsync(&ptr, kPingPongBytes, a));
+    void* ptr = nullptr;
+    if (allocate) SOMA_CHECK(somaMallocAsync(&ptr, kPingPongBytes, a));
     SOMA_CHECK(somaEventRecord(on_a, a));
     SOMA_CHECK(somaStreamWaitEvent(b, on_a, 0));
     if (allocate) {
@@ -431,11 +419,9 @@ double soma_ping_pong_ns(const settings &config, bool allocate) {
     }
     SOMA_CHECK(somaEventRecord(on_b, b));
     SOMA_CHECK(somaStreamWaitEvent(a, on_b, 0));
-    if (allocate)
-      SOMA_CHECK(somaFreeAsync(ptr, a));
+    if (allocate) SOMA_CHECK(somaFreeAsync(ptr, a));
   };
-  for (int i = 0; i < 100; ++i)
-    body();
+  for (int i = 0; i < 100; ++i) body();
   const double ns = time_iterations(
       config,
       [&] {
@@ -450,7 +436,7 @@ double soma_ping_pong_ns(const settings &config, bool allocate) {
   return ns;
 }
 
-double driver_ping_pong_ns(const settings &config, bool allocate) {
+double driver_ping_pong_ns(const settings& config, bool allocate) {
   const cudaStream_t a = driver_side::new_stream();
   const cudaStream_t b = driver_side::new_stream();
   cudaEvent_t on_a = nullptr;
@@ -458,9 +444,8 @@ double driver_ping_pong_ns(const settings &config, bool allocate) {
   CUDA_CHECK(cudaEventCreateWithFlags(&on_a, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&on_b, cudaEventDisableTiming));
   auto body = [&] {
-    void *ptr = nullptr;
-    if (allocate)
-      CUDA_CHECK(cudaMallocAsync(&ptr, kPingPongBytes, a));
+    void* ptr = nullptr;
+    if (allocate) CUDA_CHECK(cudaMallocAsync(&ptr, kPingPongBytes, a));
     CUDA_CHECK(cudaEventRecord(on_a, a));
     CUDA_CHECK(cudaStreamWaitEvent(b, on_a, 0));
     if (allocate) {
@@ -469,11 +454,9 @@ double driver_ping_pong_ns(const settings &config, bool allocate) {
     }
     CUDA_CHECK(cudaEventRecord(on_b, b));
     CUDA_CHECK(cudaStreamWaitEvent(a, on_b, 0));
-    if (allocate)
-      CUDA_CHECK(cudaFreeAsync(ptr, a));
+    if (allocate) CUDA_CHECK(cudaFreeAsync(ptr, a));
   };
-  for (int i = 0; i < 100; ++i)
-    body();
+  for (int i = 0; i < 100; ++i) body();
   const double ns = time_iterations(
       config,
       [&] {
@@ -489,20 +472,21 @@ double driver_ping_pong_ns(const settings &config, bool allocate) {
 }
 
 // (e): alloc + free + synchronize of the freeing stream, on pools with threshold 0.
-template <class Side> double threshold_zero_ns(const settings &config, const Side &side) {
+template <class Side>
+double threshold_zero_ns(const settings& config, const Side& side) {
   return time_iterations(
       config, [&] { side.synchronize(); },
       [&] {
-        void *ptr = side.allocate(kThresholdZeroBytes);
+        void* ptr = side.allocate(kThresholdZeroBytes);
         escape(ptr);
         side.deallocate(ptr);
         side.synchronize();
       });
 }
 
-} // namespace
+}  // namespace
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   settings config;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
@@ -522,8 +506,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   CUDA_CHECK(cudaSetDevice(0));
-  CUDA_CHECK(cudaFree(nullptr)); // the primary context exists before soma starts
-  const char *backend = nullptr;
+  CUDA_CHECK(cudaFree(nullptr));  // the primary context exists before soma starts
+  const char* backend = nullptr;
   const somaError_t backend_status = somaGetBackendName(&backend);
   if (backend_status != somaSuccess || backend == nullptr || std::strcmp(backend, "cuda") != 0) {
     std::fprintf(stderr, "vs_driver: soma's backend is %s, not cuda (%s%s%s)\n",
@@ -587,8 +571,7 @@ int main(int argc, char **argv) {
   set_release_thresholds(soma_pool, driver_pool, UINT64_MAX);
 
   print_rate_header();
-  for (int thread_count : {1, 2, 4, 8, 16})
-    run_threads(config, thread_count);
+  for (int thread_count : {1, 2, 4, 8, 16}) run_threads(config, thread_count);
 
   std::printf(
       "\ndriver = cudaMallocAsync/cudaFreeAsync (device default pool); cudaMalloc = "

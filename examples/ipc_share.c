@@ -19,14 +19,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define CHECK(call)                                                                                \
-  do {                                                                                             \
-    somaError_t status_ = (call);                                                                  \
-    if (status_ != somaSuccess) {                                                                  \
-      fprintf(stderr, "%s failed: %s: %s\n", #call, somaGetErrorName(status_),                     \
-              somaGetLastErrorMessage());                                                          \
-      return 1;                                                                                    \
-    }                                                                                              \
+#define CHECK(call)                                                            \
+  do {                                                                         \
+    somaError_t status_ = (call);                                              \
+    if (status_ != somaSuccess) {                                              \
+      fprintf(stderr, "%s failed: %s: %s\n", #call, somaGetErrorName(status_), \
+              somaGetLastErrorMessage());                                      \
+      return 1;                                                                \
+    }                                                                          \
   } while (0)
 
 enum { kChildren = 2, kBytes = 1 << 20 };
@@ -39,7 +39,7 @@ struct share_message {
 };
 
 /* Sends one message, with a descriptor when fd >= 0. */
-static int send_with_fd(int socket, const void *data, size_t bytes, int fd) {
+static int send_with_fd(int socket, const void* data, size_t bytes, int fd) {
   struct iovec part;
   struct msghdr message;
   union {
@@ -48,12 +48,12 @@ static int send_with_fd(int socket, const void *data, size_t bytes, int fd) {
   } control;
   memset(&message, 0, sizeof message);
   memset(&control, 0, sizeof control);
-  part.iov_base = (void *)data;
+  part.iov_base = (void*)data;
   part.iov_len = bytes;
   message.msg_iov = &part;
   message.msg_iovlen = 1;
   if (fd >= 0) {
-    struct cmsghdr *rights;
+    struct cmsghdr* rights;
     message.msg_control = control.bytes;
     message.msg_controllen = sizeof control.bytes;
     rights = CMSG_FIRSTHDR(&message);
@@ -66,10 +66,10 @@ static int send_with_fd(int socket, const void *data, size_t bytes, int fd) {
 }
 
 /* Receives one message of `bytes` and the descriptor that came with it (-1 if none). */
-static int receive_with_fd(int socket, void *data, size_t bytes, int *fd) {
+static int receive_with_fd(int socket, void* data, size_t bytes, int* fd) {
   struct iovec part;
   struct msghdr message;
-  struct cmsghdr *rights;
+  struct cmsghdr* rights;
   union {
     struct cmsghdr header;
     char bytes[CMSG_SPACE(sizeof(int))];
@@ -94,7 +94,7 @@ static int child(int socket) {
   int fd = -1;
   somaMemPool_t pool = NULL;
   somaStream_t stream = NULL;
-  void *buffer = NULL;
+  void* buffer = NULL;
   char done = 'D';
 
   if (receive_with_fd(socket, &message, sizeof message, &fd) != 0 || fd < 0) {
@@ -102,7 +102,7 @@ static int child(int socket) {
     return 1;
   }
   /* The descriptor goes by value, cast to void*, as with CUDA. The pool keeps its own copy. */
-  CHECK(somaMemPoolImportFromShareableHandle(&pool, (void *)(intptr_t)fd,
+  CHECK(somaMemPoolImportFromShareableHandle(&pool, (void*)(intptr_t)fd,
                                              somaMemHandleTypePosixFileDescriptor, 0));
   close(fd);
   CHECK(somaMemPoolImportPointer(&buffer, pool, &message.buffer));
@@ -118,11 +118,11 @@ static int child(int socket) {
 int main(void) {
   int sockets[kChildren];
   pid_t pids[kChildren];
-  void *buffers[kChildren];
+  void* buffers[kChildren];
   somaMemPoolProps props;
   somaMemPool_t pool = NULL;
   somaStream_t stream = NULL;
-  unsigned char *host = NULL;
+  unsigned char* host = NULL;
   int i;
   size_t b;
 
@@ -165,7 +165,7 @@ int main(void) {
     close(fd); /* the child has its own copy now; each process closes its own */
   }
 
-  CHECK(somaMallocHost((void **)&host, kBytes));
+  CHECK(somaMallocHost((void**)&host, kBytes));
   for (i = 0; i < kChildren; ++i) {
     char done = 0;
     int status = 0;
@@ -192,8 +192,9 @@ int main(void) {
   CHECK(somaFreeHost(host));
   CHECK(somaStreamDestroy(stream));
   CHECK(somaMemPoolDestroy(pool));
-  printf("ipc_share: %d child processes filled their shared 1 MiB buffers; the parent read them "
-         "back\n",
-         kChildren);
+  printf(
+      "ipc_share: %d child processes filled their shared 1 MiB buffers; the parent read them "
+      "back\n",
+      kChildren);
   return 0;
 }

@@ -9,21 +9,21 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CHECK(call)                                                                                \
-  do {                                                                                             \
-    somaError_t status_ = (call);                                                                  \
-    if (status_ != somaSuccess) {                                                                  \
-      fprintf(stderr, "%s failed: %s: %s\n", #call, somaGetErrorName(status_),                     \
-              somaGetLastErrorMessage());                                                          \
-      return 1;                                                                                    \
-    }                                                                                              \
+#define CHECK(call)                                                            \
+  do {                                                                         \
+    somaError_t status_ = (call);                                              \
+    if (status_ != somaSuccess) {                                              \
+      fprintf(stderr, "%s failed: %s: %s\n", #call, somaGetErrorName(status_), \
+              somaGetLastErrorMessage());                                      \
+      return 1;                                                                \
+    }                                                                          \
   } while (0)
 
 int main(void) {
   enum { kBytes = 1 << 20 };
   static unsigned char host[kBytes];
   somaStream_t stream = NULL;
-  void *data = NULL;
+  void* data = NULL;
   size_t i;
 
   CHECK(somaStreamCreate(&stream));

@@ -37,10 +37,10 @@ int main() try {
   }
   std::printf("quickstart (C++): filled on one stream, read on another, freed after the read\n");
   return 0;
-} catch (const soma::error &e) {
+} catch (const soma::error& e) {
   std::fprintf(stderr, "quickstart: %s\n", e.what());
   return 1;
-} catch (const soma::bad_alloc &e) {
+} catch (const soma::bad_alloc& e) {
   std::fprintf(stderr, "quickstart: %s\n", e.what());
   return 1;
 }

@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 SOMA_SETUP_LINT=1 scripts/setup-deps.sh
+scripts/format.sh --check
 [[ -f build/dev/compile_commands.json ]] || cmake --preset dev
 mapfile -t sources < <(git ls-files 'src/*.cpp' 'tools/*.cpp')
 echo "lint: clang-tidy over ${#sources[@]} files"

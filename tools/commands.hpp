@@ -8,14 +8,14 @@
 namespace soma::tools {
 
 /** `soma info`: backend, devices, pools, environment. Returns the exit status. */
-int run_info(int argc, char **argv);
+int run_info(int argc, char** argv);
 /** `soma demo`: the producer/consumer/releaser story on four pools, the reuse policies (S11)
  *  included. Returns the exit status. */
-int run_demo(int argc, char **argv);
+int run_demo(int argc, char** argv);
 
 /** "64 MiB", "1.50 MiB (1572864 B)", "unlimited" for UINT64_MAX. */
 std::string format_bytes(std::uint64_t bytes);
 
-} // namespace soma::tools
+}  // namespace soma::tools
 
-#endif // SOMA_TOOLS_COMMANDS_HPP
+#endif  // SOMA_TOOLS_COMMANDS_HPP

@@ -29,50 +29,48 @@ constexpr unsigned char kPattern = 0x5a;
 constexpr int kProducer = 0;
 constexpr int kConsumer = 1;
 constexpr int kReleaser = 2;
-const char *const kRoles[] = {"producer", "consumer", "releaser"};
+const char* const kRoles[] = {"producer", "consumer", "releaser"};
 
-const char *on_off(bool on) { return on ? "on" : "off"; }
+const char* on_off(bool on) { return on ? "on" : "off"; }
 
-void say(const std::string &text) { std::printf("     %s\n", text.c_str()); }
+void say(const std::string& text) { std::printf("     %s\n", text.c_str()); }
 
 // The demo's claims are the allocator's guarantees: if one does not hold, stop.
-void expect(bool holds, const char *claim) {
-  if (!holds)
-    throw std::logic_error(std::string("the demo expected: ") + claim);
+void expect(bool holds, const char* claim) {
+  if (!holds) throw std::logic_error(std::string("the demo expected: ") + claim);
 }
 
-void show_policies(const soma::pool &pool) {
-  std::printf("  reuse policies of this pool: follow event dependencies %s, opportunistic %s,\n"
-              "                               internal dependencies %s\n",
-              on_off(pool.reuse_follow_event_dependencies()),
-              on_off(pool.reuse_allow_opportunistic()),
-              on_off(pool.reuse_allow_internal_dependencies()));
+void show_policies(const soma::pool& pool) {
+  std::printf(
+      "  reuse policies of this pool: follow event dependencies %s, opportunistic %s,\n"
+      "                               internal dependencies %s\n",
+      on_off(pool.reuse_follow_event_dependencies()), on_off(pool.reuse_allow_opportunistic()),
+      on_off(pool.reuse_allow_internal_dependencies()));
 }
 
-void set_policy(const soma::pool &pool, const char *pool_name, somaMemPoolAttr attribute,
-                const char *attribute_name, int value) {
+void set_policy(const soma::pool& pool, const char* pool_name, somaMemPoolAttr attribute,
+                const char* attribute_name, int value) {
   soma::check(somaMemPoolSetAttribute(pool.handle(), attribute, &value));
   std::printf("  somaMemPoolSetAttribute(%s, %s, %d)\n", pool_name, attribute_name, value);
 }
 
 // One run of the story over one pool, with its own three streams.
 class story {
-public:
-  story(const soma::pool &pool, bool is_device_default, std::size_t bytes)
+ public:
+  story(const soma::pool& pool, bool is_device_default, std::size_t bytes)
       : pool_(pool), is_device_default_(is_device_default), bytes_(bytes) {}
-  story(const story &) = delete;
-  story &operator=(const story &) = delete;
+  story(const story&) = delete;
+  story& operator=(const story&) = delete;
   // Host tasks hold pointers into this object: let them finish even when a step threw.
   ~story() {
     open_gate();
-    for (soma::stream &s : streams_)
-      somaStreamSynchronize(s.handle());
+    for (soma::stream& s : streams_) somaStreamSynchronize(s.handle());
   }
 
   // Parts 1 and 2: hand-over, reuse before and after a synchronize, release and trim.
   void run_basics() {
     std::printf("streams: 1 = producer, 2 = consumer, 3 = releaser\n\n");
-    void *data = hand_over(/*verbose=*/true, /*hold_releaser=*/false);
+    void* data = hand_over(/*verbose=*/true, /*hold_releaser=*/false);
     say("freed on stream 3: the block is free once stream 3's earlier work has run, that is");
     say("after the consumer's check (S2). Stream 3 may reuse it at once; step 4 shows when");
     say("another stream may.");
@@ -90,7 +88,7 @@ public:
     say("  makes the stream wait for the free (part 4).");
 
     std::printf("\n4a. Same stream: the releaser allocates again.\n");
-    void *again = allocate(kReleaser);
+    void* again = allocate(kReleaser);
     expect(again == data, "stream 3 gets back the block it freed itself");
     say("same address: stream 3 takes back the block it freed itself; no policy is involved.");
     release(again, kReleaser);
@@ -99,7 +97,7 @@ public:
     freed_.record(streams_[kReleaser]);
     streams_[kProducer].wait(freed_);
     std::printf("  event 'freed' recorded on stream 3 after the free; stream 1 waits for it\n");
-    void *ordered = allocate(kProducer);
+    void* ordered = allocate(kProducer);
     expect(ordered == data, "stream 1, waiting on 'freed', gets the block freed on stream 3");
     say("same address, and no synchronize: stream 1's later work comes after the event, so");
     say("after the free, and the pool hands it the block (follow event dependencies).");
@@ -110,8 +108,9 @@ public:
     std::printf("\n5. Synchronize: the observation point (S9, S12).\n");
     show_pool("before synchronize");
     soma::synchronize_device();
-    std::printf("  somaDeviceSynchronize(): every stream's work is done, every free is known "
-                "complete\n");
+    std::printf(
+        "  somaDeviceSynchronize(): every stream's work is done, every free is known "
+        "complete\n");
     const std::uint64_t reserved_after_sync = pool_.reserved_bytes();
     show_pool("after synchronize ");
     const std::uint64_t threshold = pool_.release_threshold();
@@ -127,7 +126,7 @@ public:
 
     std::printf("\n6. After the synchronize, any stream may reuse the freed memory.\n");
     // Stream 2 never freed anything itself, so whatever it gets comes from the shared pool.
-    void *after_sync = allocate(kConsumer);
+    void* after_sync = allocate(kConsumer);
     if (reserved_after_sync == 0) {
       say("the pool had given everything back at the synchronize, so it mapped new memory;");
       say("addresses may repeat, because the pool keeps its reserved address range.");
@@ -158,16 +157,17 @@ public:
   void run_policies_off() {
     std::printf("streams: 1 = producer, 2 = consumer, 3 = releaser\n");
     show_policies(pool_);
-    std::printf("\n1-3. As in part 1: stream 1 allocates and writes, stream 2 checks, "
-                "stream 3 frees.\n");
-    void *data = hand_over(/*verbose=*/false, /*hold_releaser=*/false);
+    std::printf(
+        "\n1-3. As in part 1: stream 1 allocates and writes, stream 2 checks, "
+        "stream 3 frees.\n");
+    void* data = hand_over(/*verbose=*/false, /*hold_releaser=*/false);
     show_pool("after the free");
 
     std::printf("\n4. The same event as in step 4b of part 1.\n");
     freed_.record(streams_[kReleaser]);
     streams_[kProducer].wait(freed_);
     std::printf("  event 'freed' recorded on stream 3 after the free; stream 1 waits for it\n");
-    void *other = allocate(kProducer);
+    void* other = allocate(kProducer);
     expect(other != data, "with both policies off, stream 1 does not get the unproven block");
     say("a different address, every run: this pool ignores the event and does not look at");
     say("whether the free has run, and nothing proved the free complete, so the block is not");
@@ -178,7 +178,7 @@ public:
     std::printf("\n5. A synchronize proves the free.\n");
     streams_[kReleaser].synchronize();
     std::printf("  somaStreamSynchronize(stream 3): stream 3's work, the free included, is done\n");
-    void *proven = allocate(kProducer);
+    void* proven = allocate(kProducer);
     expect(proven == data, "after stream 3's synchronize, stream 1 gets the block freed there");
     say("the block freed on stream 3: the synchronize proved its free complete, and a proven");
     say("free serves every stream, whatever the policies (S11, S12).");
@@ -191,12 +191,13 @@ public:
   }
 
   // Part 4: the pool is full and the only free block's free is pending on a held stream.
-  void run_internal_dependencies(const char *pool_name) {
+  void run_internal_dependencies(const char* pool_name) {
     std::printf("streams: 1 = producer, 2 = consumer, 3 = releaser\n");
     show_policies(pool_);
-    std::printf("\n1-3. As in part 1, except that stream 3 is busy: before its free it runs a "
-                "host task\n     that waits for a go-ahead from the main thread.\n");
-    void *data = hand_over(/*verbose=*/false, /*hold_releaser=*/true);
+    std::printf(
+        "\n1-3. As in part 1, except that stream 3 is busy: before its free it runs a "
+        "host task\n     that waits for a go-ahead from the main thread.\n");
+    void* data = hand_over(/*verbose=*/false, /*hold_releaser=*/true);
     show_pool("after the free");
 
     std::printf("\n4. Stream 1 needs another %s while stream 3's free is pending.\n",
@@ -206,7 +207,7 @@ public:
     say("apply either. Only internal dependencies can serve stream 1.");
     set_policy(pool_, pool_name, somaMemPoolReuseAllowInternalDependencies,
                "somaMemPoolReuseAllowInternalDependencies", 0);
-    void *refused = nullptr;
+    void* refused = nullptr;
     const somaError_t refusal =
         somaMallocFromPoolAsync(&refused, bytes_, pool_.handle(), streams_[kProducer].handle());
     std::printf("  stream 1 (producer): somaMallocFromPoolAsync(%s) -> %s\n",
@@ -217,7 +218,7 @@ public:
     say("of memory although " + format_bytes(bytes_) + " sits free in the pool.");
     set_policy(pool_, pool_name, somaMemPoolReuseAllowInternalDependencies,
                "somaMemPoolReuseAllowInternalDependencies", 1);
-    void *waiting = allocate(kProducer);
+    void* waiting = allocate(kProducer);
     expect(waiting == data, "with internal dependencies stream 1 gets the pending block");
     say("the same block, its free still pending: the pool made stream 1 wait for stream 3's");
     say("free, so work queued on stream 1 from now on runs after the free.");
@@ -251,41 +252,36 @@ public:
     throw_if_check_failed();
   }
 
-private:
+ private:
   // Steps 1 to 3: the producer allocates and writes, the consumer checks after an event, the
   // releaser frees after another event. Returns the freed pointer.
-  void *hand_over(bool verbose, bool hold_releaser) {
-    if (verbose)
-      std::printf("1. The producer allocates and writes.\n");
-    void *data = allocate(kProducer);
+  void* hand_over(bool verbose, bool hold_releaser) {
+    if (verbose) std::printf("1. The producer allocates and writes.\n");
+    void* data = allocate(kProducer);
     if (verbose) {
       say("the pointer comes back at once; work queued on stream 1 after this call may use it;");
       say("another stream may use it only after an event dependency (S1).");
     }
     write(data, "the data");
 
-    if (verbose)
-      std::printf("\n2. An event hands the data to the consumer.\n");
+    if (verbose) std::printf("\n2. An event hands the data to the consumer.\n");
     produced_.record(streams_[kProducer]);
     streams_[kConsumer].wait(produced_);
     std::printf("  event 'produced' recorded on stream 1; stream 2 waits for it\n");
-    if (verbose)
-      say("without the wait, stream 2 could read before stream 1 has written (S1).");
+    if (verbose) say("without the wait, stream 2 could read before stream 1 has written (S1).");
     check(data);
 
-    if (verbose)
-      std::printf("\n3. The releaser frees after the consumer.\n");
+    if (verbose) std::printf("\n3. The releaser frees after the consumer.\n");
     consumed_.record(streams_[kConsumer]);
     streams_[kReleaser].wait(consumed_);
     std::printf("  event 'consumed' recorded on stream 2; stream 3 waits for it\n");
-    if (hold_releaser)
-      hold_releaser_stream();
+    if (hold_releaser) hold_releaser_stream();
     release(data, kReleaser);
     return data;
   }
 
-  void *allocate(int role) {
-    void *ptr = is_device_default_ ? soma::malloc_async(bytes_, streams_[role])
+  void* allocate(int role) {
+    void* ptr = is_device_default_ ? soma::malloc_async(bytes_, streams_[role])
                                    : soma::malloc_async(bytes_, pool_, streams_[role]);
     std::printf("  stream %d (%s): %s(%s) -> %p\n", role + 1, kRoles[role],
                 is_device_default_ ? "somaMallocAsync" : "somaMallocFromPoolAsync",
@@ -293,13 +289,13 @@ private:
     return ptr;
   }
 
-  void release(void *ptr, int role) {
+  void release(void* ptr, int role) {
     soma::free_async(ptr, streams_[role]);
     std::printf("  stream %d (%s): somaFreeAsync(%p) of %s\n", role + 1, kRoles[role], ptr,
                 format_bytes(bytes_).c_str());
   }
 
-  void show_pool(const char *when) {
+  void show_pool(const char* when) {
     std::printf("  pool %s: reserved %s, used %s\n", when,
                 format_bytes(pool_.reserved_bytes()).c_str(),
                 format_bytes(pool_.used_bytes()).c_str());
@@ -308,7 +304,7 @@ private:
   // Releaser: a host task that blocks stream 3 until the main thread opens the gate.
   void hold_releaser_stream() {
     go_ahead_.store(false);
-    std::atomic<bool> *gate = &go_ahead_;
+    std::atomic<bool>* gate = &go_ahead_;
     streams_[kReleaser].launch([gate] {
       gate->wait(false);
       std::printf("  >> stream 3 host task: got the go-ahead\n");
@@ -323,8 +319,8 @@ private:
 
   // Producer: a host task writes the pattern where the host may touch pool memory (cpu
   // backend); elsewhere a stream-ordered memset does.
-  void write(void *data, const char *what) {
-    soma::stream &producer = streams_[kProducer];
+  void write(void* data, const char* what) {
+    soma::stream& producer = streams_[kProducer];
     const std::size_t bytes = bytes_;
     if (soma::pointer_attributes(data).hostPointer != nullptr) {
       producer.launch([data, bytes, what] {
@@ -342,25 +338,26 @@ private:
   }
 
   // Consumer: a host task checks every byte (read in place, or from a stream-ordered copy).
-  void check(void *data) {
-    soma::stream &consumer = streams_[kConsumer];
+  void check(void* data) {
+    soma::stream& consumer = streams_[kConsumer];
     const std::size_t bytes = bytes_;
-    const unsigned char *seen = static_cast<const unsigned char *>(data);
+    const unsigned char* seen = static_cast<const unsigned char*>(data);
     if (soma::pointer_attributes(data).hostPointer == nullptr) {
       host_copy_.resize(bytes);
       soma::check(somaMemcpyAsync(host_copy_.data(), data, bytes, somaMemcpyDeviceToHost,
                                   consumer.handle()));
       seen = host_copy_.data();
     }
-    std::atomic<bool> *failed = &check_failed_;
+    std::atomic<bool>* failed = &check_failed_;
     consumer.launch([seen, data, bytes, failed]() -> somaError_t {
       for (std::size_t i = 0; i < bytes; ++i) {
         if (seen[i] != kPattern) {
-          std::printf("  >> stream 2 host task: MISMATCH at byte %zu of %p: 0x%02x, expected "
-                      "0x%02x\n",
-                      i, data, seen[i], kPattern);
+          std::printf(
+              "  >> stream 2 host task: MISMATCH at byte %zu of %p: 0x%02x, expected "
+              "0x%02x\n",
+              i, data, seen[i], kPattern);
           failed->store(true);
-          return somaErrorIllegalAddress; // becomes stream 2's sticky error
+          return somaErrorIllegalAddress;  // becomes stream 2's sticky error
         }
       }
       std::printf("  >> stream 2 host task: checked %s at %p: every byte is 0x%02x\n",
@@ -377,7 +374,7 @@ private:
     }
   }
 
-  const soma::pool &pool_;
+  const soma::pool& pool_;
   bool is_device_default_;
   std::size_t bytes_;
   soma::stream streams_[3];
@@ -390,9 +387,9 @@ private:
   bool wrote_in_host_task_ = false;
 };
 
-} // namespace
+}  // namespace
 
-int run_demo(int argc, char **argv) {
+int run_demo(int argc, char** argv) {
   (void)argc;
   (void)argv;
   // 8 MiB, or one granule if granules are larger: every allocation is then exactly one
@@ -403,22 +400,27 @@ int run_demo(int argc, char **argv) {
   std::printf("soma demo (backend %s): one allocation shared by three streams\n",
               soma::backend_name());
   std::printf("  stream 1 (producer) allocates %s and writes it;\n", format_bytes(bytes).c_str());
-  std::printf("  stream 2 (consumer) waits on an event recorded after the write, then checks"
-              " it;\n");
-  std::printf("  stream 3 (releaser) waits on an event recorded after the check, then frees"
-              " it.\n");
-  std::printf("Parts 1 and 2 follow the memory through reuse, synchronize and trim on two pools;"
-              "\nparts 3 and 4 show the reuse policies, which decide when memory freed on one"
-              " stream\nmay serve another (S11).\n");
-  std::printf("Lines starting with '>>' come from host tasks, printed on the streams' workers"
-              " as they run,\nso they may appear between the main thread's lines.\n");
+  std::printf(
+      "  stream 2 (consumer) waits on an event recorded after the write, then checks"
+      " it;\n");
+  std::printf(
+      "  stream 3 (releaser) waits on an event recorded after the check, then frees"
+      " it.\n");
+  std::printf(
+      "Parts 1 and 2 follow the memory through reuse, synchronize and trim on two pools;"
+      "\nparts 3 and 4 show the reuse policies, which decide when memory freed on one"
+      " stream\nmay serve another (S11).\n");
+  std::printf(
+      "Lines starting with '>>' come from host tasks, printed on the streams' workers"
+      " as they run,\nso they may appear between the main thread's lines.\n");
 
   {
     const soma::pool default_pool = soma::pool::default_for(0);
     std::printf("\n=== Part 1: the default pool of device 0 (release threshold %s) ===\n",
                 format_bytes(default_pool.release_threshold()).c_str());
-    std::printf("somaMallocAsync draws from the device's current pool, at first its default"
-                " pool (S4).\n");
+    std::printf(
+        "somaMallocAsync draws from the device's current pool, at first its default"
+        " pool (S4).\n");
     story(default_pool, true, bytes).run_basics();
   }
   {
@@ -429,27 +431,30 @@ int run_demo(int argc, char **argv) {
     const soma::pool pool(options);
     std::printf("\n=== Part 2: an explicit pool 'demo' on device 0 (release threshold %s) ===\n",
                 format_bytes(pool.release_threshold()).c_str());
-    std::printf("somaMemPoolCreate + somaMemPoolSetAttribute(ReleaseThreshold); allocations name"
-                " the pool\n(somaMallocFromPoolAsync, S5).\n");
+    std::printf(
+        "somaMemPoolCreate + somaMemPoolSetAttribute(ReleaseThreshold); allocations name"
+        " the pool\n(somaMallocFromPoolAsync, S5).\n");
     story(pool, false, bytes).run_basics();
   }
   {
     soma::pool_options options;
     options.device = 0;
-    options.release_threshold_bytes = 64 * kMiB; // a synchronize keeps the memory mapped
+    options.release_threshold_bytes = 64 * kMiB;  // a synchronize keeps the memory mapped
     options.name = "strict";
     const soma::pool pool(options);
     std::printf("\n=== Part 3: two reuse policies off: pool 'strict' (release threshold %s) ===\n",
                 format_bytes(pool.release_threshold()).c_str());
-    std::printf("The reuse policies are pool attributes, all on by default (S11). This pool turns"
-                " two off:\n");
+    std::printf(
+        "The reuse policies are pool attributes, all on by default (S11). This pool turns"
+        " two off:\n");
     set_policy(pool, "strict", somaMemPoolReuseFollowEventDependencies,
                "somaMemPoolReuseFollowEventDependencies", 0);
     set_policy(pool, "strict", somaMemPoolReuseAllowOpportunistic,
                "somaMemPoolReuseAllowOpportunistic", 0);
-    std::printf("Now memory freed on one stream serves another only once a synchronize or a"
-                " successful\nquery proves the free complete, or through internal dependencies"
-                " when the pool cannot grow.\n");
+    std::printf(
+        "Now memory freed on one stream serves another only once a synchronize or a"
+        " successful\nquery proves the free complete, or through internal dependencies"
+        " when the pool cannot grow.\n");
     story(pool, false, bytes).run_policies_off();
   }
   {
@@ -460,14 +465,16 @@ int run_demo(int argc, char **argv) {
     const soma::pool pool(options);
     std::printf("\n=== Part 4: a pool that cannot grow: pool 'bounded' (max size %s) ===\n",
                 format_bytes(bytes).c_str());
-    std::printf("somaMemPoolCreate with maxSize %s: one allocation fills it. The reuse policies"
-                " are\nas by default.\n",
-                format_bytes(bytes).c_str());
+    std::printf(
+        "somaMemPoolCreate with maxSize %s: one allocation fills it. The reuse policies"
+        " are\nas by default.\n",
+        format_bytes(bytes).c_str());
     story(pool, false, bytes).run_internal_dependencies("bounded");
   }
-  std::printf("\ndemo finished: every outcome shown above is the one the text gives, and the"
-              " consumer\nsaw the producer's bytes in every part.\n");
+  std::printf(
+      "\ndemo finished: every outcome shown above is the one the text gives, and the"
+      " consumer\nsaw the producer's bytes in every part.\n");
   return 0;
 }
 
-} // namespace soma::tools
+}  // namespace soma::tools

@@ -12,9 +12,9 @@ namespace soma::tools {
 namespace {
 
 struct environment_variable {
-  const char *name;
-  const char *default_value;
-  const char *meaning;
+  const char* name;
+  const char* default_value;
+  const char* meaning;
 };
 
 constexpr environment_variable kEnvironment[] = {
@@ -25,28 +25,22 @@ constexpr environment_variable kEnvironment[] = {
 };
 
 std::string handle_type_names(unsigned mask) {
-  if (mask == 0)
-    return "none";
+  if (mask == 0) return "none";
   std::string names;
-  const auto add = [&names](const char *name) {
-    if (!names.empty())
-      names += ", ";
+  const auto add = [&names](const char* name) {
+    if (!names.empty()) names += ", ";
     names += name;
   };
-  if (mask & somaMemHandleTypePosixFileDescriptor)
-    add("POSIX file descriptor");
-  if (mask & somaMemHandleTypeWin32)
-    add("Win32");
-  if (mask & somaMemHandleTypeWin32Kmt)
-    add("Win32 KMT");
-  if (mask & somaMemHandleTypeFabric)
-    add("fabric");
+  if (mask & somaMemHandleTypePosixFileDescriptor) add("POSIX file descriptor");
+  if (mask & somaMemHandleTypeWin32) add("Win32");
+  if (mask & somaMemHandleTypeWin32Kmt) add("Win32 KMT");
+  if (mask & somaMemHandleTypeFabric) add("fabric");
   return names;
 }
 
-const char *on_off(bool on) { return on ? "on" : "off"; }
+const char* on_off(bool on) { return on ? "on" : "off"; }
 
-void print_device(const soma::device &d, int device_count) {
+void print_device(const soma::device& d, int device_count) {
   std::printf("\ndevice %d\n", d.ordinal());
   std::printf("  total memory            %s\n", format_bytes(d.total_memory_bytes()).c_str());
 
@@ -63,8 +57,7 @@ void print_device(const soma::device &d, int device_count) {
   std::printf("  exportable handle types %s (S7, S8)\n",
               handle_type_names(d.supported_handle_types()).c_str());
   for (int peer = 0; peer < device_count; ++peer) {
-    if (peer == d.ordinal())
-      continue;
+    if (peer == d.ordinal()) continue;
     std::printf("  can access device %d     %s (access must still be granted, S6)\n", peer,
                 d.can_access_peer(soma::device(peer)) ? "yes" : "no");
   }
@@ -74,11 +67,11 @@ void print_device(const soma::device &d, int device_count) {
   const std::uint64_t threshold = pool.release_threshold();
   std::printf("    release threshold     %s%s\n", format_bytes(threshold).c_str(),
               threshold == 0 ? " (freed memory goes back at every synchronize, S9)" : " (S9)");
-  std::printf("    reuse policies (S11)  follow event dependencies %s, opportunistic %s,\n"
-              "                          internal dependencies %s\n",
-              on_off(pool.reuse_follow_event_dependencies()),
-              on_off(pool.reuse_allow_opportunistic()),
-              on_off(pool.reuse_allow_internal_dependencies()));
+  std::printf(
+      "    reuse policies (S11)  follow event dependencies %s, opportunistic %s,\n"
+      "                          internal dependencies %s\n",
+      on_off(pool.reuse_follow_event_dependencies()), on_off(pool.reuse_allow_opportunistic()),
+      on_off(pool.reuse_allow_internal_dependencies()));
   std::printf("    reserved / used       %s / %s (S10)\n",
               format_bytes(pool.reserved_bytes()).c_str(), format_bytes(pool.used_bytes()).c_str());
   const soma::pool current = d.current_pool();
@@ -87,12 +80,12 @@ void print_device(const soma::device &d, int device_count) {
                                                     : "an explicit pool (S4)");
 }
 
-} // namespace
+}  // namespace
 
-int run_info(int argc, char **argv) {
+int run_info(int argc, char** argv) {
   (void)argc;
   (void)argv;
-  const char *backend = soma::backend_name();
+  const char* backend = soma::backend_name();
   const int device_count = soma::device_count();
   std::printf("soma info\n");
   std::printf("backend                   %s\n", backend);
@@ -102,8 +95,8 @@ int run_info(int argc, char **argv) {
   }
 
   std::printf("\nenvironment (read when the runtime starts)\n");
-  for (const environment_variable &variable : kEnvironment) {
-    const char *value = std::getenv(variable.name);
+  for (const environment_variable& variable : kEnvironment) {
+    const char* value = std::getenv(variable.name);
     std::string shown = value != nullptr ? std::string("= ") + value
                                          : std::string("unset, default ") + variable.default_value;
     std::printf("  %-24s %-22s %s\n", variable.name, shown.c_str(), variable.meaning);
@@ -111,4 +104,4 @@ int run_info(int argc, char **argv) {
   return 0;
 }
 
-} // namespace soma::tools
+}  // namespace soma::tools

@@ -13,9 +13,8 @@
 namespace soma::tools {
 
 std::string format_bytes(std::uint64_t bytes) {
-  if (bytes == UINT64_MAX)
-    return "unlimited (UINT64_MAX)";
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes == UINT64_MAX) return "unlimited (UINT64_MAX)";
+  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   int unit = 0;
   std::uint64_t scale = 1;
   while (unit < 5 && bytes >= scale * 1024) {
@@ -32,55 +31,54 @@ std::string format_bytes(std::uint64_t bytes) {
   return text;
 }
 
-} // namespace soma::tools
+}  // namespace soma::tools
 
 namespace {
 
-void print_usage(std::FILE *out) {
-  std::fputs("usage: soma <command>\n"
-             "\n"
-             "soma is a stream-ordered memory allocator with memory pools (cudaMallocAsync's\n"
-             "semantics, on the GPU or on the CPU).\n"
-             "\n"
-             "commands:\n"
-             "  info    backend, devices, their memory and pools, and the SOMA_* environment\n"
-             "  demo    a producer, a consumer and a releaser stream share one allocation; shows\n"
-             "          reuse, reserved and used memory, synchronize and trim, and the reuse\n"
-             "          policies that decide when one stream's free serves another stream\n"
-             "  help    this text\n"
-             "\n"
-             "environment: SOMA_BACKEND=cpu|cuda|auto, SOMA_CPU_DEVICES, SOMA_CPU_DEVICE_MEMORY,\n"
-             "SOMA_CPU_GRANULARITY (see `soma info`).\n",
-             out);
+void print_usage(std::FILE* out) {
+  std::fputs(
+      "usage: soma <command>\n"
+      "\n"
+      "soma is a stream-ordered memory allocator with memory pools (cudaMallocAsync's\n"
+      "semantics, on the GPU or on the CPU).\n"
+      "\n"
+      "commands:\n"
+      "  info    backend, devices, their memory and pools, and the SOMA_* environment\n"
+      "  demo    a producer, a consumer and a releaser stream share one allocation; shows\n"
+      "          reuse, reserved and used memory, synchronize and trim, and the reuse\n"
+      "          policies that decide when one stream's free serves another stream\n"
+      "  help    this text\n"
+      "\n"
+      "environment: SOMA_BACKEND=cpu|cuda|auto, SOMA_CPU_DEVICES, SOMA_CPU_DEVICE_MEMORY,\n"
+      "SOMA_CPU_GRANULARITY (see `soma info`).\n",
+      out);
 }
 
-} // namespace
+}  // namespace
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   if (argc < 2) {
     print_usage(stdout);
     return 0;
   }
-  const char *command = argv[1];
+  const char* command = argv[1];
   if (std::strcmp(command, "help") == 0 || std::strcmp(command, "--help") == 0 ||
       std::strcmp(command, "-h") == 0) {
     print_usage(stdout);
     return 0;
   }
   try {
-    if (std::strcmp(command, "info") == 0)
-      return soma::tools::run_info(argc - 1, argv + 1);
-    if (std::strcmp(command, "demo") == 0)
-      return soma::tools::run_demo(argc - 1, argv + 1);
-  } catch (const soma::error &e) {
+    if (std::strcmp(command, "info") == 0) return soma::tools::run_info(argc - 1, argv + 1);
+    if (std::strcmp(command, "demo") == 0) return soma::tools::run_demo(argc - 1, argv + 1);
+  } catch (const soma::error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "soma %s: failed: %s: %s\n", command, e.name(), e.detail());
     return 1;
-  } catch (const soma::bad_alloc &e) {
+  } catch (const soma::bad_alloc& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "soma %s: failed: %s: %s\n", command, e.name(), e.detail());
     return 1;
-  } catch (const std::exception &e) {
+  } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "soma %s: failed: %s\n", command, e.what());
     return 1;

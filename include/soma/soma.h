@@ -31,27 +31,27 @@ extern "C" {
 /** Status of every call. Values follow the CUDA runtime's where CUDA has the code. */
 typedef enum somaError {
   somaSuccess = 0,
-  somaErrorInvalidValue = 1,           /**< bad argument, unknown/freed pointer, double free */
-  somaErrorMemoryAllocation = 2,       /**< out of physical memory (device or pool max size) */
-  somaErrorInitializationError = 3,    /**< the backend could not start */
-  somaErrorInvalidDevice = 101,        /**< device ordinal out of range */
-  somaErrorNoDevice = 100,             /**< no device for the requested backend */
+  somaErrorInvalidValue = 1,        /**< bad argument, unknown/freed pointer, double free */
+  somaErrorMemoryAllocation = 2,    /**< out of physical memory (device or pool max size) */
+  somaErrorInitializationError = 3, /**< the backend could not start */
+  somaErrorInvalidDevice = 101,     /**< device ordinal out of range */
+  somaErrorNoDevice = 100,          /**< no device for the requested backend */
   /** an operating-system call failed for a reason of the system's, not of the arguments (out of
    *  file descriptors: EMFILE, ENFILE); the message names the call, errno and what to do */
   somaErrorOperatingSystem = 304,
   somaErrorInvalidResourceHandle = 400, /**< destroyed or never-created stream/event/pool */
-  somaErrorIllegalState = 401,         /**< not now: e.g. capture begun on a capturing stream */
-  somaErrorNotReady = 600,             /**< queried work has not completed yet */
-  somaErrorIllegalAddress = 700,       /**< an operation touched memory it may not */
-  somaErrorLaunchFailure = 719,        /**< asynchronous work failed (sticky on its stream) */
-  somaErrorNotPermitted = 800,         /**< operation not permitted on this object */
-  somaErrorNotSupported = 801,         /**< valid request this pool/backend does not support */
+  somaErrorIllegalState = 401,          /**< not now: e.g. capture begun on a capturing stream */
+  somaErrorNotReady = 600,              /**< queried work has not completed yet */
+  somaErrorIllegalAddress = 700,        /**< an operation touched memory it may not */
+  somaErrorLaunchFailure = 719,         /**< asynchronous work failed (sticky on its stream) */
+  somaErrorNotPermitted = 800,          /**< operation not permitted on this object */
+  somaErrorNotSupported = 801,          /**< valid request this pool/backend does not support */
   /** S15: a call that cannot be captured (synchronize, query) on a capturing stream; the
    *  capture is invalidated */
   somaErrorStreamCaptureUnsupported = 900,
   somaErrorStreamCaptureInvalidated = 901, /**< S15: the capture failed earlier; it is over */
   somaErrorStreamCaptureUnmatched = 903,   /**< S15: end of a capture on a stream that began none */
-  somaErrorStreamCaptureUnjoined = 904,    /**< S15: a stream that joined the capture never rejoined */
+  somaErrorStreamCaptureUnjoined = 904, /**< S15: a stream that joined the capture never rejoined */
   somaErrorUnknown = 999,
   /** soma's own (S16): reserving virtual addresses failed (e.g. RLIMIT_AS), while
    *  physical memory may be plentiful. The message names the limit and the sizes. */
@@ -93,13 +93,13 @@ typedef struct somaMemLocation {
 
 /** Creation-time properties of an explicit pool (S5). Same layout as cudaMemPoolProps. */
 typedef struct somaMemPoolProps {
-  somaMemAllocationType allocType;        /**< must be Pinned */
+  somaMemAllocationType allocType;         /**< must be Pinned */
   somaMemAllocationHandleType handleTypes; /**< None or PosixFileDescriptor (S7) */
-  somaMemLocation location;               /**< Device with a valid ordinal */
-  void* win32SecurityAttributes;          /**< must be NULL */
-  size_t maxSize;                         /**< 0 = the device's memory; else a cap in bytes */
-  unsigned short usage;                   /**< must be 0 */
-  unsigned char reserved[54];             /**< must be zero */
+  somaMemLocation location;                /**< Device with a valid ordinal */
+  void* win32SecurityAttributes;           /**< must be NULL */
+  size_t maxSize;                          /**< 0 = the device's memory; else a cap in bytes */
+  unsigned short usage;                    /**< must be 0 */
+  unsigned char reserved[54];              /**< must be zero */
 } somaMemPoolProps;
 
 typedef enum somaMemAccessFlags {
@@ -136,7 +136,7 @@ typedef enum somaDeviceAttr {
   somaDevAttrMemoryPoolsSupported = 115,
   somaDevAttrMemoryPoolSupportedHandleTypes = 119,
   /* soma's own, for tools and tests */
-  somaDevAttrTotalMemoryMiB = 20001,       /**< device memory in MiB */
+  somaDevAttrTotalMemoryMiB = 20001,           /**< device memory in MiB */
   somaDevAttrAllocationGranularityKiB = 20002, /**< physical granularity in KiB */
 } somaDeviceAttr;
 
@@ -152,11 +152,11 @@ typedef struct somaPointerAttributes {
   somaMemoryType type; /**< Device for a live pool allocation, Unregistered otherwise */
   int device;          /**< owning device, -1 if not a live allocation */
   void* devicePointer;
-  void* hostPointer;   /**< cpu backend: same as devicePointer; cuda backend: NULL */
+  void* hostPointer; /**< cpu backend: same as devicePointer; cuda backend: NULL */
   /* soma's own fields */
-  somaMemPool_t pool;  /**< pool that owns the allocation */
-  void* base;          /**< start of the allocation that contains the pointer */
-  size_t size;         /**< requested size of that allocation in bytes */
+  somaMemPool_t pool;   /**< pool that owns the allocation */
+  void* base;           /**< start of the allocation that contains the pointer */
+  size_t size;          /**< requested size of that allocation in bytes */
   int isLiveAllocation; /**< 1 for a live pool allocation; 0 if soma knows it is not */
 } somaPointerAttributes;
 
@@ -196,9 +196,9 @@ SOMA_API somaError_t somaGetLastError(void);
 
 /** cpu backend settings; any field 0 keeps the default/environment value. */
 typedef struct somaCpuBackendConfig {
-  int deviceCount;              /**< SOMA_CPU_DEVICES, default 1, at most 64 */
-  size_t deviceMemoryBytes;     /**< SOMA_CPU_DEVICE_MEMORY, default 4 GiB */
-  size_t granularityBytes;      /**< SOMA_CPU_GRANULARITY, default 2 MiB (power of two, >= page) */
+  int deviceCount;          /**< SOMA_CPU_DEVICES, default 1, at most 64 */
+  size_t deviceMemoryBytes; /**< SOMA_CPU_DEVICE_MEMORY, default 4 GiB */
+  size_t granularityBytes;  /**< SOMA_CPU_GRANULARITY, default 2 MiB (power of two, >= page) */
 } somaCpuBackendConfig;
 
 /** Sets the cpu backend's configuration. Only before the first other soma call that starts
@@ -262,8 +262,8 @@ typedef somaError_t (*somaHostStatusFn_t)(void* userData);
 SOMA_API somaError_t somaLaunchHostFuncWithStatus(somaStream_t stream, somaHostStatusFn_t fn,
                                                   void* userData);
 SOMA_API somaError_t somaMemsetAsync(void* devPtr, int value, size_t count, somaStream_t stream);
-SOMA_API somaError_t somaMemcpyAsync(void* dst, const void* src, size_t count,
-                                     somaMemcpyKind kind, somaStream_t stream);
+SOMA_API somaError_t somaMemcpyAsync(void* dst, const void* src, size_t count, somaMemcpyKind kind,
+                                     somaStream_t stream);
 
 /* ---- host memory and stream value operations --------------------------------------------- */
 
@@ -431,20 +431,20 @@ typedef struct somaGraphExec_st* somaGraphExec_t;
 
 /** Parameters of an alloc node (cudaMemAllocNodeParams). */
 typedef struct somaMemAllocNodeParams {
-  somaMemPoolProps poolProps;          /**< Pinned, Device location, handleTypes None */
+  somaMemPoolProps poolProps;           /**< Pinned, Device location, handleTypes None */
   const somaMemAccessDesc* accessDescs; /**< other devices' access; may be NULL with count 0 */
   size_t accessDescCount;
-  size_t bytesize;                     /**< > 0 */
-  void* dptr;                          /**< out: the address, fixed for every launch */
+  size_t bytesize; /**< > 0 */
+  void* dptr;      /**< out: the address, fixed for every launch */
 } somaMemAllocNodeParams;
 
 /** Parameters of a memset node (cudaMemsetParams). soma sets bytes: elementSize 1, height 1. */
 typedef struct somaMemsetParams {
   void* dst;
-  size_t pitch;          /**< ignored for height 1 */
-  unsigned int value;    /**< the low byte is written */
+  size_t pitch;       /**< ignored for height 1 */
+  unsigned int value; /**< the low byte is written */
   unsigned int elementSize;
-  size_t width;          /**< bytes */
+  size_t width; /**< bytes */
   size_t height;
 } somaMemsetParams;
 
@@ -471,7 +471,7 @@ enum {
   somaGraphInstantiateFlagAutoFreeOnLaunch = 1,
   /** upload at instantiation, on the device's default stream */
   somaGraphInstantiateFlagUpload = 2,
-  somaGraphInstantiateFlagDeviceLaunch = 4, /**< NotSupported */
+  somaGraphInstantiateFlagDeviceLaunch = 4,    /**< NotSupported */
   somaGraphInstantiateFlagUseNodePriority = 8, /**< accepted; soma has no priorities */
 };
 

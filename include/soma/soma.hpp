@@ -31,4 +31,4 @@
 #include <soma/cxx/memory.hpp>
 #include <soma/cxx/graph.hpp>
 
-#endif // SOMA_SOMA_HPP
+#endif  // SOMA_SOMA_HPP

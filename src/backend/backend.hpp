@@ -28,11 +28,11 @@ inline constexpr unsigned handle_type_posix_fd = 1;
 struct device_properties {
   std::string name;
   std::size_t total_memory_bytes = 0;
-  std::size_t granularity_bytes = 0;        ///< physical allocation granularity
+  std::size_t granularity_bytes = 0;  ///< physical allocation granularity
   /// Smallest step a pool grows by, a multiple of the granularity: a backend whose physical
   /// allocations cost the same whatever their size (cuMemCreate) grows in larger steps.
   std::size_t growth_step_bytes = 0;
-  unsigned supported_handle_types = 0;      ///< bitmask of handle_type_*
+  unsigned supported_handle_types = 0;  ///< bitmask of handle_type_*
   /// Whether map_part takes a nonzero offset (cpu: mmap of a memfd offset). cuMemMap maps
   /// whole physical allocations only, so graph memory there comes in granule-sized pieces.
   bool maps_at_offset = true;
@@ -51,10 +51,14 @@ enum class wait_condition : unsigned { geq = 0, eq = 1, and_nonzero = 2, nor_non
 /// the driver applies the same rule on the GPU).
 inline bool wait_satisfied(std::uint32_t word, std::uint32_t value, wait_condition condition) {
   switch (condition) {
-    case wait_condition::geq: return static_cast<std::int32_t>(word - value) >= 0;
-    case wait_condition::eq: return word == value;
-    case wait_condition::and_nonzero: return (word & value) != 0;
-    case wait_condition::nor_nonzero: return ~(word | value) != 0;
+    case wait_condition::geq:
+      return static_cast<std::int32_t>(word - value) >= 0;
+    case wait_condition::eq:
+      return word == value;
+    case wait_condition::and_nonzero:
+      return (word & value) != 0;
+    case wait_condition::nor_nonzero:
+      return ~(word | value) != 0;
   }
   return false;
 }
@@ -176,7 +180,8 @@ class backend {
   virtual bool can_discard_physical_part() const = 0;
   /// Returns [offset, offset + bytes) of a physical allocation to the OS while the rest stays.
   /// Requires: can_discard_physical_part(); the range is unmapped; granule aligned.
-  virtual void discard_physical_part(std::uint64_t handle, std::size_t offset, std::size_t bytes) = 0;
+  virtual void discard_physical_part(std::uint64_t handle, std::size_t offset,
+                                     std::size_t bytes) = 0;
   /// Maps a whole physical allocation at address (inside a reservation), readable and
   /// writable by device.
   virtual status map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
@@ -201,8 +206,7 @@ class backend {
 
   // -- streams and events ---------------------------------------------------------------
   /// A new stream on device that reports its progress into timeline (which outlives it).
-  virtual result<std::unique_ptr<stream>> create_stream(int device,
-                                                        stream_timeline& timeline) = 0;
+  virtual result<std::unique_ptr<stream>> create_stream(int device, stream_timeline& timeline) = 0;
   /// A stream over an existing native stream (cuda: a CUstream from PyTorch, say), which the
   /// caller keeps owning. not_supported where streams have no native form.
   virtual result<std::unique_ptr<stream>> adopt_stream(int device, void* native,
@@ -231,7 +235,7 @@ class backend {
 /// The backend SOMA_BACKEND selects (cpu, cuda, auto). cpu settings come from
 /// cpu_settings when given (somaSetCpuBackendConfig), else from the environment.
 struct cpu_settings {
-  int device_count = 0;              ///< 0 = SOMA_CPU_DEVICES or 1
+  int device_count = 0;                 ///< 0 = SOMA_CPU_DEVICES or 1
   std::size_t device_memory_bytes = 0;  ///< 0 = SOMA_CPU_DEVICE_MEMORY or 4 GiB
   std::size_t granularity_bytes = 0;    ///< 0 = SOMA_CPU_GRANULARITY or 2 MiB
 };

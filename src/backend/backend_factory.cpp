@@ -25,12 +25,10 @@ result<std::unique_ptr<backend>> create_backend(const cpu_settings& settings) {
   }
   // auto: cuda where a driver loads, cuInit succeeds and a device exists. A failure after
   // that (a device that cannot be used) is reported, not hidden behind the cpu backend.
-  if (choice == "auto" && cuda::probe().ok())
-    return cuda::open_backend();
+  if (choice == "auto" && cuda::probe().ok()) return cuda::open_backend();
   result<cpu::resolved_settings> resolved = cpu::resolve_settings(settings);
-  if (!resolved.ok())
-    return resolved.take_error();
+  if (!resolved.ok()) return resolved.take_error();
   return std::unique_ptr<backend>(std::make_unique<cpu::cpu_backend>(resolved.value()));
 }
 
-} // namespace soma::detail::backend
+}  // namespace soma::detail::backend

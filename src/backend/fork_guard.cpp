@@ -35,12 +35,15 @@ status forked_child_error() {
   const std::string backend = name != nullptr ? name : "?";
   std::string why;
   if (backend == "cuda") {
-    why = "CUDA cannot be used in a child forked after it started (the driver answers "
-          "CUDA_ERROR_NOT_INITIALIZED there)";
+    why =
+        "CUDA cannot be used in a child forked after it started (the driver answers "
+        "CUDA_ERROR_NOT_INITIALIZED there)";
   } else {
-    why = "its stream threads did not survive fork, and its pool memory is still shared with "
-          "process " + std::to_string(started_in_pid.load(std::memory_order_relaxed)) +
-          ", so using it here would corrupt that process's pools";
+    why =
+        "its stream threads did not survive fork, and its pool memory is still shared with "
+        "process " +
+        std::to_string(started_in_pid.load(std::memory_order_relaxed)) +
+        ", so using it here would corrupt that process's pools";
   }
   return status(error_code::initialization_error,
                 "soma started the " + backend + " backend in process " +

@@ -26,13 +26,15 @@ status descriptor_failure(const std::string& what, int error) {
             : "its limit of open descriptors";
     return status(error_code::operating_system,
                   what + " failed: this process is out of file descriptors (EMFILE: it reached " +
-                      figure + ", RLIMIT_NOFILE); close descriptors it no longer needs or raise "
+                      figure +
+                      ", RLIMIT_NOFILE); close descriptors it no longer needs or raise "
                       "the limit (ulimit -n, or setrlimit(RLIMIT_NOFILE))");
   }
   if (error == ENFILE) {
     return status(error_code::operating_system,
-                  what + " failed: the system's table of open files is full (ENFILE); close "
-                         "files or raise the system's limit (sysctl fs.file-max)");
+                  what +
+                      " failed: the system's table of open files is full (ENFILE); close "
+                      "files or raise the system's limit (sysctl fs.file-max)");
   }
   if (error == ENOMEM || error == ENOBUFS) {
     return status(error_code::out_of_memory,

@@ -18,7 +18,8 @@ class sequential_exec final : public work_graph_exec {
 
   status set_memset(std::size_t node, void* destination, int value, std::size_t bytes) override {
     if (node >= steps_.size() || steps_[node].what != sequential_graph::step::kind::memset)
-      return status(error_code::invalid_value, "node " + std::to_string(node) + " is no memset node");
+      return status(error_code::invalid_value,
+                    "node " + std::to_string(node) + " is no memset node");
     steps_[node].destination = destination;
     steps_[node].value = value;
     steps_[node].bytes = bytes;
@@ -29,9 +30,12 @@ class sequential_exec final : public work_graph_exec {
   static status enqueue(stream& s, const sequential_graph::step& step) {
     using kind = sequential_graph::step::kind;
     switch (step.what) {
-      case kind::empty: return status::success();
-      case kind::memset: return s.enqueue_memset(step.destination, step.value, step.bytes);
-      case kind::memcpy: return s.enqueue_memcpy(step.destination, step.source, step.bytes);
+      case kind::empty:
+        return status::success();
+      case kind::memset:
+        return s.enqueue_memset(step.destination, step.value, step.bytes);
+      case kind::memcpy:
+        return s.enqueue_memcpy(step.destination, step.source, step.bytes);
       case kind::host: {
         auto* function = step.function;
         void* data = step.data;
@@ -40,8 +44,10 @@ class sequential_exec final : public work_graph_exec {
           return status::success();
         });
       }
-      case kind::event_record: return step.awaited->record(s);
-      case kind::event_wait: return s.enqueue_wait(*step.awaited);
+      case kind::event_record:
+        return step.awaited->record(s);
+      case kind::event_wait:
+        return s.enqueue_wait(*step.awaited);
     }
     return status::success();
   }
@@ -54,7 +60,8 @@ class sequential_exec final : public work_graph_exec {
 result<work_graph::node_index> sequential_graph::add(dependencies after, step s) {
   for (node_index d : after) {
     if (d >= steps_.size())
-      return status(error_code::invalid_value, "dependency " + std::to_string(d) + " is no node yet");
+      return status(error_code::invalid_value,
+                    "dependency " + std::to_string(d) + " is no node yet");
   }
   steps_.push_back(s);
   return steps_.size() - 1;

@@ -19,7 +19,6 @@ using soma::detail::result;
 using soma::detail::runtime;
 using soma::detail::status;
 
-
 inline somaError_t report(const status& outcome) {
   return static_cast<somaError_t>(soma::detail::record_outcome(outcome));
 }
@@ -51,7 +50,9 @@ status store(result<T> value, Out* out) {
   return status::success();
 }
 
-inline std::uintptr_t handle_of(const void* handle) { return reinterpret_cast<std::uintptr_t>(handle); }
+inline std::uintptr_t handle_of(const void* handle) {
+  return reinterpret_cast<std::uintptr_t>(handle);
+}
 
 // C callers may pass any int where the API names an enum. Reading such a value as the C++
 // enum type is undefined when it lies outside the enum's range, so enums are read as ints.

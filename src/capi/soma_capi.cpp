@@ -46,52 +46,92 @@ extern "C" {
 
 const char* somaGetErrorName(somaError_t error) {
   switch (raw_value(error)) {
-    case somaSuccess: return "somaSuccess";
-    case somaErrorInvalidValue: return "somaErrorInvalidValue";
-    case somaErrorMemoryAllocation: return "somaErrorMemoryAllocation";
-    case somaErrorInitializationError: return "somaErrorInitializationError";
-    case somaErrorInvalidDevice: return "somaErrorInvalidDevice";
-    case somaErrorNoDevice: return "somaErrorNoDevice";
-    case somaErrorOperatingSystem: return "somaErrorOperatingSystem";
-    case somaErrorInvalidResourceHandle: return "somaErrorInvalidResourceHandle";
-    case somaErrorIllegalState: return "somaErrorIllegalState";
-    case somaErrorNotReady: return "somaErrorNotReady";
-    case somaErrorIllegalAddress: return "somaErrorIllegalAddress";
-    case somaErrorLaunchFailure: return "somaErrorLaunchFailure";
-    case somaErrorNotPermitted: return "somaErrorNotPermitted";
-    case somaErrorNotSupported: return "somaErrorNotSupported";
-    case somaErrorStreamCaptureUnsupported: return "somaErrorStreamCaptureUnsupported";
-    case somaErrorStreamCaptureInvalidated: return "somaErrorStreamCaptureInvalidated";
-    case somaErrorStreamCaptureUnmatched: return "somaErrorStreamCaptureUnmatched";
-    case somaErrorStreamCaptureUnjoined: return "somaErrorStreamCaptureUnjoined";
-    case somaErrorUnknown: return "somaErrorUnknown";
-    case somaErrorAddressSpaceExhausted: return "somaErrorAddressSpaceExhausted";
+    case somaSuccess:
+      return "somaSuccess";
+    case somaErrorInvalidValue:
+      return "somaErrorInvalidValue";
+    case somaErrorMemoryAllocation:
+      return "somaErrorMemoryAllocation";
+    case somaErrorInitializationError:
+      return "somaErrorInitializationError";
+    case somaErrorInvalidDevice:
+      return "somaErrorInvalidDevice";
+    case somaErrorNoDevice:
+      return "somaErrorNoDevice";
+    case somaErrorOperatingSystem:
+      return "somaErrorOperatingSystem";
+    case somaErrorInvalidResourceHandle:
+      return "somaErrorInvalidResourceHandle";
+    case somaErrorIllegalState:
+      return "somaErrorIllegalState";
+    case somaErrorNotReady:
+      return "somaErrorNotReady";
+    case somaErrorIllegalAddress:
+      return "somaErrorIllegalAddress";
+    case somaErrorLaunchFailure:
+      return "somaErrorLaunchFailure";
+    case somaErrorNotPermitted:
+      return "somaErrorNotPermitted";
+    case somaErrorNotSupported:
+      return "somaErrorNotSupported";
+    case somaErrorStreamCaptureUnsupported:
+      return "somaErrorStreamCaptureUnsupported";
+    case somaErrorStreamCaptureInvalidated:
+      return "somaErrorStreamCaptureInvalidated";
+    case somaErrorStreamCaptureUnmatched:
+      return "somaErrorStreamCaptureUnmatched";
+    case somaErrorStreamCaptureUnjoined:
+      return "somaErrorStreamCaptureUnjoined";
+    case somaErrorUnknown:
+      return "somaErrorUnknown";
+    case somaErrorAddressSpaceExhausted:
+      return "somaErrorAddressSpaceExhausted";
   }
   return "unrecognized error code";
 }
 
 const char* somaGetErrorString(somaError_t error) {
   switch (raw_value(error)) {
-    case somaSuccess: return "no error";
-    case somaErrorInvalidValue: return "invalid argument";
-    case somaErrorMemoryAllocation: return "out of memory";
-    case somaErrorInitializationError: return "initialization error";
-    case somaErrorInvalidDevice: return "invalid device ordinal";
-    case somaErrorNoDevice: return "no device available for the selected backend";
-    case somaErrorOperatingSystem: return "an operating system call failed";
-    case somaErrorInvalidResourceHandle: return "invalid resource handle";
-    case somaErrorIllegalState: return "the operation is not allowed in the object's current state";
-    case somaErrorNotReady: return "device not ready";
-    case somaErrorIllegalAddress: return "an illegal memory access was encountered";
-    case somaErrorLaunchFailure: return "asynchronous work failed";
-    case somaErrorNotPermitted: return "operation not permitted";
-    case somaErrorNotSupported: return "operation not supported";
-    case somaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
-    case somaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
-    case somaErrorStreamCaptureUnmatched: return "capture was not initiated in this stream";
-    case somaErrorStreamCaptureUnjoined: return "capturing stream has unjoined work";
-    case somaErrorUnknown: return "unknown error";
-    case somaErrorAddressSpaceExhausted: return "address space reservation failed";
+    case somaSuccess:
+      return "no error";
+    case somaErrorInvalidValue:
+      return "invalid argument";
+    case somaErrorMemoryAllocation:
+      return "out of memory";
+    case somaErrorInitializationError:
+      return "initialization error";
+    case somaErrorInvalidDevice:
+      return "invalid device ordinal";
+    case somaErrorNoDevice:
+      return "no device available for the selected backend";
+    case somaErrorOperatingSystem:
+      return "an operating system call failed";
+    case somaErrorInvalidResourceHandle:
+      return "invalid resource handle";
+    case somaErrorIllegalState:
+      return "the operation is not allowed in the object's current state";
+    case somaErrorNotReady:
+      return "device not ready";
+    case somaErrorIllegalAddress:
+      return "an illegal memory access was encountered";
+    case somaErrorLaunchFailure:
+      return "asynchronous work failed";
+    case somaErrorNotPermitted:
+      return "operation not permitted";
+    case somaErrorNotSupported:
+      return "operation not supported";
+    case somaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case somaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case somaErrorStreamCaptureUnmatched:
+      return "capture was not initiated in this stream";
+    case somaErrorStreamCaptureUnjoined:
+      return "capturing stream has unjoined work";
+    case somaErrorUnknown:
+      return "unknown error";
+    case somaErrorAddressSpaceExhausted:
+      return "address space reservation failed";
   }
   return "unrecognized error code";
 }
@@ -206,7 +246,8 @@ somaError_t somaStreamDestroy(somaStream_t stream) {
 somaError_t somaStreamSynchronize(somaStream_t stream) {
   return with_runtime([&](runtime& rt) -> status {
     if (capture_of(rt, stream) != nullptr)
-      return *graph_service::of(rt).refuse_while_capturing(handle_of(stream), "somaStreamSynchronize");
+      return *graph_service::of(rt).refuse_while_capturing(handle_of(stream),
+                                                           "somaStreamSynchronize");
     return rt.synchronize_stream(handle_of(stream));
   });
 }
@@ -305,7 +346,7 @@ somaError_t somaLaunchHostFuncWithStatus(somaStream_t stream, somaHostStatusFn_t
     if (fn == nullptr) return null_argument("somaLaunchHostFuncWithStatus", "fn");
     if (capture_of(rt, stream) != nullptr) {
       return *graph_service::of(rt).refuse_while_capturing(handle_of(stream),
-                                                            "somaLaunchHostFuncWithStatus");
+                                                           "somaLaunchHostFuncWithStatus");
     }
     return rt.launch_host_task(handle_of(stream), [fn, userData] {
       const somaError_t outcome = fn(userData);
@@ -330,13 +371,15 @@ somaError_t somaLaunchHostFuncWithAccess(somaStream_t stream, somaHostFn_t fn, v
     if (accesses != nullptr) {
       ranges.reserve(std::min<size_t>(count, 1024));  // grows as the list is read
       for (size_t i = 0; i < count; ++i) {
-        ranges.push_back({accesses[i].ptr, accesses[i].size,
-                          static_cast<soma::detail::backend::access_flags>(raw_value(accesses[i].access))});
+        ranges.push_back(
+            {accesses[i].ptr, accesses[i].size,
+             static_cast<soma::detail::backend::access_flags>(raw_value(accesses[i].access))});
       }
     }
     if (auto* c = capture_of(rt, stream)) {
       return graph_service::of(rt).capture_host(*c, handle_of(stream), fn, userData,
-                                                 accesses == nullptr ? nullptr : ranges.data(), count);
+                                                accesses == nullptr ? nullptr : ranges.data(),
+                                                count);
     }
     return rt.launch_host_task_with_access(
         handle_of(stream),
@@ -361,9 +404,8 @@ somaError_t somaMemcpyAsync(void* dst, const void* src, size_t count, somaMemcpy
   return with_runtime([&](runtime& rt) -> status {
     const int raw_kind = raw_value(kind);
     if (raw_kind < somaMemcpyHostToHost || raw_kind > somaMemcpyDefault) {
-      return status(error_code::invalid_value,
-                    "somaMemcpyAsync: kind " + std::to_string(raw_kind) +
-                        " is not a somaMemcpyKind");
+      return status(error_code::invalid_value, "somaMemcpyAsync: kind " + std::to_string(raw_kind) +
+                                                   " is not a somaMemcpyKind");
     }
     if (auto* c = capture_of(rt, stream))
       return graph_service::of(rt).capture_memcpy(*c, handle_of(stream), dst, src, count);
@@ -391,7 +433,8 @@ somaError_t somaStreamWaitValue32(somaStream_t stream, uint32_t* addr, uint32_t 
                                   unsigned int flags) {
   return with_runtime([&](runtime& rt) -> status {
     if (capture_of(rt, stream) != nullptr)
-      return *graph_service::of(rt).refuse_while_capturing(handle_of(stream), "somaStreamWaitValue32");
+      return *graph_service::of(rt).refuse_while_capturing(handle_of(stream),
+                                                           "somaStreamWaitValue32");
     return rt.stream_wait_value32(handle_of(stream), addr, value, flags);
   });
 }
@@ -400,7 +443,8 @@ somaError_t somaStreamWriteValue32(somaStream_t stream, uint32_t* addr, uint32_t
                                    unsigned int flags) {
   return with_runtime([&](runtime& rt) -> status {
     if (capture_of(rt, stream) != nullptr)
-      return *graph_service::of(rt).refuse_while_capturing(handle_of(stream), "somaStreamWriteValue32");
+      return *graph_service::of(rt).refuse_while_capturing(handle_of(stream),
+                                                           "somaStreamWriteValue32");
     return rt.stream_write_value32(handle_of(stream), addr, value, flags);
   });
 }
@@ -422,7 +466,8 @@ somaError_t somaMallocFromPoolAsync(void** ptr, size_t size, somaMemPool_t memPo
     if (ptr == nullptr) return null_argument("somaMallocFromPoolAsync", "ptr");
     if (auto* c = capture_of(rt, stream)) {
       if (memPool == nullptr) return null_argument("somaMallocFromPoolAsync", "memPool");
-      return graph_service::of(rt).capture_alloc(*c, handle_of(stream), ptr, size, handle_of(memPool));
+      return graph_service::of(rt).capture_alloc(*c, handle_of(stream), ptr, size,
+                                                 handle_of(memPool));
     }
     return store(rt.allocate_from_pool(size, handle_of(memPool), handle_of(stream)), ptr);
   });
@@ -450,7 +495,8 @@ somaError_t somaMemPoolCreate(somaMemPool_t* memPool, const somaMemPoolProps* po
     raw.has_win32_security_attributes = poolProps->win32SecurityAttributes != nullptr;
     raw.max_size_bytes = poolProps->maxSize;
     raw.usage = poolProps->usage;
-    for (unsigned char byte : poolProps->reserved) raw.reserved_is_zero = raw.reserved_is_zero && byte == 0;
+    for (unsigned char byte : poolProps->reserved)
+      raw.reserved_is_zero = raw.reserved_is_zero && byte == 0;
     return store(rt.create_pool(raw), memPool);
   });
 }
@@ -492,7 +538,8 @@ somaError_t somaMemPoolGetAttribute(somaMemPool_t memPool, somaMemPoolAttr attr,
 }
 
 somaError_t somaMemPoolTrimTo(somaMemPool_t memPool, size_t minBytesToKeep) {
-  return with_runtime([&](runtime& rt) { return rt.trim_pool(handle_of(memPool), minBytesToKeep); });
+  return with_runtime(
+      [&](runtime& rt) { return rt.trim_pool(handle_of(memPool), minBytesToKeep); });
 }
 
 somaError_t somaMemPoolSetAccess(somaMemPool_t memPool, const somaMemAccessDesc* descList,
@@ -517,7 +564,8 @@ somaError_t somaMemPoolGetAccess(somaMemAccessFlags* flags, somaMemPool_t memPoo
   return with_runtime([&](runtime& rt) -> status {
     if (flags == nullptr) return null_argument("somaMemPoolGetAccess", "flags");
     if (location == nullptr) return null_argument("somaMemPoolGetAccess", "location");
-    result<int> access = rt.pool_access(handle_of(memPool), raw_value(location->type), location->id);
+    result<int> access =
+        rt.pool_access(handle_of(memPool), raw_value(location->type), location->id);
     if (!access.ok()) return access.take_error();
     *flags = static_cast<somaMemAccessFlags>(access.value());
     return status::success();
@@ -546,7 +594,8 @@ somaError_t somaPointerGetAttributes(somaPointerAttributes* attributes, const vo
     attributes->type = info.is_live ? somaMemoryTypeDevice : somaMemoryTypeUnregistered;
     attributes->device = info.device;
     attributes->devicePointer = info.is_live ? const_cast<void*>(ptr) : nullptr;
-    attributes->hostPointer = info.is_live && rt.backend_name() == "cpu" ? const_cast<void*>(ptr) : nullptr;
+    attributes->hostPointer =
+        info.is_live && rt.backend_name() == "cpu" ? const_cast<void*>(ptr) : nullptr;
     attributes->pool = reinterpret_cast<somaMemPool_t>(info.pool_handle);
     attributes->base = reinterpret_cast<void*>(info.base);
     attributes->size = info.requested_bytes;

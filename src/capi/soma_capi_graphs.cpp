@@ -37,7 +37,8 @@ status add_node(runtime& rt, const char* call, somaGraphNode_t* out, somaGraph_t
   result<std::vector<graph_node*>> after = graphs.resolve_dependencies(
       *g.value(), reinterpret_cast<const void* const*>(dependencies), count, call);
   if (!after.ok()) return after.take_error();
-  result<graph_node*> added = graphs.track(make(graphs, *g.value(), std::span<graph_node* const>(after.value())));
+  result<graph_node*> added =
+      graphs.track(make(graphs, *g.value(), std::span<graph_node* const>(after.value())));
   if (!added.ok()) return added.take_error();
   *out = reinterpret_cast<somaGraphNode_t>(added.value());
   return status::success();
@@ -47,8 +48,9 @@ status check_memset(const char* call, const somaMemsetParams* p) {
   if (p == nullptr) return null_argument(call, "memsetParams");
   if (p->elementSize != 1 || p->height != 1) {
     return status(error_code::not_supported,
-                  std::string(call) + ": elementSize " + std::to_string(p->elementSize) + " and height " +
-                      std::to_string(p->height) + "; soma's memset nodes set bytes (elementSize 1, height 1)");
+                  std::string(call) + ": elementSize " + std::to_string(p->elementSize) +
+                      " and height " + std::to_string(p->height) +
+                      "; soma's memset nodes set bytes (elementSize 1, height 1)");
   }
   return status::success();
 }
@@ -89,7 +91,8 @@ somaError_t somaGraphAddMemAllocNode(somaGraphNode_t* node, somaGraph_t graph,
   return with_runtime([&](runtime& rt) -> status {
     if (params == nullptr) return null_argument(call, "nodeParams");
     std::vector<runtime::access_request> access;
-    if (status ok = rt.check_access_list(params->accessDescs, params->accessDescCount); !ok.ok()) return ok;
+    if (status ok = rt.check_access_list(params->accessDescs, params->accessDescCount); !ok.ok())
+      return ok;
     for (size_t i = 0; i < params->accessDescCount; ++i) {
       const somaMemAccessDesc& d = params->accessDescs[i];
       access.push_back({raw_value(d.location.type), d.location.id, raw_value(d.flags)});
@@ -108,7 +111,8 @@ somaError_t somaGraphAddMemAllocNode(somaGraphNode_t* node, somaGraph_t graph,
     return add_node(rt, call, node, graph, dependencies, numDependencies,
                     [&](graph_service& graphs, graph_model& g, std::span<graph_node* const> after) {
                       result<soma::detail::graph::node*> n = graphs.add_alloc(g, after, r);
-                      if (n.ok()) params->dptr = reinterpret_cast<void*>(n.value()->allocation->address);
+                      if (n.ok())
+                        params->dptr = reinterpret_cast<void*>(n.value()->allocation->address);
                       return n;
                     });
   });
@@ -143,13 +147,15 @@ somaError_t somaGraphAddMemsetNode(somaGraphNode_t* node, somaGraph_t graph,
 
 somaError_t somaGraphAddMemcpyNode1D(somaGraphNode_t* node, somaGraph_t graph,
                                      const somaGraphNode_t* dependencies, size_t numDependencies,
-                                     void* dst, const void* src, size_t count, somaMemcpyKind kind) {
+                                     void* dst, const void* src, size_t count,
+                                     somaMemcpyKind kind) {
   const char* call = "somaGraphAddMemcpyNode1D";
   return with_runtime([&](runtime& rt) -> status {
     const int raw_kind = raw_value(kind);
     if (raw_kind < somaMemcpyHostToHost || raw_kind > somaMemcpyDefault) {
-      return status(error_code::invalid_value,
-                    std::string(call) + ": kind " + std::to_string(raw_kind) + " is not a somaMemcpyKind");
+      return status(
+          error_code::invalid_value,
+          std::string(call) + ": kind " + std::to_string(raw_kind) + " is not a somaMemcpyKind");
     }
     return add_node(rt, call, node, graph, dependencies, numDependencies,
                     [&](graph_service& graphs, graph_model& g, std::span<graph_node* const> after) {
@@ -166,22 +172,25 @@ somaError_t somaGraphAddHostNode(somaGraphNode_t* node, somaGraph_t graph,
 }
 
 somaError_t somaGraphAddHostNodeWithAccess(somaGraphNode_t* node, somaGraph_t graph,
-                                           const somaGraphNode_t* dependencies, size_t numDependencies,
+                                           const somaGraphNode_t* dependencies,
+                                           size_t numDependencies,
                                            const somaHostNodeParams* nodeParams,
                                            const somaHostAccess* accesses, size_t count) {
-  const char* call = count == 0 && accesses == nullptr ? "somaGraphAddHostNode"
-                                                        : "somaGraphAddHostNodeWithAccess";
+  const char* call =
+      count == 0 && accesses == nullptr ? "somaGraphAddHostNode" : "somaGraphAddHostNodeWithAccess";
   return with_runtime([&](runtime& rt) -> status {
     if (nodeParams == nullptr) return null_argument(call, "nodeParams");
     if (count > 0 && accesses == nullptr) return null_argument(call, "accesses");
     if (count > static_cast<size_t>(PTRDIFF_MAX) / sizeof(somaHostAccess)) {
-      return status(error_code::invalid_value, std::string(call) + ": count " + std::to_string(count) +
-                                                   " is larger than any array of somaHostAccess can be");
+      return status(error_code::invalid_value,
+                    std::string(call) + ": count " + std::to_string(count) +
+                        " is larger than any array of somaHostAccess can be");
     }
     std::vector<runtime::host_access> ranges;
     for (size_t i = 0; i < count; ++i) {
-      ranges.push_back({accesses[i].ptr, accesses[i].size,
-                        static_cast<soma::detail::backend::access_flags>(raw_value(accesses[i].access))});
+      ranges.push_back(
+          {accesses[i].ptr, accesses[i].size,
+           static_cast<soma::detail::backend::access_flags>(raw_value(accesses[i].access))});
     }
     return add_node(rt, call, node, graph, dependencies, numDependencies,
                     [&](graph_service& graphs, graph_model& g, std::span<graph_node* const> after) {
@@ -198,7 +207,8 @@ somaError_t somaGraphAddEventRecordNode(somaGraphNode_t* node, somaGraph_t graph
   return with_runtime([&](runtime& rt) -> status {
     return add_node(rt, call, node, graph, dependencies, numDependencies,
                     [&](graph_service& graphs, graph_model& g, std::span<graph_node* const> after) {
-                      return graphs.builder().event(g, after, node_kind::event_record, handle_of(event), call);
+                      return graphs.builder().event(g, after, node_kind::event_record,
+                                                    handle_of(event), call);
                     });
   });
 }
@@ -210,7 +220,8 @@ somaError_t somaGraphAddEventWaitNode(somaGraphNode_t* node, somaGraph_t graph,
   return with_runtime([&](runtime& rt) -> status {
     return add_node(rt, call, node, graph, dependencies, numDependencies,
                     [&](graph_service& graphs, graph_model& g, std::span<graph_node* const> after) {
-                      return graphs.builder().event(g, after, node_kind::event_wait, handle_of(event), call);
+                      return graphs.builder().event(g, after, node_kind::event_wait,
+                                                    handle_of(event), call);
                     });
   });
 }
@@ -249,14 +260,16 @@ somaError_t somaGraphAddDependencies(somaGraph_t graph, const somaGraphNode_t* f
   });
 }
 
-somaError_t somaGraphMemAllocNodeGetParams(somaGraphNode_t node, somaMemAllocNodeParams* paramsOut) {
+somaError_t somaGraphMemAllocNodeGetParams(somaGraphNode_t node,
+                                           somaMemAllocNodeParams* paramsOut) {
   const char* call = "somaGraphMemAllocNodeGetParams";
   return with_runtime([&](runtime& rt) -> status {
     if (paramsOut == nullptr) return null_argument(call, "paramsOut");
     result<soma::detail::graph::node*> n = graph_service::of(rt).resolve_node(node);
     if (!n.ok()) return n.take_error();
     if (n.value()->kind != node_kind::mem_alloc)
-      return status(error_code::invalid_value, std::string(call) + ": " + n.value()->name() + " is no alloc node");
+      return status(error_code::invalid_value,
+                    std::string(call) + ": " + n.value()->name() + " is no alloc node");
     const auto& a = *n.value()->allocation;
     // The access list lives in the node, as CUDA's lives in the graph.
     auto& descs = n.value()->access_descs;
@@ -269,7 +282,8 @@ somaError_t somaGraphMemAllocNodeGetParams(somaGraphNode_t node, somaMemAllocNod
     out.poolProps.handleTypes = somaMemHandleTypeNone;
     out.poolProps.location.type = somaMemLocationTypeDevice;
     out.poolProps.location.id = a.device;
-    out.accessDescs = descs.empty() ? nullptr : reinterpret_cast<const somaMemAccessDesc*>(descs.data());
+    out.accessDescs =
+        descs.empty() ? nullptr : reinterpret_cast<const somaMemAccessDesc*>(descs.data());
     out.accessDescCount = descs.size();
     out.bytesize = a.bytes;
     out.dptr = reinterpret_cast<void*>(a.address);
@@ -285,7 +299,8 @@ somaError_t somaGraphMemFreeNodeGetParams(somaGraphNode_t node, void** dptrOut) 
     result<soma::detail::graph::node*> n = graph_service::of(rt).resolve_node(node);
     if (!n.ok()) return n.take_error();
     if (n.value()->kind != node_kind::mem_free)
-      return status(error_code::invalid_value, std::string(call) + ": " + n.value()->name() + " is no free node");
+      return status(error_code::invalid_value,
+                    std::string(call) + ": " + n.value()->name() + " is no free node");
     *dptrOut = reinterpret_cast<void*>(n.value()->allocation->address);
     return status::success();
   });
@@ -379,7 +394,8 @@ somaError_t somaGraphExecMemsetNodeSetParams(somaGraphExec_t graphExec, somaGrap
     result<soma::detail::graph::node*> n = graphs.resolve_node(node);
     if (!n.ok()) return n.take_error();
     return e.value()->set_memset(*n.value(), memsetParams->dst,
-                                 static_cast<int>(memsetParams->value & 0xffU), memsetParams->width);
+                                 static_cast<int>(memsetParams->value & 0xffU),
+                                 memsetParams->width);
   });
 }
 
@@ -390,7 +406,8 @@ somaError_t somaDeviceGraphMemTrim(int device) {
   });
 }
 
-somaError_t somaDeviceGetGraphMemAttribute(int device, somaGraphMemAttributeType attr, void* value) {
+somaError_t somaDeviceGetGraphMemAttribute(int device, somaGraphMemAttributeType attr,
+                                           void* value) {
   return with_runtime([&](runtime& rt) -> status {
     if (value == nullptr) return null_argument("somaDeviceGetGraphMemAttribute", "value");
     if (status ok = rt.device_valid(device); !ok.ok()) return ok;
@@ -402,7 +419,8 @@ somaError_t somaDeviceGetGraphMemAttribute(int device, somaGraphMemAttributeType
   });
 }
 
-somaError_t somaDeviceSetGraphMemAttribute(int device, somaGraphMemAttributeType attr, void* value) {
+somaError_t somaDeviceSetGraphMemAttribute(int device, somaGraphMemAttributeType attr,
+                                           void* value) {
   return with_runtime([&](runtime& rt) -> status {
     const char* call = "somaDeviceSetGraphMemAttribute";
     if (value == nullptr) return null_argument(call, "value");
@@ -410,8 +428,8 @@ somaError_t somaDeviceSetGraphMemAttribute(int device, somaGraphMemAttributeType
     std::uint64_t v = 0;
     std::memcpy(&v, value, sizeof v);
     if (v != 0) {
-      return status(error_code::invalid_value,
-                    std::string(call) + ": value " + std::to_string(v) + "; a high watermark can only be reset, to 0");
+      return status(error_code::invalid_value, std::string(call) + ": value " + std::to_string(v) +
+                                                   "; a high watermark can only be reset, to 0");
     }
     return graph_service::of(rt).memory().reset_attribute(device, raw_value(attr));
   });

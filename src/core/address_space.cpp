@@ -17,7 +17,7 @@ void address_space::add_reservation(address_range reservation) {
 
 std::optional<address_range> address_space::find_unmapped(std::size_t size_bytes) const {
   return first_unmapped_where(
-      [size_bytes](const address_range &range) { return range.size_bytes >= size_bytes; });
+      [size_bytes](const address_range& range) { return range.size_bytes >= size_bytes; });
 }
 
 void address_space::take(std::uintptr_t address, std::size_t size_bytes) {
@@ -27,8 +27,7 @@ void address_space::take(std::uintptr_t address, std::size_t size_bytes) {
   const address_range range{it->first, it->second};
   assert(address + size_bytes <= range.end() && "take of a range that is not unmapped");
   unmapped_.erase(it);
-  if (range.address < address)
-    unmapped_.emplace(range.address, address - range.address);
+  if (range.address < address) unmapped_.emplace(range.address, address - range.address);
   if (address + size_bytes < range.end())
     unmapped_.emplace(address + size_bytes, range.end() - (address + size_bytes));
 }
@@ -36,8 +35,7 @@ void address_space::take(std::uintptr_t address, std::size_t size_bytes) {
 void address_space::give_back(std::uintptr_t address, std::size_t size_bytes) {
   const std::optional<address_range> home = reservation_containing(address);
   assert(home && address + size_bytes <= home->end() && "give_back outside one reservation");
-  if (!home)
-    return;
+  if (!home) return;
   const std::uintptr_t end = address + size_bytes;
   auto next = unmapped_.lower_bound(address);
   assert((next == unmapped_.end() || next->first >= end) && "give_back of unmapped addresses");
@@ -60,19 +58,16 @@ void address_space::give_back(std::uintptr_t address, std::size_t size_bytes) {
 
 std::optional<address_range> address_space::reservation_containing(std::uintptr_t address) const {
   auto it = reservations_.upper_bound(address);
-  if (it == reservations_.begin())
-    return std::nullopt;
+  if (it == reservations_.begin()) return std::nullopt;
   --it;
-  if (address - it->first >= it->second)
-    return std::nullopt;
+  if (address - it->first >= it->second) return std::nullopt;
   return address_range{it->first, it->second};
 }
 
 std::vector<address_range> address_space::reservations() const {
   std::vector<address_range> all;
   all.reserve(reservations_.size());
-  for (const auto &[base, size_bytes] : reservations_)
-    all.push_back({base, size_bytes});
+  for (const auto& [base, size_bytes] : reservations_) all.push_back({base, size_bytes});
   return all;
 }
 
@@ -81,4 +76,4 @@ void address_space::clear() noexcept {
   unmapped_.clear();
 }
 
-} // namespace soma::detail
+}  // namespace soma::detail

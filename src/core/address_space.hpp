@@ -22,7 +22,7 @@ struct address_range {
 /// backend maps memory inside one reservation only (cuMemMap). Not thread-safe: the owning
 /// pool's lock guards it.
 class address_space {
-public:
+ public:
   /// Records a new reservation, all of it unmapped.
   /// Requires: size_bytes > 0; it overlaps no reservation held.
   void add_reservation(address_range reservation);
@@ -30,11 +30,10 @@ public:
   /// The first unmapped range, in address order, for which accepts(range) is true: a whole
   /// range, of which the caller may take less. nullopt when none is accepted.
   template <typename Accepts>
-  std::optional<address_range> first_unmapped_where(Accepts &&accepts) const {
-    for (const auto &[address, size_bytes] : unmapped_) {
+  std::optional<address_range> first_unmapped_where(Accepts&& accepts) const {
+    for (const auto& [address, size_bytes] : unmapped_) {
       const address_range range{address, size_bytes};
-      if (accepts(range))
-        return range;
+      if (accepts(range)) return range;
     }
     return std::nullopt;
   }
@@ -59,9 +58,9 @@ public:
   /// Forgets every reservation and unmapped range (teardown, after the caller freed them).
   void clear() noexcept;
 
-private:
-  std::map<std::uintptr_t, std::size_t> reservations_; // base -> bytes
-  std::map<std::uintptr_t, std::size_t> unmapped_; // address -> bytes, coalesced per reservation
+ private:
+  std::map<std::uintptr_t, std::size_t> reservations_;  // base -> bytes
+  std::map<std::uintptr_t, std::size_t> unmapped_;  // address -> bytes, coalesced per reservation
 };
 
-} // namespace soma::detail
+}  // namespace soma::detail

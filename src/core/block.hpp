@@ -19,10 +19,10 @@ constexpr std::size_t round_up(std::size_t value, std::size_t multiple) noexcept
 }
 
 enum class block_state : std::uint8_t {
-  live,     ///< handed to the application
-  cached,   ///< freed into a stream cache (fast path); not coalesced
-  indexed,  ///< in the pool's free index; coalesced with indexed neighbours
-  detached, ///< taken out of the index under the pool lock (being split, carved, handed out)
+  live,      ///< handed to the application
+  cached,    ///< freed into a stream cache (fast path); not coalesced
+  indexed,   ///< in the pool's free index; coalesced with indexed neighbours
+  detached,  ///< taken out of the index under the pool lock (being split, carved, handed out)
 };
 
 /// Blocks of one mapped run are linked in address order, so the free index can coalesce a

@@ -1,6 +1,5 @@
 #include "core/pool.hpp"
 
-
 #include <algorithm>
 #include <cassert>
 
@@ -16,7 +15,8 @@ pool::~pool() {
   {
     std::lock_guard lock(mutex_);
     drain_caches_locked();
-    for (auto& [address, c] : chunks_) memory_->decommit(address, c.size_bytes, c.token, c.offset_bytes);
+    for (auto& [address, c] : chunks_)
+      memory_->decommit(address, c.size_bytes, c.token, c.offset_bytes);
     chunks_.clear();
     for (const address_range& r : address_space_.reservations())
       memory_->free_reservation(r.address, r.size_bytes);
@@ -46,9 +46,11 @@ void pool::set_name(std::string name) {
 stream_cache* pool::cache_for(const stream_timeline& stream) {
   const std::uint32_t slot = stream.cache_slot();
   if (slot >= caches_per_segment * cache_segment_count) return nullptr;
-  cache_segment* segment = cache_segments_[slot / caches_per_segment].load(std::memory_order_acquire);
+  cache_segment* segment =
+      cache_segments_[slot / caches_per_segment].load(std::memory_order_acquire);
   if (segment != nullptr) {
-    stream_cache* cache = segment->caches[slot % caches_per_segment].load(std::memory_order_acquire);
+    stream_cache* cache =
+        segment->caches[slot % caches_per_segment].load(std::memory_order_acquire);
     if (cache != nullptr) return cache;
   }
   return create_cache(slot);
@@ -89,7 +91,8 @@ void pool::make_live(block* b, std::size_t requested_bytes, const stream_timelin
 }
 
 void pool::publish_used(std::int64_t bytes) noexcept {
-  const std::int64_t now = used_published_bytes_.fetch_add(bytes, std::memory_order_acq_rel) + bytes;
+  const std::int64_t now =
+      used_published_bytes_.fetch_add(bytes, std::memory_order_acq_rel) + bytes;
   if (now <= 0) return;
   const auto used = static_cast<std::uint64_t>(now);
   std::uint64_t high = used_high_bytes_.load(std::memory_order_relaxed);
@@ -100,14 +103,16 @@ void pool::publish_used(std::int64_t bytes) noexcept {
 
 void pool::fold_used_shares() noexcept {
   std::int64_t shares = 0;
-  for (stream_cache* c = first_cache_.load(std::memory_order_acquire); c != nullptr; c = c->next_in_pool)
+  for (stream_cache* c = first_cache_.load(std::memory_order_acquire); c != nullptr;
+       c = c->next_in_pool)
     shares += c->take_used();
   if (shares != 0) used_published_bytes_.fetch_add(shares, std::memory_order_acq_rel);
 }
 
 std::uint64_t pool::used_now() const noexcept {
   std::int64_t used = used_published_bytes_.load(std::memory_order_acquire);
-  for (stream_cache* c = first_cache_.load(std::memory_order_acquire); c != nullptr; c = c->next_in_pool)
+  for (stream_cache* c = first_cache_.load(std::memory_order_acquire); c != nullptr;
+       c = c->next_in_pool)
     used += c->peek_used();
   return used > 0 ? static_cast<std::uint64_t>(used) : 0;
 }
@@ -188,7 +193,8 @@ result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline
     b = index_.take_best_fit(size_bytes, usable);
   }
   if (b == nullptr && wait != nullptr && wait->allow_compaction && compact_before_growth() &&
-      reserved_bytes_.load(std::memory_order_relaxed) >= used_now() + compaction_floor(size_bytes)) {
+      reserved_bytes_.load(std::memory_order_relaxed) >=
+          used_now() + compaction_floor(size_bytes)) {
     // Enough memory is free, only not in one piece: rather than grow, let the caller
     // synchronize this stream so its frees can go back, then grow into them.
     wait->synchronize_and_compact = true;
@@ -248,7 +254,8 @@ void pool::drain_caches_locked() {
 void pool::forget_stream(const stream_timeline& stream) {
   const std::uint32_t slot = stream.cache_slot();
   if (slot >= caches_per_segment * cache_segment_count) return;
-  cache_segment* segment = cache_segments_[slot / caches_per_segment].load(std::memory_order_acquire);
+  cache_segment* segment =
+      cache_segments_[slot / caches_per_segment].load(std::memory_order_acquire);
   if (segment == nullptr) return;
   stream_cache* cache = segment->caches[slot % caches_per_segment].load(std::memory_order_acquire);
   if (cache == nullptr) return;
@@ -334,10 +341,9 @@ status pool::grow_locked(std::size_t size_bytes) {
   // Grow by at least the growth step where the free range and the cap allow: fewer, larger
   // backend calls. If the larger commit fails, the exact need may still fit.
   const std::size_t exact_bytes = need_bytes;
-  const std::size_t room_bytes =
-      std::min<std::uint64_t>(where.value().size_bytes,
-                              (config_.max_size_bytes - reserved) / granularity_bytes_ *
-                                  granularity_bytes_);
+  const std::size_t room_bytes = std::min<std::uint64_t>(
+      where.value().size_bytes,
+      (config_.max_size_bytes - reserved) / granularity_bytes_ * granularity_bytes_);
   need_bytes = std::max(exact_bytes, std::min(config_.growth_step_bytes, room_bytes));
   result<std::uint64_t> token = memory_->commit(address, need_bytes);
   if (!token.ok() && need_bytes > exact_bytes) {
@@ -443,7 +449,8 @@ std::size_t pool::release_range_locked(std::uintptr_t from, std::uintptr_t to,
   carve_locked(b, from, to);
   memory_->decommit(from, to - from, c.token, c.offset_bytes + (from - chunk_start));
   chunks_.erase(it);
-  if (chunk_start < from) chunks_.emplace(chunk_start, chunk{from - chunk_start, c.token, c.offset_bytes});
+  if (chunk_start < from)
+    chunks_.emplace(chunk_start, chunk{from - chunk_start, c.token, c.offset_bytes});
   if (to < chunk_end) {
     chunks_.emplace(to, chunk{chunk_end - to, c.token, c.offset_bytes + (to - chunk_start)});
   }
@@ -470,7 +477,8 @@ void pool::release_locked(std::size_t keep_bytes) {
       block* b = block_containing_locked(top - 1);
       if (b == nullptr) break;
       const std::uintptr_t from = std::max(b->address, chunk_start);
-      const bool free_and_proven = b->current_state() == block_state::indexed && b->stamp.timeline == nullptr;
+      const bool free_and_proven =
+          b->current_state() == block_state::indexed && b->stamp.timeline == nullptr;
       if (free_and_proven) {
         const std::uint64_t now = reserved_bytes_.load(std::memory_order_relaxed);
         if (now <= keep_bytes) return;
@@ -529,8 +537,9 @@ void pool::reset_used_high() noexcept {
   used_high_bytes_.store(used_now(), std::memory_order_release);
 }
 
-status pool::visit_physical_pieces(std::uintptr_t address, std::size_t bytes,
-                                   const std::function<status(const physical_piece&)>& visit) const {
+status pool::visit_physical_pieces(
+    std::uintptr_t address, std::size_t bytes,
+    const std::function<status(const physical_piece&)>& visit) const {
   std::lock_guard lock(mutex_);
   const std::uintptr_t end = address + bytes;
   auto it = chunks_.upper_bound(address);

@@ -63,10 +63,10 @@ struct required_wait {
 
 /// One physical commit (or what is left of it) backing part of a pool's address space.
 struct physical_piece {
-  std::uintptr_t address = 0;   ///< where it is mapped
+  std::uintptr_t address = 0;  ///< where it is mapped
   std::size_t size_bytes = 0;
-  std::uint64_t token = 0;      ///< pool_memory's token: the backend's physical handle
-  std::size_t offset_bytes = 0; ///< where the piece starts inside its commit
+  std::uint64_t token = 0;       ///< pool_memory's token: the backend's physical handle
+  std::size_t offset_bytes = 0;  ///< where the piece starts inside its commit
 };
 
 /// The allocation logic of design §2 "The flow of one allocation".
@@ -124,10 +124,12 @@ class pool {
   /// dependencies); all on by default. Same-stream reuse and frees proven by a synchronize
   /// are always allowed, whatever the flags say.
   bool reuse_policy(int policy) const noexcept {
-    return reuse_policies_[static_cast<std::size_t>(policy - 1) % 3].load(std::memory_order_relaxed);
+    return reuse_policies_[static_cast<std::size_t>(policy - 1) % 3].load(
+        std::memory_order_relaxed);
   }
   void set_reuse_policy(int policy, bool enabled) noexcept {
-    reuse_policies_[static_cast<std::size_t>(policy - 1) % 3].store(enabled, std::memory_order_relaxed);
+    reuse_policies_[static_cast<std::size_t>(policy - 1) % 3].store(enabled,
+                                                                    std::memory_order_relaxed);
   }
   void set_name(std::string name);
 
@@ -222,7 +224,7 @@ class pool {
   std::array<std::atomic<bool>, 3> reuse_policies_{true, true, true};
   std::atomic<bool> compact_{false};
   std::vector<block*> drained_scratch_;  // drain_caches_locked's, under the pool lock
-  mutable std::mutex name_mutex_;  // apart from the pool lock: messages are built under it
+  mutable std::mutex name_mutex_;        // apart from the pool lock: messages are built under it
   std::string name_;
 };
 

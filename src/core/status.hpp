@@ -54,7 +54,7 @@ class status {
 template <typename T>
 class result {
  public:
-  result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  result(T value) : value_(std::move(value)) {}            // NOLINT(google-explicit-constructor)
   result(status failure) : status_(std::move(failure)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const noexcept { return status_.ok(); }

@@ -38,8 +38,12 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
   std::int64_t add_used(std::int64_t bytes) noexcept {
     return used_delta_bytes_.fetch_add(bytes, std::memory_order_acq_rel) + bytes;
   }
-  std::int64_t take_used() noexcept { return used_delta_bytes_.exchange(0, std::memory_order_acq_rel); }
-  std::int64_t peek_used() const noexcept { return used_delta_bytes_.load(std::memory_order_acquire); }
+  std::int64_t take_used() noexcept {
+    return used_delta_bytes_.exchange(0, std::memory_order_acq_rel);
+  }
+  std::int64_t peek_used() const noexcept {
+    return used_delta_bytes_.load(std::memory_order_acquire);
+  }
 
   /// Next cache of the same pool (a list readers walk without the pool lock).
   stream_cache* next_in_pool = nullptr;

@@ -48,9 +48,7 @@ class stream_timeline {
   std::uint64_t completed_position() const noexcept {
     return completed_.load(std::memory_order_acquire);
   }
-  std::uint64_t proven_position() const noexcept {
-    return proven_.load(std::memory_order_acquire);
-  }
+  std::uint64_t proven_position() const noexcept { return proven_.load(std::memory_order_acquire); }
 
   /// Returns the position of the new operation.
   std::uint64_t note_enqueued() noexcept {
@@ -153,9 +151,7 @@ struct free_stamp {
   bool is_proven_complete() const noexcept {
     return timeline == nullptr || timeline->proven_position() >= position;
   }
-  bool is_complete() const {
-    return timeline == nullptr || timeline->has_completed(position);
-  }
+  bool is_complete() const { return timeline == nullptr || timeline->has_completed(position); }
 };
 
 }  // namespace soma::detail

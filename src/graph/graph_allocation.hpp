@@ -35,7 +35,7 @@ struct graph_allocation {
   const std::size_t bytes;  ///< requested
   const std::size_t span;   ///< bytes rounded up to the granularity: what is mapped
   std::vector<access_grant> access;
-  std::uint64_t id = 0;     ///< for messages: "graph allocation 3"
+  std::uint64_t id = 0;  ///< for messages: "graph allocation 3"
 
   // Which graph frees it (identities, for "freed twice" across graphs); graph_memory's lock.
   const void* freeing_graph = nullptr;

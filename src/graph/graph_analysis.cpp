@@ -76,16 +76,16 @@ status graph_analysis::check_memory_order() const {
       const std::size_t alloc = alloc_node_of(t.allocation.get());
       if (alloc != npos && !reaches(alloc, x->index)) {
         return status(error_code::invalid_value,
-                      "somaGraphInstantiate: " + x->name() + " touches " + format_address(t.address) +
-                          ", memory of " + nodes[alloc]->name() +
+                      "somaGraphInstantiate: " + x->name() + " touches " +
+                          format_address(t.address) + ", memory of " + nodes[alloc]->name() +
                           ", but is not ordered after it; add a dependency path from " +
                           nodes[alloc]->name() + " to " + x->name() + " (S15)");
       }
       const std::size_t free = free_node_of(t.allocation.get());
       if (free != npos && !reaches(x->index, free)) {
         return status(error_code::invalid_value,
-                      "somaGraphInstantiate: " + x->name() + " touches " + format_address(t.address) +
-                          ", memory that " + nodes[free]->name() +
+                      "somaGraphInstantiate: " + x->name() + " touches " +
+                          format_address(t.address) + ", memory that " + nodes[free]->name() +
                           " frees, but is not ordered before it; add a dependency path from " +
                           x->name() + " to " + nodes[free]->name() + " (S15)");
       }

@@ -15,10 +15,14 @@ result<std::size_t> add_work(backend::work_graph& work, const node& x,
   switch (x.kind) {
     case node_kind::empty:
     case node_kind::mem_alloc:
-    case node_kind::mem_free: return work.add_empty(after);
-    case node_kind::memset: return work.add_memset(after, x.destination, x.value, x.bytes);
-    case node_kind::memcpy: return work.add_memcpy(after, x.destination, x.source, x.bytes);
-    case node_kind::host: return work.add_host(after, x.function, x.data);
+    case node_kind::mem_free:
+      return work.add_empty(after);
+    case node_kind::memset:
+      return work.add_memset(after, x.destination, x.value, x.bytes);
+    case node_kind::memcpy:
+      return work.add_memcpy(after, x.destination, x.source, x.bytes);
+    case node_kind::host:
+      return work.add_host(after, x.function, x.data);
     case node_kind::event_record:
     case node_kind::event_wait: {
       result<event_object*> e = rt.event_of(x.event);
@@ -30,7 +34,8 @@ result<std::size_t> add_work(backend::work_graph& work, const node& x,
       return x.kind == node_kind::event_record ? work.add_event_record(after, awaited)
                                                : work.add_event_wait(after, awaited);
     }
-    case node_kind::native_child: return work.add_native_child(after, x.native_graph);
+    case node_kind::native_child:
+      return work.add_native_child(after, x.native_graph);
   }
   return status(error_code::unknown, "unknown node kind");
 }
@@ -43,13 +48,15 @@ result<std::unique_ptr<executable>> executable::instantiate(graph_model& source,
   const unsigned long long known = instantiate_auto_free_on_launch | instantiate_upload |
                                    instantiate_device_launch | instantiate_use_node_priority;
   if ((flags & ~known) != 0) {
-    return status(error_code::invalid_value, "somaGraphInstantiate: flags " + std::to_string(flags) +
-                                                 " are not a combination of somaGraphInstantiateFlag*");
+    return status(error_code::invalid_value,
+                  "somaGraphInstantiate: flags " + std::to_string(flags) +
+                      " are not a combination of somaGraphInstantiateFlag*");
   }
   if ((flags & instantiate_device_launch) != 0) {
-    return status(error_code::not_supported,
-                  "somaGraphInstantiate: somaGraphInstantiateFlagDeviceLaunch; soma launches graphs "
-                  "from the host only");
+    return status(
+        error_code::not_supported,
+        "somaGraphInstantiate: somaGraphInstantiateFlagDeviceLaunch; soma launches graphs "
+        "from the host only");
   }
   if (source.has_memory_nodes() && *source.exec_alive) {
     return status(error_code::not_supported,
@@ -121,9 +128,11 @@ status executable::check_stream(const stream_object& stream, const char* call) c
 status executable::upload(stream_object& stream) {
   if (status ok = check_stream(stream, "somaGraphUpload"); !ok.ok()) return ok;
   std::shared_ptr<backend::stream> queue = runtime_.queue_of(stream);
-  if (queue == nullptr) return status(error_code::invalid_handle, "somaGraphUpload: the stream was destroyed");
+  if (queue == nullptr)
+    return status(error_code::invalid_handle, "somaGraphUpload: the stream was destroyed");
   if (layout_->device >= 0) {
-    if (status mapped = memory_.prepare(*layout_, stream, auto_free_, false); !mapped.ok()) return mapped;
+    if (status mapped = memory_.prepare(*layout_, stream, auto_free_, false); !mapped.ok())
+      return mapped;
   }
   return work_->upload(*queue);
 }
@@ -131,7 +140,8 @@ status executable::upload(stream_object& stream) {
 status executable::launch(stream_object& stream) {
   if (status ok = check_stream(stream, "somaGraphLaunch"); !ok.ok()) return ok;
   std::shared_ptr<backend::stream> queue = runtime_.queue_of(stream);
-  if (queue == nullptr) return status(error_code::invalid_handle, "somaGraphLaunch: the stream was destroyed");
+  if (queue == nullptr)
+    return status(error_code::invalid_handle, "somaGraphLaunch: the stream was destroyed");
   if (status failed = queue->sticky_error(); !failed.ok()) return failed;
   // Events of record nodes are locked across the launch, in one order, so no thread sees an
   // event's backend record paired with another record's position.
@@ -139,15 +149,16 @@ status executable::launch(stream_object& stream) {
   for (std::uintptr_t handle : recorded_events_) {
     result<event_object*> e = runtime_.event_of(handle);
     if (!e.ok()) {
-      return status(e.error().code(), "somaGraphLaunch: an event record node's event: " +
-                                          e.error().message());
+      return status(e.error().code(),
+                    "somaGraphLaunch: an event record node's event: " + e.error().message());
     }
     events.push_back(e.value());
   }
   std::sort(events.begin(), events.end());
   events.erase(std::unique(events.begin(), events.end()), events.end());
   if (layout_->device >= 0) {
-    if (status mapped = memory_.prepare(*layout_, stream, auto_free_, true); !mapped.ok()) return mapped;
+    if (status mapped = memory_.prepare(*layout_, stream, auto_free_, true); !mapped.ok())
+      return mapped;
   }
   std::vector<std::unique_lock<std::mutex>> locks;
   locks.reserve(events.size());
@@ -165,24 +176,30 @@ status executable::set_memset(const node& n, void* destination, int value, std::
   auto found = memsets_.find(n.index);
   if (n.owner != source_ || found == memsets_.end()) {
     return status(error_code::invalid_value,
-                  std::string(call) + ": the node is not a memset node of the graph this executable was made from");
+                  std::string(call) +
+                      ": the node is not a memset node of the graph this executable was made from");
   }
   const auto address = reinterpret_cast<std::uintptr_t>(destination);
   const std::shared_ptr<graph_allocation>& made_for = found->second.allocation;
   std::shared_ptr<graph_allocation> now = memory_.find(address);
   if (made_for != nullptr) {
-    if (now != made_for || address + bytes > made_for->address + made_for->bytes || address + bytes < address) {
+    if (now != made_for || address + bytes > made_for->address + made_for->bytes ||
+        address + bytes < address) {
       return status(error_code::invalid_value,
-                    std::string(call) + ": " + format_bytes(bytes) + " at " + format_address(address) +
-                        " leave the graph allocation at " + format_address(made_for->address) + " (" +
-                        format_bytes(made_for->bytes) + ") the node was made for (S15)");
+                    std::string(call) + ": " + format_bytes(bytes) + " at " +
+                        format_address(address) + " leave the graph allocation at " +
+                        format_address(made_for->address) + " (" + format_bytes(made_for->bytes) +
+                        ") the node was made for (S15)");
     }
   } else if (now != nullptr) {
     return status(error_code::invalid_value,
-                  std::string(call) + ": the node was made for memory outside the graph; it cannot be "
-                                      "moved into graph allocation memory at " + format_address(address));
-  } else if (status ok = runtime_.check_memory_use(destination, bytes, call, runtime_.current_device(),
-                                                   backend::access_flags::read_write);
+                  std::string(call) +
+                      ": the node was made for memory outside the graph; it cannot be "
+                      "moved into graph allocation memory at " +
+                      format_address(address));
+  } else if (status ok =
+                 runtime_.check_memory_use(destination, bytes, call, runtime_.current_device(),
+                                           backend::access_flags::read_write);
              !ok.ok()) {
     return ok;
   }

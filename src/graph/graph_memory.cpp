@@ -9,7 +9,9 @@ namespace {
 // physical, and few reservations keep owns_address cheap.
 constexpr std::size_t reservation_bytes = std::size_t{16} << 30;
 
-std::size_t round_up(std::size_t bytes, std::size_t unit) { return (bytes + unit - 1) / unit * unit; }
+std::size_t round_up(std::size_t bytes, std::size_t unit) {
+  return (bytes + unit - 1) / unit * unit;
+}
 
 std::string name_of(const graph_allocation& a) {
   return "graph allocation " + std::to_string(a.id) + " at " + format_address(a.address) + " (" +
@@ -21,7 +23,8 @@ std::string name_of(const graph_allocation& a) {
 graph_allocation::~graph_allocation() { memory.release_address(*this); }
 
 graph_memory::graph_memory(runtime& owner)
-    : runtime_(owner), platform_(owner.platform()),
+    : runtime_(owner),
+      platform_(owner.platform()),
       devices_(static_cast<std::size_t>(owner.device_count())) {}
 
 result<std::shared_ptr<graph_allocation>> graph_memory::create_allocation(
@@ -216,9 +219,9 @@ status graph_memory::grow_locked(backing& b, std::size_t bytes) {
   for (std::size_t made = 0; made < more; made += piece) {
     result<std::uint64_t> created = platform_.create_physical(b.device, piece, 0);
     if (!created.ok()) {
-      return status(created.error().code(),
-                    "graph memory on device " + std::to_string(b.device) + " could not grow by " +
-                        format_bytes(more - made) + ": " + created.error().message());
+      return status(created.error().code(), "graph memory on device " + std::to_string(b.device) +
+                                                " could not grow by " + format_bytes(more - made) +
+                                                ": " + created.error().message());
     }
     b.chunks.push_back({created.value(), piece});
     b.capacity += piece;
@@ -309,7 +312,8 @@ void graph_memory::retire(std::shared_ptr<exec_memory> exec) {
 void graph_memory::reap_retired_locked(std::vector<std::shared_ptr<exec_memory>>& dropped) {
   for (auto it = retired_.begin(); it != retired_.end();) {
     exec_memory& e = **it;
-    const bool done = e.last_stream == nullptr || e.last_stream->timeline.has_completed(e.last_position);
+    const bool done =
+        e.last_stream == nullptr || e.last_stream->timeline.has_completed(e.last_position);
     if (!e.outstanding.empty() || !done) {
       ++it;
       continue;
@@ -365,15 +369,20 @@ result<std::uint64_t> graph_memory::attribute(int device, int which) {
   reap_retired_locked(dropped);
   const device_space& space = devices_[static_cast<std::size_t>(device)];
   switch (which) {
-    case 0: return std::uint64_t{used_locked(space)};
-    case 1: return std::uint64_t{space.used_high};
-    case 2: return std::uint64_t{reserved_locked(space)};
-    case 3: return std::uint64_t{space.reserved_high};
-    default: break;
+    case 0:
+      return std::uint64_t{used_locked(space)};
+    case 1:
+      return std::uint64_t{space.used_high};
+    case 2:
+      return std::uint64_t{reserved_locked(space)};
+    case 3:
+      return std::uint64_t{space.reserved_high};
+    default:
+      break;
   }
-  return status(error_code::invalid_value,
-                "somaDeviceGetGraphMemAttribute: attribute " + std::to_string(which) +
-                    " is not a somaGraphMemAttr* value (0..3)");
+  return status(error_code::invalid_value, "somaDeviceGetGraphMemAttribute: attribute " +
+                                               std::to_string(which) +
+                                               " is not a somaGraphMemAttr* value (0..3)");
 }
 
 status graph_memory::reset_attribute(int device, int which) {
@@ -422,10 +431,9 @@ std::optional<status> graph_memory::free(std::uintptr_t address, stream_object& 
   if (a == nullptr)
     return status(error_code::invalid_value, call + "graph address space, but no graph allocation");
   if (a->address != address) {
-    return status(error_code::invalid_value, call + "an interior pointer, " +
-                                                 std::to_string(address - a->address) +
-                                                 " bytes into " + name_of(*a) +
-                                                 "; pass the allocation's start");
+    return status(error_code::invalid_value,
+                  call + "an interior pointer, " + std::to_string(address - a->address) +
+                      " bytes into " + name_of(*a) + "; pass the allocation's start");
   }
   if (a->live_in == nullptr) {
     return status(error_code::invalid_value,

@@ -58,7 +58,7 @@ struct backing {
   std::vector<chunk> chunks;
   std::size_t capacity = 0;
   std::shared_ptr<stream_object> bound;  ///< the stream of its last launch
-  std::uint64_t last_position = 0;      ///< on bound
+  std::uint64_t last_position = 0;       ///< on bound
   /// Frees of pinned allocations on other streams: a launch on it waits for these first.
   std::vector<std::pair<std::shared_ptr<stream_object>, std::uint64_t>> waits;
   int pins = 0;  ///< live allocations in it

@@ -7,22 +7,33 @@ namespace {
 
 const char* kind_name(node_kind kind) {
   switch (kind) {
-    case node_kind::empty: return "empty";
-    case node_kind::mem_alloc: return "alloc";
-    case node_kind::mem_free: return "free";
-    case node_kind::memset: return "memset";
-    case node_kind::memcpy: return "memcpy";
-    case node_kind::host: return "host";
-    case node_kind::event_record: return "event record";
-    case node_kind::event_wait: return "event wait";
-    case node_kind::native_child: return "native child graph";
+    case node_kind::empty:
+      return "empty";
+    case node_kind::mem_alloc:
+      return "alloc";
+    case node_kind::mem_free:
+      return "free";
+    case node_kind::memset:
+      return "memset";
+    case node_kind::memcpy:
+      return "memcpy";
+    case node_kind::host:
+      return "host";
+    case node_kind::event_record:
+      return "event record";
+    case node_kind::event_wait:
+      return "event wait";
+    case node_kind::native_child:
+      return "native child graph";
   }
   return "?";
 }
 
 }  // namespace
 
-std::string node::name() const { return std::string(kind_name(kind)) + " node " + std::to_string(index); }
+std::string node::name() const {
+  return std::string(kind_name(kind)) + " node " + std::to_string(index);
+}
 
 graph_model::~graph_model() {
   for (void* native : owned_native_) platform_.destroy_native_graph(native);
@@ -32,20 +43,23 @@ result<node*> graph_model::add(node n, std::span<node* const> dependencies, cons
   for (std::size_t i = 0; i < dependencies.size(); ++i) {
     const node* d = dependencies[i];
     if (d == nullptr || d->owner != this) {
-      return status(error_code::invalid_value, std::string(call) + ": dependency " + std::to_string(i) +
-                                                   (d == nullptr ? " is NULL" : " is a node of another graph"));
+      return status(error_code::invalid_value,
+                    std::string(call) + ": dependency " + std::to_string(i) +
+                        (d == nullptr ? " is NULL" : " is a node of another graph"));
     }
     for (std::size_t j = 0; j < i; ++j) {
       if (dependencies[j] == d)
-        return status(error_code::invalid_value, std::string(call) + ": " + d->name() + " is listed twice");
+        return status(error_code::invalid_value,
+                      std::string(call) + ": " + d->name() + " is listed twice");
     }
   }
   const bool memory = n.kind == node_kind::mem_alloc || n.kind == node_kind::mem_free;
   if (memory && n.allocation != nullptr) {
     if (memory_device_ >= 0 && memory_device_ != n.allocation->device) {
-      return status(error_code::not_supported,
-                    std::string(call) + ": the graph's memory nodes are on device " +
-                        std::to_string(memory_device_) + "; soma keeps a graph's memory on one device");
+      return status(error_code::not_supported, std::string(call) +
+                                                   ": the graph's memory nodes are on device " +
+                                                   std::to_string(memory_device_) +
+                                                   "; soma keeps a graph's memory on one device");
     }
     memory_device_ = n.allocation->device;
     has_memory_nodes_ = true;
@@ -80,14 +94,15 @@ bool graph_model::reaches(std::size_t from, std::size_t to) const {
 status graph_model::add_edges(std::span<node* const> from, std::span<node* const> to) {
   for (std::size_t i = 0; i < from.size(); ++i) {
     if (from[i] == nullptr || to[i] == nullptr || from[i]->owner != this || to[i]->owner != this) {
-      return status(error_code::invalid_value,
-                    "somaGraphAddDependencies: edge " + std::to_string(i) + " names " +
-                        (from[i] == nullptr || to[i] == nullptr ? "NULL" : "a node of another graph"));
+      return status(
+          error_code::invalid_value,
+          "somaGraphAddDependencies: edge " + std::to_string(i) + " names " +
+              (from[i] == nullptr || to[i] == nullptr ? "NULL" : "a node of another graph"));
     }
     if (reaches(to[i]->index, from[i]->index)) {
-      return status(error_code::invalid_value,
-                    "somaGraphAddDependencies: edge " + std::to_string(i) + " from " + from[i]->name() +
-                        " to " + to[i]->name() + " would close a cycle");
+      return status(error_code::invalid_value, "somaGraphAddDependencies: edge " +
+                                                   std::to_string(i) + " from " + from[i]->name() +
+                                                   " to " + to[i]->name() + " would close a cycle");
     }
   }
   std::vector<std::size_t> added;  // so a later edge of this call that closes a cycle undoes all
@@ -96,9 +111,10 @@ status graph_model::add_edges(std::span<node* const> from, std::span<node* const
     if (std::find(after.begin(), after.end(), from[i]->index) != after.end()) continue;
     if (reaches(to[i]->index, from[i]->index)) {
       for (std::size_t j = added.size(); j-- > 0;) to[added[j]]->after.pop_back();
-      return status(error_code::invalid_value,
-                    "somaGraphAddDependencies: edge " + std::to_string(i) + " from " + from[i]->name() +
-                        " to " + to[i]->name() + " would close a cycle with the edges before it");
+      return status(error_code::invalid_value, "somaGraphAddDependencies: edge " +
+                                                   std::to_string(i) + " from " + from[i]->name() +
+                                                   " to " + to[i]->name() +
+                                                   " would close a cycle with the edges before it");
     }
     after.push_back(from[i]->index);
     added.push_back(i);

@@ -16,7 +16,17 @@ namespace soma::detail::graph {
 
 class graph_model;
 
-enum class node_kind { empty, mem_alloc, mem_free, memset, memcpy, host, event_record, event_wait, native_child };
+enum class node_kind {
+  empty,
+  mem_alloc,
+  mem_free,
+  memset,
+  memcpy,
+  host,
+  event_record,
+  event_wait,
+  native_child
+};
 
 /// A range a node touches: in graph memory (allocation set) or elsewhere.
 struct touched_range {
@@ -32,14 +42,14 @@ struct node {
   std::vector<std::size_t> after;  ///< dependencies, by index
 
   std::shared_ptr<graph_allocation> allocation;  ///< mem_alloc: its own; mem_free: the freed one
-  void* destination = nullptr;  ///< memset, memcpy
-  const void* source = nullptr;  ///< memcpy
+  void* destination = nullptr;                   ///< memset, memcpy
+  const void* source = nullptr;                  ///< memcpy
   int value = 0;
   std::size_t bytes = 0;
   void (*function)(void*) = nullptr;  ///< host
   void* data = nullptr;
-  std::uintptr_t event = 0;  ///< event_record, event_wait: the soma event handle
-  void* native_graph = nullptr;  ///< native_child
+  std::uintptr_t event = 0;            ///< event_record, event_wait: the soma event handle
+  void* native_graph = nullptr;        ///< native_child
   std::vector<touched_range> touches;  ///< memset, memcpy, host with declared access
   /// mem_alloc: the access list somaGraphMemAllocNodeGetParams hands out (C layout:
   /// somaMemAccessDesc is {int type, int id, int flags}).
@@ -69,7 +79,8 @@ class graph_model {
   bool reaches(std::size_t from, std::size_t to) const;
   /// S15: the node about to depend on `after` must not already follow the free node of a
   /// graph allocation it touches (the graph shows that now; the rest is checked at instantiate).
-  status check_not_after_free(const node& n, std::span<node* const> dependencies, const char* call) const;
+  status check_not_after_free(const node& n, std::span<node* const> dependencies,
+                              const char* call) const;
 
   const std::vector<std::unique_ptr<node>>& nodes() const { return nodes_; }
   bool has_memory_nodes() const { return has_memory_nodes_; }

@@ -67,29 +67,34 @@ result<node*> graph_service::track(result<node*> added) {
   return added;
 }
 
-result<std::vector<node*>> graph_service::resolve_dependencies(graph_model& g, const void* const* list,
-                                                               std::size_t count, const char* call) const {
+result<std::vector<node*>> graph_service::resolve_dependencies(graph_model& g,
+                                                               const void* const* list,
+                                                               std::size_t count,
+                                                               const char* call) const {
   if (count > 0 && list == nullptr) {
-    return status(error_code::invalid_value,
-                  std::string(call) + ": dependencies is NULL with numDependencies " + std::to_string(count));
+    return status(
+        error_code::invalid_value,
+        std::string(call) + ": dependencies is NULL with numDependencies " + std::to_string(count));
   }
   std::vector<node*> after;
   for (std::size_t i = 0; i < count; ++i) {
     result<node*> n = resolve_node(list[i]);
     if (!n.ok()) {
-      return status(error_code::invalid_value,
-                    std::string(call) + ": dependency " + std::to_string(i) + ": " + n.error().message());
+      return status(error_code::invalid_value, std::string(call) + ": dependency " +
+                                                   std::to_string(i) + ": " + n.error().message());
     }
     if (n.value()->owner != &g) {
-      return status(error_code::invalid_value,
-                    std::string(call) + ": dependency " + std::to_string(i) + " is a node of another graph");
+      return status(
+          error_code::invalid_value,
+          std::string(call) + ": dependency " + std::to_string(i) + " is a node of another graph");
     }
     after.push_back(n.value());
   }
   return after;
 }
 
-result<node*> graph_service::add_alloc(graph_model& g, std::span<node* const> after, const alloc_request& r) {
+result<node*> graph_service::add_alloc(graph_model& g, std::span<node* const> after,
+                                       const alloc_request& r) {
   const char* call = "somaGraphAddMemAllocNode";
   if (r.allocation_type != 1) {
     return status(error_code::invalid_value, std::string(call) + ": poolProps.allocType " +
@@ -104,8 +109,9 @@ result<node*> graph_service::add_alloc(graph_model& g, std::span<node* const> af
   if (status ok = runtime_.device_valid(r.location_id); !ok.ok()) return ok;
   if (r.handle_types != 0 || r.extra_properties) {
     return status(error_code::invalid_value,
-                  std::string(call) + ": graph memory takes no handle types, maxSize, usage, win32 "
-                                      "attributes or reserved bytes; leave them 0");
+                  std::string(call) +
+                      ": graph memory takes no handle types, maxSize, usage, win32 "
+                      "attributes or reserved bytes; leave them 0");
   }
   if (r.bytes == 0) return status(error_code::invalid_value, std::string(call) + ": bytesize is 0");
   if (status ok = runtime_.check_access_list(r.access, r.access_count); !ok.ok()) return ok;
@@ -117,7 +123,8 @@ result<node*> graph_service::add_alloc(graph_model& g, std::span<node* const> af
       return status(error_code::invalid_value, what + " is not a device location");
     if (status ok = runtime_.device_valid(a.location_id); !ok.ok()) return ok;
     if (a.flags != 0 && a.flags != 1 && a.flags != 3)
-      return status(error_code::invalid_value, what + ": flags " + std::to_string(a.flags) + " are not somaMemAccessFlags*");
+      return status(error_code::invalid_value,
+                    what + ": flags " + std::to_string(a.flags) + " are not somaMemAccessFlags*");
     if (a.location_id == r.location_id || a.flags == 0) continue;
     result<bool> peer = runtime_.can_access_peer(a.location_id, r.location_id);
     if (!peer.ok()) return peer.take_error();
@@ -134,7 +141,8 @@ result<node*> graph_service::add_alloc(graph_model& g, std::span<node* const> af
 status graph_service::add_edges(graph_model& g, const void* const* from, const void* const* to,
                                 std::size_t count) {
   if (count > 0 && (from == nullptr || to == nullptr))
-    return status(error_code::invalid_value, "somaGraphAddDependencies: from or to is NULL with a count");
+    return status(error_code::invalid_value,
+                  "somaGraphAddDependencies: from or to is NULL with a count");
   std::vector<node*> a;
   std::vector<node*> b;
   for (std::size_t i = 0; i < count; ++i) {
@@ -147,8 +155,9 @@ status graph_service::add_edges(graph_model& g, const void* const* from, const v
   }
   for (std::size_t i = 0; i < count; ++i) {
     if (a[i]->owner != &g || b[i]->owner != &g) {
-      return status(error_code::invalid_value,
-                    "somaGraphAddDependencies: edge " + std::to_string(i) + " names a node of another graph");
+      return status(
+          error_code::invalid_value,
+          "somaGraphAddDependencies: edge " + std::to_string(i) + " names a node of another graph");
     }
   }
   return g.add_edges(a, b);

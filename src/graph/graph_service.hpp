@@ -40,7 +40,9 @@ class graph_service {
   /// The process's graph layer, made on first use (it installs graph memory in the runtime).
   static graph_service& of(runtime& rt);
   /// Whether any stream captures now: the C API's fast test before asking capture_of.
-  static bool any_capture() noexcept { return active_captures_.load(std::memory_order_acquire) > 0; }
+  static bool any_capture() noexcept {
+    return active_captures_.load(std::memory_order_acquire) > 0;
+  }
 
   // -- graphs and nodes
   graph_model* create_graph();
@@ -53,7 +55,8 @@ class graph_service {
   node_builder& builder() { return builder_; }
   /// Registers a node the builder added, so its handle resolves.
   result<node*> track(result<node*> added);
-  status add_edges(graph_model& g, const void* const* from, const void* const* to, std::size_t count);
+  status add_edges(graph_model& g, const void* const* from, const void* const* to,
+                   std::size_t count);
 
   // -- executables
   result<executable*> instantiate(graph_model& g, unsigned long long flags);
@@ -95,8 +98,9 @@ class graph_service {
 
  private:
   explicit graph_service(runtime& rt);
-  status capture_node(stream_capture& c, std::uintptr_t stream,
-                      const std::function<result<node*>(graph_model&, std::span<node* const>)>& make);
+  status capture_node(
+      stream_capture& c, std::uintptr_t stream,
+      const std::function<result<node*>(graph_model&, std::span<node* const>)>& make);
   void end_capture_locked(stream_capture& c);
 
   runtime& runtime_;

@@ -4,9 +4,9 @@ namespace soma::detail::graph {
 
 result<node*> node_builder::alloc(graph_model& g, dependencies after, int device, std::size_t bytes,
                                   std::vector<access_grant> access, const char* call) {
-  if (bytes == 0)
-    return status(error_code::invalid_value, std::string(call) + ": bytesize is 0");
-  result<std::shared_ptr<graph_allocation>> a = memory_.create_allocation(device, bytes, std::move(access));
+  if (bytes == 0) return status(error_code::invalid_value, std::string(call) + ": bytesize is 0");
+  result<std::shared_ptr<graph_allocation>> a =
+      memory_.create_allocation(device, bytes, std::move(access));
   if (!a.ok()) return a.take_error();
   node n;
   n.kind = node_kind::mem_alloc;
@@ -14,14 +14,16 @@ result<node*> node_builder::alloc(graph_model& g, dependencies after, int device
   return g.add(std::move(n), after, call);
 }
 
-result<node*> node_builder::free(graph_model& g, dependencies after, void* address, const char* call) {
+result<node*> node_builder::free(graph_model& g, dependencies after, void* address,
+                                 const char* call) {
   const auto at = reinterpret_cast<std::uintptr_t>(address);
   std::shared_ptr<graph_allocation> a = memory_.find(at);
   if (a == nullptr || a->address != at) {
-    return status(error_code::invalid_value,
-                  std::string(call) + ": " + format_address(at) +
-                      (a == nullptr ? " is no graph allocation; a free node frees memory an alloc node made"
-                                    : " is inside a graph allocation, not its start"));
+    return status(
+        error_code::invalid_value,
+        std::string(call) + ": " + format_address(at) +
+            (a == nullptr ? " is no graph allocation; a free node frees memory an alloc node made"
+                          : " is inside a graph allocation, not its start"));
   }
   node n;
   n.kind = node_kind::mem_free;
@@ -34,8 +36,9 @@ result<node*> node_builder::free(graph_model& g, dependencies after, void* addre
   return added;
 }
 
-result<touched_range> node_builder::touch(const graph_model& g, const void* pointer, std::size_t bytes,
-                                          backend::access_flags needed, const std::string& what) const {
+result<touched_range> node_builder::touch(const graph_model& g, const void* pointer,
+                                          std::size_t bytes, backend::access_flags needed,
+                                          const std::string& what) const {
   const auto at = reinterpret_cast<std::uintptr_t>(pointer);
   if (at == 0) return status(error_code::invalid_value, what + " is NULL");
   touched_range t{at, bytes, memory_.find(at)};
@@ -46,8 +49,8 @@ result<touched_range> node_builder::touch(const graph_model& g, const void* poin
     if (at >= a.address + a.bytes || bytes > a.address + a.bytes - at) {
       return status(error_code::invalid_value,
                     what + ": " + format_bytes(bytes) + " at " + format_address(at) +
-                        " run past the end of the graph allocation at " + format_address(a.address) +
-                        " (" + format_bytes(a.bytes) + ")");
+                        " run past the end of the graph allocation at " +
+                        format_address(a.address) + " (" + format_bytes(a.bytes) + ")");
     }
     return t;
   }
@@ -57,7 +60,8 @@ result<touched_range> node_builder::touch(const graph_model& g, const void* poin
   return t;
 }
 
-result<node*> node_builder::add_touching(graph_model& g, dependencies after, node n, const char* call) {
+result<node*> node_builder::add_touching(graph_model& g, dependencies after, node n,
+                                         const char* call) {
   if (status ok = g.check_not_after_free(n, after, call); !ok.ok()) return ok;
   return g.add(std::move(n), after, call);
 }
@@ -81,8 +85,8 @@ result<node*> node_builder::memcpy(graph_model& g, dependencies after, void* des
   result<touched_range> to = touch(g, destination, bytes, backend::access_flags::read_write,
                                    std::string(call) + " destination");
   if (!to.ok()) return to.take_error();
-  result<touched_range> from = touch(g, source, bytes, backend::access_flags::read,
-                                     std::string(call) + " source");
+  result<touched_range> from =
+      touch(g, source, bytes, backend::access_flags::read, std::string(call) + " source");
   if (!from.ok()) return from.take_error();
   node n;
   n.kind = node_kind::memcpy;
@@ -95,9 +99,10 @@ result<node*> node_builder::memcpy(graph_model& g, dependencies after, void* des
 }
 
 result<node*> node_builder::host(graph_model& g, dependencies after, void (*function)(void*),
-                                 void* data, const runtime::host_access* accesses, std::size_t count,
-                                 const char* call) {
-  if (function == nullptr) return status(error_code::invalid_value, std::string(call) + ": fn is NULL");
+                                 void* data, const runtime::host_access* accesses,
+                                 std::size_t count, const char* call) {
+  if (function == nullptr)
+    return status(error_code::invalid_value, std::string(call) + ": fn is NULL");
   if (count > 0 && accesses == nullptr) {
     return status(error_code::invalid_value,
                   std::string(call) + ": accesses is NULL with count " + std::to_string(count));
@@ -137,9 +142,10 @@ result<node*> node_builder::empty(graph_model& g, dependencies after, const char
   return g.add(node{}, after, call);
 }
 
-result<node*> node_builder::native_child(graph_model& g, dependencies after, void* native, bool owned,
-                                         const char* call) {
-  if (native == nullptr) return status(error_code::invalid_value, std::string(call) + ": nativeGraph is NULL");
+result<node*> node_builder::native_child(graph_model& g, dependencies after, void* native,
+                                         bool owned, const char* call) {
+  if (native == nullptr)
+    return status(error_code::invalid_value, std::string(call) + ": nativeGraph is NULL");
   if (runtime_.backend_name() != "cuda") {
     if (owned) runtime_.platform().destroy_native_graph(native);
     return status(error_code::not_supported,

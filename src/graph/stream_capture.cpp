@@ -24,17 +24,19 @@ status graph_service::begin_capture(std::uintptr_t stream, int mode) {
   const char* call = "somaStreamBeginCapture";
   if (stream == 0) {
     return status(error_code::capture_unsupported,
-                  std::string(call) + ": the default stream (NULL) cannot be captured; capture a "
-                                      "stream made by somaStreamCreate");
+                  std::string(call) +
+                      ": the default stream (NULL) cannot be captured; capture a "
+                      "stream made by somaStreamCreate");
   }
   result<stream_object*> s = runtime_.stream_of(stream);
   if (!s.ok()) return s.take_error();
   if (mode < 0 || mode > 2) {
-    return status(error_code::invalid_value,
-                  std::string(call) + ": mode " + std::to_string(mode) + " is not a somaStreamCaptureMode");
+    return status(error_code::invalid_value, std::string(call) + ": mode " + std::to_string(mode) +
+                                                 " is not a somaStreamCaptureMode");
   }
   std::shared_ptr<backend::stream> queue = runtime_.queue_of(*s.value());
-  if (queue == nullptr) return status(error_code::invalid_handle, std::string(call) + ": the stream was destroyed");
+  if (queue == nullptr)
+    return status(error_code::invalid_handle, std::string(call) + ": the stream was destroyed");
   std::lock_guard lock(mutex_);
   if (capturing_.count(stream) != 0) {
     return status(error_code::illegal_state,
@@ -52,17 +54,20 @@ status graph_service::begin_capture(std::uintptr_t stream, int mode) {
   return status::success();
 }
 
-status graph_service::capture_node(stream_capture& c, std::uintptr_t stream,
-                                   const std::function<result<node*>(graph_model&, std::span<node* const>)>& make) {
+status graph_service::capture_node(
+    stream_capture& c, std::uintptr_t stream,
+    const std::function<result<node*>(graph_model&, std::span<node* const>)>& make) {
   std::lock_guard lock(mutex_);
   if (!c.failure.ok()) {
     return status(error_code::capture_invalidated,
                   "the stream's capture was invalidated: " + c.failure.message());
   }
   stream_capture::member* m = c.find(stream);
-  if (m == nullptr) return status(error_code::capture_unmatched, "the stream does not take part in the capture");
+  if (m == nullptr)
+    return status(error_code::capture_unmatched, "the stream does not take part in the capture");
   std::shared_ptr<backend::stream> queue = runtime_.queue_of(*m->object);
-  if (queue == nullptr) return status(error_code::invalid_handle, "the capturing stream was destroyed");
+  if (queue == nullptr)
+    return status(error_code::invalid_handle, "the capturing stream was destroyed");
   backend::backend& platform = runtime_.platform();
   // What the application launched on the native stream since soma's last node comes first.
   result<void*> segment = platform.end_native_capture(*queue);
@@ -113,7 +118,8 @@ status graph_service::capture_alloc(stream_capture& c, std::uintptr_t stream, vo
   }
   void* address = nullptr;
   status made = capture_node(c, stream, [&](graph_model& g, std::span<node* const> after) {
-    result<node*> n = builder_.alloc(g, after, device, bytes, grants, "somaMallocAsync (capturing)");
+    result<node*> n =
+        builder_.alloc(g, after, device, bytes, grants, "somaMallocAsync (capturing)");
     if (n.ok()) address = reinterpret_cast<void*>(n.value()->allocation->address);
     return n;
   });
@@ -142,17 +148,21 @@ status graph_service::capture_memcpy(stream_capture& c, std::uintptr_t stream, v
   });
 }
 
-status graph_service::capture_host(stream_capture& c, std::uintptr_t stream, void (*function)(void*),
-                                   void* data, const runtime::host_access* accesses, std::size_t count) {
+status graph_service::capture_host(stream_capture& c, std::uintptr_t stream,
+                                   void (*function)(void*), void* data,
+                                   const runtime::host_access* accesses, std::size_t count) {
   return capture_node(c, stream, [&](graph_model& g, std::span<node* const> after) {
-    return builder_.host(g, after, function, data, accesses, count, "somaLaunchHostFunc (capturing)");
+    return builder_.host(g, after, function, data, accesses, count,
+                         "somaLaunchHostFunc (capturing)");
   });
 }
 
-status graph_service::capture_record(stream_capture& c, std::uintptr_t stream, std::uintptr_t event) {
+status graph_service::capture_record(stream_capture& c, std::uintptr_t stream,
+                                     std::uintptr_t event) {
   std::size_t index = 0;
   status made = capture_node(c, stream, [&](graph_model& g, std::span<node* const> after) {
-    result<node*> n = builder_.event(g, after, node_kind::event_record, event, "somaEventRecord (capturing)");
+    result<node*> n =
+        builder_.event(g, after, node_kind::event_record, event, "somaEventRecord (capturing)");
     if (n.ok()) index = n.value()->index;
     return n;
   });
@@ -167,7 +177,8 @@ std::pair<stream_capture*, std::size_t> graph_service::captured_event(std::uintp
   if (!any_capture()) return {nullptr, 0};
   std::lock_guard lock(mutex_);
   auto found = captured_events_.find(event);
-  return found == captured_events_.end() ? std::pair<stream_capture*, std::size_t>{nullptr, 0} : found->second;
+  return found == captured_events_.end() ? std::pair<stream_capture*, std::size_t>{nullptr, 0}
+                                         : found->second;
 }
 
 void graph_service::forget_captured_event(std::uintptr_t event) {
@@ -184,13 +195,15 @@ std::optional<status> graph_service::capture_wait(std::uintptr_t stream, std::ui
     if (mine == nullptr) return std::nullopt;
     // An event recorded outside the capture: the graph waits for it at every launch.
     return capture_node(*mine, stream, [&](graph_model& g, std::span<node* const> after) {
-      return builder_.event(g, after, node_kind::event_wait, event, "somaStreamWaitEvent (capturing)");
+      return builder_.event(g, after, node_kind::event_wait, event,
+                            "somaStreamWaitEvent (capturing)");
     });
   }
   if (mine != nullptr && mine != theirs) {
     return status(error_code::illegal_state,
-                  std::string(call) + ": the event was recorded in another stream's capture; "
-                                      "captures cannot depend on each other");
+                  std::string(call) +
+                      ": the event was recorded in another stream's capture; "
+                      "captures cannot depend on each other");
   }
   result<stream_object*> s = runtime_.stream_of(stream);
   if (!s.ok()) return s.take_error();
@@ -198,8 +211,10 @@ std::optional<status> graph_service::capture_wait(std::uintptr_t stream, std::ui
   if (mine == nullptr) {
     // The stream joins the capture: its next work follows the recorded point.
     std::shared_ptr<backend::stream> queue = runtime_.queue_of(*s.value());
-    if (queue == nullptr) return status(error_code::invalid_handle, std::string(call) + ": the stream was destroyed");
-    if (status native = runtime_.platform().begin_native_capture(*queue); !native.ok()) return native;
+    if (queue == nullptr)
+      return status(error_code::invalid_handle, std::string(call) + ": the stream was destroyed");
+    if (status native = runtime_.platform().begin_native_capture(*queue); !native.ok())
+      return native;
     theirs->members.push_back({stream, s.value(), {index}, true, 0});
     capturing_[stream] = theirs;
     return status::success();
@@ -210,7 +225,8 @@ std::optional<status> graph_service::capture_wait(std::uintptr_t stream, std::ui
   return status::success();
 }
 
-std::optional<status> graph_service::refuse_while_capturing(std::uintptr_t stream, const char* call) {
+std::optional<status> graph_service::refuse_while_capturing(std::uintptr_t stream,
+                                                            const char* call) {
   stream_capture* c = capture_of(stream);
   if (c == nullptr) return std::nullopt;
   std::lock_guard lock(mutex_);
@@ -236,12 +252,14 @@ result<graph_model*> graph_service::end_capture(std::uintptr_t stream) {
     std::lock_guard lock(mutex_);
     auto found = capturing_.find(stream);
     if (found == capturing_.end())
-      return status(error_code::capture_unmatched, std::string(call) + ": the stream is not capturing");
+      return status(error_code::capture_unmatched,
+                    std::string(call) + ": the stream is not capturing");
     stream_capture& c = *found->second;
     if (c.origin != stream) {
       return status(error_code::capture_unmatched,
-                    std::string(call) + ": the stream joined a capture that another stream began; end "
-                                        "it on that stream");
+                    std::string(call) +
+                        ": the stream joined a capture that another stream began; end "
+                        "it on that stream");
     }
     // Close the native captures: their last segments become the streams' last nodes.
     for (stream_capture::member& m : c.members) {
@@ -317,7 +335,8 @@ void graph_service::stream_destroyed(std::uintptr_t stream) {
     std::shared_ptr<backend::stream> queue = runtime_.queue_of(*m.object);
     if (queue == nullptr) return;
     result<void*> segment = runtime_.platform().end_native_capture(*queue);
-    if (segment.ok() && segment.value() != nullptr) runtime_.platform().destroy_native_graph(segment.value());
+    if (segment.ok() && segment.value() != nullptr)
+      runtime_.platform().destroy_native_graph(segment.value());
   };
   if (c.origin != stream) {
     if (stream_capture::member* m = c.find(stream)) end_native(*m);
@@ -326,9 +345,10 @@ void graph_service::stream_destroyed(std::uintptr_t stream) {
                          "a stream that joined the capture was destroyed before it ended");
     }
     auto& members = c.members;
-    members.erase(std::remove_if(members.begin(), members.end(),
-                                 [&](const stream_capture::member& m) { return m.stream == stream; }),
-                  members.end());
+    members.erase(
+        std::remove_if(members.begin(), members.end(),
+                       [&](const stream_capture::member& m) { return m.stream == stream; }),
+        members.end());
     capturing_.erase(found);
     return;
   }

@@ -127,7 +127,8 @@ bool export_service::answer(runtime& rt, connection& c) {
       if (!wire::read_as(request, &map)) return false;
       return answer_map(rt, c, head.request_id, map.export_data);
     }
-    default: return false;
+    default:
+      return false;
   }
 }
 

@@ -21,8 +21,9 @@ result<std::shared_ptr<import_connection>> import_connection::open(unique_fd soc
   if (got.ok()) got = c->receive_answer(hello.head.request_id, until, &answer);
   if (got.outcome == transfer::closed) {
     return status(error_code::invalid_value,
-                  which + ": the other end of this pool handle is closed (the exporting process "
-                          "exited)");
+                  which +
+                      ": the other end of this pool handle is closed (the exporting process "
+                      "exited)");
   }
   if (!got.ok()) {
     const status why = c->lost(got, timeout_ms);
@@ -48,8 +49,9 @@ status import_connection::lost(const transfer_result& what, int timeout_ms) cons
   switch (what.outcome) {
     case transfer::closed:
       return status(error_code::invalid_value,
-                    who + " closed the connection: it exited or dropped this pool handle; "
-                          "memory imported before stays valid, nothing more can be imported");
+                    who +
+                        " closed the connection: it exited or dropped this pool handle; "
+                        "memory imported before stays valid, nothing more can be imported");
     case transfer::timed_out:
       return status(error_code::invalid_value,
                     "no answer from " + who + " within " + std::to_string(timeout_ms) +
@@ -58,7 +60,8 @@ status import_connection::lost(const transfer_result& what, int timeout_ms) cons
       if (backend::is_out_of_descriptors(what.error))
         return backend::descriptor_failure(what.detail + " from " + who, what.error);
       break;
-    case transfer::done: break;
+    case transfer::done:
+      break;
   }
   return status(error_code::invalid_value, "talking to " + who + " failed: " + what.detail);
 }
@@ -79,8 +82,9 @@ transfer_result import_connection::receive_answer(std::uint32_t request_id, cons
     if (!got.ok()) return got;
     wire::header head;
     if (!wire::read_header(*out, &head)) {
-      return {transfer::failed, "the peer answered something that is not soma's protocol (is "
-                                "the descriptor a soma pool handle?)"};
+      return {transfer::failed,
+              "the peer answered something that is not soma's protocol (is "
+              "the descriptor a soma pool handle?)"};
     }
     if (head.request_id == request_id) return got;
     // An answer to an earlier request that timed out: its descriptors close with the next read.
@@ -88,7 +92,7 @@ transfer_result import_connection::receive_answer(std::uint32_t request_id, cons
 }
 
 result<received_memory> import_connection::request_memory(const export_data_bytes& data,
-                                                           int timeout_ms) {
+                                                          int timeout_ms) {
   std::lock_guard lock(socket_mutex_);
   const deadline until(timeout_ms);
   wire::map request;

@@ -40,8 +40,7 @@ class import_connection final : public import_link {
  public:
   /// Takes socket over and says hello; fails (invalid_value, naming descriptor fd) if no
   /// soma exporter answers within timeout_ms.
-  static result<std::shared_ptr<import_connection>> open(unique_fd socket, int fd,
-                                                         int timeout_ms);
+  static result<std::shared_ptr<import_connection>> open(unique_fd socket, int fd, int timeout_ms);
 
   const exporter_info& exporter() const noexcept { return exporter_; }
   /// Held across one whole import, so that one allocation is mapped once; guards the record of

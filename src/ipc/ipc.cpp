@@ -181,8 +181,9 @@ result<std::uintptr_t> import_pool(runtime& rt, std::intptr_t os_handle, int han
   length = sizeof domain;
   if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) != 0 || domain != AF_UNIX ||
       type != SOCK_SEQPACKET) {
-    return invalid(which + " is not a soma pool handle (a socket, but not a Unix "
-                           "SOCK_SEQPACKET one)");
+    return invalid(which +
+                   " is not a soma pool handle (a socket, but not a Unix "
+                   "SOCK_SEQPACKET one)");
   }
   unique_fd own(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
   if (!own) return backend::descriptor_failure(which + ": dup", errno);
@@ -215,8 +216,10 @@ result<void*> import_pointer(runtime& rt, std::uintptr_t pool_handle,
   const export_data& data = decoded.value();
   if (data.pool_id != connection.exporter().pool_id) {
     return invalid(call + ": export data of another pool (made by process " +
-                   std::to_string(data.exporter_pid) + "); this pool was imported from a pool of "
-                   "process " + std::to_string(connection.exporter().pid) + "; nothing was mapped");
+                   std::to_string(data.exporter_pid) +
+                   "); this pool was imported from a pool of "
+                   "process " +
+                   std::to_string(connection.exporter().pid) + "; nothing was mapped");
   }
   std::lock_guard serial(connection.import_mutex());
   // The same allocation imported before and still live: the same pointer, without asking
@@ -231,22 +234,22 @@ result<void*> import_pointer(runtime& rt, std::uintptr_t pool_handle,
   for (const received_memory::piece& p : received.pieces) span += p.bytes;
   if (received.offset_bytes != data.offset_bytes || received.bytes != data.bytes ||
       received.offset_bytes + received.bytes > span) {
-    return invalid(call + ": the exporting process answered with memory that does not match the "
-                          "export data; nothing was mapped");
+    return invalid(call +
+                   ": the exporting process answered with memory that does not match the "
+                   "export data; nothing was mapped");
   }
   backend::backend& platform = rt.platform();
   result<mapped_range> mapped = map_pieces(platform, pool.value().device, received);
   if (!mapped.ok()) {
-    return status(mapped.error().code(), call + ": mapping " + format_bytes(span) +
-                                             " of imported memory failed: " +
-                                             mapped.error().message());
+    return status(mapped.error().code(),
+                  call + ": mapping " + format_bytes(span) +
+                      " of imported memory failed: " + mapped.error().message());
   }
   const mapped_range range = mapped.value();
   connection.served(data.export_id, raw);
-  return rt.add_imported_allocation(pool_handle, data.export_id,
-                                    range.base + static_cast<std::uintptr_t>(data.offset_bytes),
-                                    static_cast<std::size_t>(data.bytes),
-                                    [&platform, range] { unmap_range(platform, range); });
+  return rt.add_imported_allocation(
+      pool_handle, data.export_id, range.base + static_cast<std::uintptr_t>(data.offset_bytes),
+      static_cast<std::size_t>(data.bytes), [&platform, range] { unmap_range(platform, range); });
 }
 
 }  // namespace soma::detail::ipc

@@ -48,8 +48,8 @@ transfer_result descriptors_cut_off(int socket) {
 }  // namespace
 
 int deadline::remaining_ms() const {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      at_ - std::chrono::steady_clock::now());
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(at_ - std::chrono::steady_clock::now());
   return static_cast<int>(std::max<std::chrono::milliseconds::rep>(left.count(), 0));
 }
 

@@ -112,7 +112,7 @@ result<std::uint64_t> backend_pool_memory::commit(std::uintptr_t address, std::s
 }
 
 result<std::uint64_t> backend_pool_memory::commit_by_granule(std::uintptr_t address,
-                                                              std::size_t bytes) {
+                                                             std::size_t bytes) {
   std::map<std::uintptr_t, std::uint64_t> granules;
   auto undo = [&] {
     for (const auto& [at, handle] : granules) {
@@ -126,7 +126,8 @@ result<std::uint64_t> backend_pool_memory::commit_by_granule(std::uintptr_t addr
       undo();
       return handle;
     }
-    if (status mapped = platform_.map(at, granularity_bytes_, handle.value(), device_); !mapped.ok()) {
+    if (status mapped = platform_.map(at, granularity_bytes_, handle.value(), device_);
+        !mapped.ok()) {
       platform_.release_physical(handle.value());
       undo();
       return mapped;
@@ -138,8 +139,8 @@ result<std::uint64_t> backend_pool_memory::commit_by_granule(std::uintptr_t addr
   return token;
 }
 
-void backend_pool_memory::decommit(std::uintptr_t address, std::size_t bytes,
-                                   std::uint64_t token, std::size_t offset_bytes) {
+void backend_pool_memory::decommit(std::uintptr_t address, std::size_t bytes, std::uint64_t token,
+                                   std::size_t offset_bytes) {
   if (auto split = split_commits_.find(token); split != split_commits_.end()) {
     for (std::uintptr_t at = address; at < address + bytes; at += granularity_bytes_) {
       auto granule = split->second.find(at);

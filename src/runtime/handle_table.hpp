@@ -58,7 +58,8 @@ class handle_table {
     std::uint32_t index = 0;
     std::uint32_t generation = 0;
     if (!decode(handle, &index, &generation)) return nullptr;
-    const segment_type* segment = segments_[index / slots_per_segment].load(std::memory_order_acquire);
+    const segment_type* segment =
+        segments_[index / slots_per_segment].load(std::memory_order_acquire);
     if (segment == nullptr) return nullptr;
     const slot& s = (*segment)[index % slots_per_segment];
     if (s.generation.load(std::memory_order_acquire) != generation) return nullptr;
@@ -127,15 +128,18 @@ class handle_table {
     return index;
   }
   slot& slot_at(std::uint32_t index) {
-    return (*segments_[index / slots_per_segment].load(std::memory_order_acquire))[index % slots_per_segment];
+    return (*segments_[index / slots_per_segment].load(
+        std::memory_order_acquire))[index % slots_per_segment];
   }
 
   std::uintptr_t encode(std::uint32_t index, std::uint32_t generation) const noexcept {
     const std::uint64_t mixed =
-        ((static_cast<std::uint64_t>(generation) << 32) | (static_cast<std::uint64_t>(index) + 1)) ^ salt_;
+        ((static_cast<std::uint64_t>(generation) << 32) | (static_cast<std::uint64_t>(index) + 1)) ^
+        salt_;
     return static_cast<std::uintptr_t>((static_cast<std::uint64_t>(Kind) << 56) | mixed);
   }
-  bool decode(std::uintptr_t handle, std::uint32_t* index, std::uint32_t* generation) const noexcept {
+  bool decode(std::uintptr_t handle, std::uint32_t* index,
+              std::uint32_t* generation) const noexcept {
     const auto value = static_cast<std::uint64_t>(handle);
     if ((value >> 56) != static_cast<std::uint64_t>(Kind)) return false;
     const std::uint64_t plain = (value & low_bits) ^ salt_;

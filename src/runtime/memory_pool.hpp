@@ -19,7 +19,7 @@ struct pool_properties {
   int device = 0;
   unsigned export_handle_types = 0;
   std::size_t max_size_bytes = 0;  // 0 = the device's memory
-  bool imported = false;  // S7: memory another process exported; the pool cannot allocate
+  bool imported = false;           // S7: memory another process exported; the pool cannot allocate
 };
 
 class backend_pool_memory;
@@ -108,7 +108,7 @@ class backend_pool_memory final : public pool_memory {
   std::map<std::uint64_t, std::map<std::uintptr_t, std::uint64_t>> split_commits_;
   std::uint64_t next_split_token_ = std::uint64_t{1} << 63;
   bool granule_commits_ = false;
-  mutable std::mutex access_mutex_;                   // the two maps below
+  mutable std::mutex access_mutex_;                     // the two maps below
   std::map<std::uintptr_t, std::size_t> reservations_;  // base -> bytes
   std::map<int, backend::access_flags> granted_;        // devices other than the owner
   backend::backend& platform_;

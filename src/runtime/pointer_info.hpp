@@ -11,7 +11,7 @@ class memory_pool;
 struct pointer_info {
   bool is_live = false;
   const memory_pool* pool = nullptr;  ///< owner of a live allocation (destroyed pools too)
-  bool is_host = false;  ///< inside a somaMallocHost allocation (base and size are its own)
+  bool is_host = false;   ///< inside a somaMallocHost allocation (base and size are its own)
   bool is_graph = false;  ///< a live graph allocation (S15): no pool
   int device = -1;
   std::uintptr_t pool_handle = 0;

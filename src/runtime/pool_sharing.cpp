@@ -62,9 +62,9 @@ status export_table::with_live_record(std::uint64_t export_id, const export_nonc
   auto id = by_id_.find(export_id);
   if (id == by_id_.end()) {
     if (export_id != 0 && export_id < next_export_id_) {
-      return status(error_code::invalid_value,
-                    "stale export data: the allocation exported as " + which +
-                        " has been freed by the exporting process");
+      return status(error_code::invalid_value, "stale export data: the allocation exported as " +
+                                                   which +
+                                                   " has been freed by the exporting process");
     }
     return status(error_code::invalid_value,
                   "forged export data: " + which + " was never issued by the exporting pool");

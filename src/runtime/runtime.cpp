@@ -37,7 +37,8 @@ status runtime::configure_cpu(const backend::cpu_settings& settings) {
 result<runtime*> runtime::instance() {
   // Every API call comes here: after start it is two loads, no lock.
   if (runtime* ready = started_runtime.load(std::memory_order_acquire)) [[likely]] {
-    if (!backend::forked_after_start()) [[likely]] return ready;
+    if (!backend::forked_after_start()) [[likely]]
+      return ready;
   }
   // A child forked after start has the runtime's memory but not its threads (nor, on cuda, a
   // usable driver); asked before the lock, which fork may have left held.
@@ -46,7 +47,8 @@ result<runtime*> runtime::instance() {
   if (runtime* ready = started_runtime.load(std::memory_order_acquire)) return ready;
   if (start_attempted) return start_failure;
   start_attempted = true;
-  result<std::unique_ptr<backend::backend>> platform = backend::create_backend(configured_cpu_settings);
+  result<std::unique_ptr<backend::backend>> platform =
+      backend::create_backend(configured_cpu_settings);
   if (!platform.ok()) {
     start_failure = platform.take_error();
     return start_failure;
@@ -107,12 +109,14 @@ result<int> runtime::device_attribute(enum device_attribute attribute, int devic
   if (status checked = check_device(device); !checked.ok()) return checked;
   const backend::device_properties& p = devices_[static_cast<std::size_t>(device)]->properties;
   switch (attribute) {
-    case device_attribute::memory_pools_supported: return p.memory_pools_supported ? 1 : 0;
+    case device_attribute::memory_pools_supported:
+      return p.memory_pools_supported ? 1 : 0;
     case device_attribute::pool_supported_handle_types:
       return static_cast<int>(p.supported_handle_types);
     case device_attribute::total_memory_mib:
       return static_cast<int>(p.total_memory_bytes >> 20);
-    case device_attribute::granularity_kib: return static_cast<int>(p.granularity_bytes >> 10);
+    case device_attribute::granularity_kib:
+      return static_cast<int>(p.granularity_bytes >> 10);
   }
   return status(error_code::invalid_value,
                 "unknown device attribute " + std::to_string(static_cast<int>(attribute)));

@@ -217,7 +217,7 @@ class runtime {
   // that may still run (required_wait names a stream by id).
   std::unordered_map<std::uint64_t, std::shared_ptr<stream_object>> streams_by_id_;
   std::vector<stream_object*> live_streams_;
-  std::vector<stream_object*> retired_streams_;  // destroyed, not yet forgotten
+  std::vector<stream_object*> retired_streams_;          // destroyed, not yet forgotten
   std::vector<std::unique_ptr<memory_pool>> all_pools_;  // live and destroyed-but-busy
 
   mutable std::mutex host_mutex_;
@@ -287,7 +287,8 @@ class runtime {
   /// source's queue is gone).
   status order_stream_after(stream_object& waiter, stream_object& source, std::uint64_t position);
   /// A graph launch recorded event on stream before position (caller holds event.mutex).
-  static void note_event_recorded(event_object& event, stream_object& stream, std::uint64_t position);
+  static void note_event_recorded(event_object& event, stream_object& stream,
+                                  std::uint64_t position);
 
  private:
   std::atomic<graph_memory_hooks*> graph_memory_{nullptr};

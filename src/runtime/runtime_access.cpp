@@ -15,9 +15,12 @@ constexpr int location_type_host_numa_current = 4;
 
 const char* flags_name(backend::access_flags flags) {
   switch (flags) {
-    case backend::access_flags::none: return "no";
-    case backend::access_flags::read: return "read";
-    case backend::access_flags::read_write: return "read-write";
+    case backend::access_flags::none:
+      return "no";
+    case backend::access_flags::read:
+      return "read";
+    case backend::access_flags::read_write:
+      return "read-write";
   }
   return "unknown";
 }
@@ -37,9 +40,9 @@ status check_location(const char* call, int type, int id, int device_count) {
                                                  " is not somaMemLocationTypeDevice (1)");
   }
   if (id < 0 || id >= device_count) {
-    return status(error_code::invalid_device, std::string(call) + ": location.id " +
-                                                  std::to_string(id) + " is not a device (there are " +
-                                                  std::to_string(device_count) + ")");
+    return status(error_code::invalid_device,
+                  std::string(call) + ": location.id " + std::to_string(id) +
+                      " is not a device (there are " + std::to_string(device_count) + ")");
   }
   return status::success();
 }
@@ -48,8 +51,8 @@ status check_location(const char* call, int type, int id, int device_count) {
 
 status runtime::check_access_list(const void* list, std::size_t count) const {
   if (count > 0 && list == nullptr) {
-    return status(error_code::invalid_value, "somaMemPoolSetAccess: descList is NULL with count " +
-                                                 std::to_string(count));
+    return status(error_code::invalid_value,
+                  "somaMemPoolSetAccess: descList is NULL with count " + std::to_string(count));
   }
   // A longer list names some device twice or is no list at all (a count of SIZE_MAX); reading
   // it could run past its end, so it is refused before any entry is read.
@@ -78,16 +81,17 @@ status runtime::set_pool_access(std::uintptr_t handle, const access_request* req
         !ok.ok())
       return ok;
     if (!is_access_flags(r.flags)) {
-      return status(error_code::invalid_value,
-                    entry + ": flags " + std::to_string(r.flags) +
-                        " is not somaMemAccessFlagsProtNone (0), ProtRead (1) or ProtReadWrite (3)");
+      return status(
+          error_code::invalid_value,
+          entry + ": flags " + std::to_string(r.flags) +
+              " is not somaMemAccessFlagsProtNone (0), ProtRead (1) or ProtReadWrite (3)");
     }
     if (r.location_id == owner) {
       // As CUDA: the owning device keeps read-write access; it cannot be lowered.
       if (r.flags == 0) {
-        return status(error_code::invalid_device,
-                      entry + ": device " + std::to_string(owner) + " owns " + p.describe() +
-                          " and cannot lose access to it");
+        return status(error_code::invalid_device, entry + ": device " + std::to_string(owner) +
+                                                      " owns " + p.describe() +
+                                                      " and cannot lose access to it");
       }
       if (r.flags == 1) {
         return status(error_code::not_supported,
@@ -108,8 +112,8 @@ status runtime::set_pool_access(std::uintptr_t handle, const access_request* req
     if (r.location_id == owner) continue;
     if (status applied = p.set_access(r.location_id, static_cast<backend::access_flags>(r.flags));
         !applied.ok()) {
-      return status(applied.code(), "somaMemPoolSetAccess on " + p.describe() + ": " +
-                                        applied.message());
+      return status(applied.code(),
+                    "somaMemPoolSetAccess on " + p.describe() + ": " + applied.message());
     }
   }
   return status::success();
@@ -118,7 +122,8 @@ status runtime::set_pool_access(std::uintptr_t handle, const access_request* req
 result<int> runtime::pool_access(std::uintptr_t handle, int location_type, int location_id) const {
   result<memory_pool*> found = resolve_pool(handle);
   if (!found.ok()) return found.take_error();
-  if (status ok = check_location("somaMemPoolGetAccess", location_type, location_id, device_count());
+  if (status ok =
+          check_location("somaMemPoolGetAccess", location_type, location_id, device_count());
       !ok.ok())
     return ok;
   return static_cast<int>(found.value()->access(location_id));
@@ -136,7 +141,8 @@ status runtime::check_use(const void* pointer, std::size_t bytes, const char* wh
   if (allowed) return status::success();
   const bool writes = needed == backend::access_flags::read_write;
   return status(error_code::not_permitted,
-                std::string(what) + " " + format_address(reinterpret_cast<std::uintptr_t>(pointer)) +
+                std::string(what) + " " +
+                    format_address(reinterpret_cast<std::uintptr_t>(pointer)) +
                     ": a stream of device " + std::to_string(device) + " may not " +
                     (writes ? "write" : "read") + " memory of " + info.pool->describe() +
                     ", which grants device " + std::to_string(device) + " " + flags_name(granted) +
@@ -150,8 +156,9 @@ status runtime::launch_host_task_with_access(std::uintptr_t stream_handle, backe
   result<stream_object*> s = resolve_stream(stream_handle);
   if (!s.ok()) return s.take_error();
   if (count > 0 && accesses == nullptr) {
-    return status(error_code::invalid_value,
-                  "somaLaunchHostFuncWithAccess: accesses is NULL with count " + std::to_string(count));
+    return status(
+        error_code::invalid_value,
+        "somaLaunchHostFuncWithAccess: accesses is NULL with count " + std::to_string(count));
   }
   for (std::size_t i = 0; i < count; ++i) {
     const host_access& a = accesses[i];
@@ -162,7 +169,8 @@ status runtime::launch_host_task_with_access(std::uintptr_t stream_handle, backe
                         " is not somaMemAccessFlagsProtRead (1) or ProtReadWrite (3)");
     }
     if (a.bytes == 0) continue;
-    if (status ok = check_use(a.pointer, a.bytes, what.c_str(), s.value()->device, a.flags); !ok.ok())
+    if (status ok = check_use(a.pointer, a.bytes, what.c_str(), s.value()->device, a.flags);
+        !ok.ok())
       return ok;
   }
   return s.value()->queue->enqueue_host_task(std::move(task));

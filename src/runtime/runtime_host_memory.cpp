@@ -12,7 +12,8 @@ result<void*> runtime::allocate_host(std::size_t bytes) {
   result<void*> made = backend_->allocate_host(bytes);
   if (!made.ok()) {
     status failure = made.take_error();
-    return status(failure.code(), "somaMallocHost of " + format_bytes(bytes) + ": " + failure.message());
+    return status(failure.code(),
+                  "somaMallocHost of " + format_bytes(bytes) + ": " + failure.message());
   }
   std::lock_guard lock(host_mutex_);
   host_allocations_.emplace(reinterpret_cast<std::uintptr_t>(made.value()), bytes);
@@ -35,9 +36,10 @@ status runtime::free_host(void* pointer) {
                           format_address(base) + " of " + format_bytes(size) +
                           "; pass the pointer somaMallocHost returned");
       }
-      return status(error_code::invalid_value,
-                    "somaFreeHost: " + format_address(address) +
-                        " is not host memory from somaMallocHost (never allocated, or already freed)");
+      return status(
+          error_code::invalid_value,
+          "somaFreeHost: " + format_address(address) +
+              " is not host memory from somaMallocHost (never allocated, or already freed)");
     }
     bytes = found->second;
     host_allocations_.erase(found);
@@ -62,7 +64,8 @@ std::pair<std::uintptr_t, std::size_t> runtime::find_host(std::uintptr_t address
 status runtime::check_value_word(std::uint32_t* address, const char* call, int device,
                                  backend::access_flags needed) const {
   const auto word = reinterpret_cast<std::uintptr_t>(address);
-  if (word == 0) return status(error_code::invalid_value, std::string(call) + ": the address is NULL");
+  if (word == 0)
+    return status(error_code::invalid_value, std::string(call) + ": the address is NULL");
   if (word % alignof(std::uint32_t) != 0) {
     return status(error_code::invalid_value,
                   std::string(call) + ": " + format_address(word) + " is not 4-byte aligned");
@@ -72,9 +75,9 @@ status runtime::check_value_word(std::uint32_t* address, const char* call, int d
   const auto [base, size] = find_host(word);
   if (base != 0) {
     if (word + sizeof(std::uint32_t) > base + size) {
-      return status(error_code::invalid_value,
-                    std::string(call) + ": the word at " + format_address(word) +
-                        " runs past the end of its host allocation");
+      return status(error_code::invalid_value, std::string(call) + ": the word at " +
+                                                   format_address(word) +
+                                                   " runs past the end of its host allocation");
     }
     return status::success();
   }
@@ -109,8 +112,9 @@ status runtime::stream_write_value32(std::uintptr_t stream_handle, std::uint32_t
   result<stream_object*> s = resolve_stream(stream_handle);
   if (!s.ok()) return s.take_error();
   if (flags != 0) {
-    return status(error_code::invalid_value, "somaStreamWriteValue32: flags " +
-                                                 std::to_string(flags) + " is not 0 (the only flag)");
+    return status(
+        error_code::invalid_value,
+        "somaStreamWriteValue32: flags " + std::to_string(flags) + " is not 0 (the only flag)");
   }
   if (status ok = check_value_word(address, "somaStreamWriteValue32", s.value()->device,
                                    backend::access_flags::read_write);

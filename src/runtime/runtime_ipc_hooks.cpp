@@ -55,8 +55,8 @@ result<pointer_export> runtime::export_pointer(const void* pointer, std::uint64_
   auto* owner = static_cast<memory_pool*>(live->owner);
   const std::string what = "somaMemPoolExportPointer(" + format_address(address) + "): ";
   if (owner->is_imported()) {
-    return invalid(what + "the allocation was imported from another process (" +
-                   owner->describe() + "); imported memory cannot be exported again");
+    return invalid(what + "the allocation was imported from another process (" + owner->describe() +
+                   "); imported memory cannot be exported again");
   }
   if (owner->exports() == nullptr) {
     return invalid(what + "the allocation belongs to " + owner->describe() +

@@ -135,7 +135,8 @@ status runtime::explain_unknown_pointer(std::uintptr_t address, const char* acti
   for (const auto& p : all_pools_) {
     address_diagnosis d = p->diagnose(address);
     switch (d.what) {
-      case address_diagnosis::kind::outside_pool: continue;
+      case address_diagnosis::kind::outside_pool:
+        continue;
       case address_diagnosis::kind::interior_of_live:
         return status(error_code::invalid_value,
                       what + "an interior pointer, " + std::to_string(address - d.block_address) +
@@ -143,10 +144,10 @@ status runtime::explain_unknown_pointer(std::uintptr_t address, const char* acti
                           " of " + format_bytes(d.block_bytes) + " in " + p->describe() +
                           "; pass the allocation's start");
       case address_diagnosis::kind::freed:
-        return status(error_code::invalid_value,
-                      what + "not a live allocation: the memory at " +
-                          format_address(d.block_address) + " in " + p->describe() +
-                          " was already freed (double free?)");
+        return status(error_code::invalid_value, what + "not a live allocation: the memory at " +
+                                                     format_address(d.block_address) + " in " +
+                                                     p->describe() +
+                                                     " was already freed (double free?)");
       case address_diagnosis::kind::unallocated:
         return status(error_code::invalid_value,
                       what + "not a live allocation: the address lies in " + p->describe() +
@@ -210,18 +211,19 @@ status runtime::check_range(const void* pointer, std::size_t bytes, const char* 
   in_pool = in_pool || find_imported(address, nullptr) != nullptr;  // S7
   if (graph_memory_hooks* graphs = graph_memory_.load(); graphs != nullptr)
     in_pool = in_pool || graphs->owns_address(address);  // S15
-  if (!in_pool) return status::success();  // host memory the application owns
+  if (!in_pool) return status::success();                // host memory the application owns
   pointer_info info = describe_pointer(pointer);
   if (described != nullptr) *described = info;
   if (!info.is_live) {
-    return status(error_code::invalid_value, std::string(what) + " " + format_address(address) +
-                                                 " lies in pool or graph memory that is not a live allocation");
+    return status(error_code::invalid_value,
+                  std::string(what) + " " + format_address(address) +
+                      " lies in pool or graph memory that is not a live allocation");
   }
   if (address + bytes > info.base + info.requested_bytes || address + bytes < address) {
     return status(error_code::invalid_value,
-                  std::string(what) + ": " + format_bytes(bytes) + " at " + format_address(address) +
-                      " run past the end of the allocation at " + format_address(info.base) +
-                      " of " + format_bytes(info.requested_bytes));
+                  std::string(what) + ": " + format_bytes(bytes) + " at " +
+                      format_address(address) + " run past the end of the allocation at " +
+                      format_address(info.base) + " of " + format_bytes(info.requested_bytes));
   }
   return status::success();
 }

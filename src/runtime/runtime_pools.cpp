@@ -24,9 +24,9 @@ result<memory_pool*> runtime::resolve_pool(std::uintptr_t handle) const {
   if (handle == 0) return status(error_code::invalid_value, "the pool is NULL");
   memory_pool* p = pools_.find(handle);
   if (p == nullptr) {
-    return status(error_code::invalid_handle,
-                  "pool " + format_address(handle) + " is not a live pool (destroyed, or never "
-                  "created by somaMemPoolCreate)");
+    return status(error_code::invalid_handle, "pool " + format_address(handle) +
+                                                  " is not a live pool (destroyed, or never "
+                                                  "created by somaMemPoolCreate)");
   }
   return p;
 }
@@ -47,8 +47,8 @@ result<memory_pool*> runtime::new_pool(const pool_properties& properties, bool i
   config.growth_step_bytes = round_up(std::max(device.growth_step_bytes, granularity), granularity);
   auto memory = std::make_unique<backend_pool_memory>(*backend_, properties.device,
                                                       properties.export_handle_types);
-  auto created = std::make_unique<memory_pool>(std::move(config), std::move(memory), properties,
-                                               is_default);
+  auto created =
+      std::make_unique<memory_pool>(std::move(config), std::move(memory), properties, is_default);
   memory_pool* p = created.get();
   const std::uintptr_t handle = pools_.add(p);
   if (handle == 0) return status(error_code::out_of_memory, "too many live pools");
@@ -81,8 +81,8 @@ result<std::uintptr_t> runtime::create_pool(const raw_pool_properties& raw) {
   if ((raw.handle_types & ~supported) != 0)
     return status(error_code::not_supported,
                   "somaMemPoolCreate: handleTypes " + std::to_string(raw.handle_types) +
-                      " not supported by the " + backend_->name() +
-                      " backend (supported mask " + std::to_string(supported) + ")");
+                      " not supported by the " + backend_->name() + " backend (supported mask " +
+                      std::to_string(supported) + ")");
   if (raw.has_win32_security_attributes)
     return invalid("somaMemPoolCreate: win32SecurityAttributes must be NULL");
   if (raw.usage != 0)
@@ -105,14 +105,15 @@ status runtime::destroy_pool(std::uintptr_t handle) {
   if (!found.ok()) return found.take_error();
   memory_pool* p = found.value();
   if (p->is_default()) {
-    return invalid("somaMemPoolDestroy: " + p->describe() + " is a default pool and cannot be "
+    return invalid("somaMemPoolDestroy: " + p->describe() +
+                   " is a default pool and cannot be "
                    "destroyed");
   }
   if (!pools_.remove(handle)) return resolve_pool(handle).take_error();
   auto& current = devices_[static_cast<std::size_t>(p->config().device)]->current_pool;
   memory_pool* expected = p;
-  current.compare_exchange_strong(expected,
-                                  devices_[static_cast<std::size_t>(p->config().device)]->default_pool);
+  current.compare_exchange_strong(
+      expected, devices_[static_cast<std::size_t>(p->config().device)]->default_pool);
   p->mark_destroyed();
   // S7: an imported pool lets go of its exporter now; its imported allocations stay until freed.
   if (p->imports() != nullptr) p->imports()->set_link(nullptr);
@@ -131,14 +132,18 @@ status runtime::set_device_pool(int device, std::uintptr_t pool_handle) {
   result<memory_pool*> p = resolve_pool(pool_handle);
   if (!p.ok()) return p.take_error();
   if (p.value()->is_imported()) {
-    return invalid("somaDeviceSetMemPool: " + p.value()->describe() + " is an imported pool, "
+    return invalid("somaDeviceSetMemPool: " + p.value()->describe() +
+                   " is an imported pool, "
                    "which cannot allocate and so cannot be a current pool");
   }
   if (p.value()->config().device != device) {
-    return invalid("somaDeviceSetMemPool: " + p.value()->describe() + " cannot be the current "
-                   "pool of device " + std::to_string(device));
+    return invalid("somaDeviceSetMemPool: " + p.value()->describe() +
+                   " cannot be the current "
+                   "pool of device " +
+                   std::to_string(device));
   }
-  devices_[static_cast<std::size_t>(device)]->current_pool.store(p.value(), std::memory_order_release);
+  devices_[static_cast<std::size_t>(device)]->current_pool.store(p.value(),
+                                                                 std::memory_order_release);
   return status::success();
 }
 
@@ -155,7 +160,8 @@ status runtime::set_pool_attribute(std::uintptr_t handle, pool_attribute attribu
   if (!found.ok()) return found.take_error();
   memory_pool& p = *found.value();
   if (p.is_imported()) {  // S7, as CUDA: an imported pool's attributes belong to its exporter
-    return invalid("somaMemPoolSetAttribute: " + p.describe() + " is an imported pool; its "
+    return invalid("somaMemPoolSetAttribute: " + p.describe() +
+                   " is an imported pool; its "
                    "attributes cannot be changed");
   }
   if (value == nullptr) return invalid("somaMemPoolSetAttribute: value is NULL");
@@ -176,8 +182,10 @@ status runtime::set_pool_attribute(std::uintptr_t handle, pool_attribute attribu
     case pool_attribute::compact_before_growth: {
       const int flag = *static_cast<const int*>(value);
       if (flag != 0 && flag != 1)
-        return invalid("somaMemPoolSetAttribute: somaMemPoolAttrCompactBeforeGrowth takes 0 or 1, "
-                       "not " + std::to_string(flag));
+        return invalid(
+            "somaMemPoolSetAttribute: somaMemPoolAttrCompactBeforeGrowth takes 0 or 1, "
+            "not " +
+            std::to_string(flag));
       p.set_compaction(flag == 1);
       return status::success();
     }
@@ -185,10 +193,14 @@ status runtime::set_pool_attribute(std::uintptr_t handle, pool_attribute attribu
     case pool_attribute::used_high: {
       const std::uint64_t reset = *static_cast<const std::uint64_t*>(value);
       if (reset != 0)
-        return invalid("somaMemPoolSetAttribute: a high watermark can only be set to 0 (reset), "
-                       "not " + std::to_string(reset));
-      if (attribute == pool_attribute::reserved_high) p.reset_reserved_high();
-      else p.reset_used_high();
+        return invalid(
+            "somaMemPoolSetAttribute: a high watermark can only be set to 0 (reset), "
+            "not " +
+            std::to_string(reset));
+      if (attribute == pool_attribute::reserved_high)
+        p.reset_reserved_high();
+      else
+        p.reset_used_high();
       return status::success();
     }
     case pool_attribute::reserved_current:
@@ -207,7 +219,8 @@ status runtime::get_pool_attribute(std::uintptr_t handle, pool_attribute attribu
   const memory_pool& p = *found.value();
   if (p.is_imported() && attribute >= pool_attribute::reuse_follow_event_dependencies &&
       attribute <= pool_attribute::release_threshold) {  // S7, as CUDA
-    return invalid("somaMemPoolGetAttribute: " + p.describe() + " is an imported pool; its "
+    return invalid("somaMemPoolGetAttribute: " + p.describe() +
+                   " is an imported pool; its "
                    "release threshold and reuse policies are the exporter's");
   }
   if (value == nullptr) return invalid("somaMemPoolGetAttribute: value is NULL");
@@ -219,14 +232,24 @@ status runtime::get_pool_attribute(std::uintptr_t handle, pool_attribute attribu
     case pool_attribute::reuse_allow_internal_dependencies:
       *static_cast<int*>(value) = p.reuse_policy(static_cast<int>(attribute)) ? 1 : 0;
       return status::success();
-    case pool_attribute::release_threshold: put64(p.release_threshold_bytes()); return status::success();
+    case pool_attribute::release_threshold:
+      put64(p.release_threshold_bytes());
+      return status::success();
     case pool_attribute::compact_before_growth:
       *static_cast<int*>(value) = p.compact_before_growth() ? 1 : 0;
       return status::success();
-    case pool_attribute::reserved_current: put64(stats.reserved_bytes); return status::success();
-    case pool_attribute::reserved_high: put64(stats.reserved_high_bytes); return status::success();
-    case pool_attribute::used_current: put64(stats.used_bytes); return status::success();
-    case pool_attribute::used_high: put64(stats.used_high_bytes); return status::success();
+    case pool_attribute::reserved_current:
+      put64(stats.reserved_bytes);
+      return status::success();
+    case pool_attribute::reserved_high:
+      put64(stats.reserved_high_bytes);
+      return status::success();
+    case pool_attribute::used_current:
+      put64(stats.used_bytes);
+      return status::success();
+    case pool_attribute::used_high:
+      put64(stats.used_high_bytes);
+      return status::success();
   }
   return invalid("somaMemPoolGetAttribute: unknown attribute " +
                  std::to_string(static_cast<int>(attribute)));
@@ -236,7 +259,8 @@ status runtime::trim_pool(std::uintptr_t handle, std::size_t keep_bytes) {
   result<memory_pool*> found = resolve_pool(handle);
   if (!found.ok()) return found.take_error();
   if (found.value()->is_imported()) {  // S7, as CUDA
-    return invalid("somaMemPoolTrimTo: " + found.value()->describe() + " is an imported pool; "
+    return invalid("somaMemPoolTrimTo: " + found.value()->describe() +
+                   " is an imported pool; "
                    "its memory is the exporter's to release");
   }
   found.value()->trim_to(keep_bytes);

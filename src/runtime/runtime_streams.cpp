@@ -10,9 +10,9 @@ result<stream_object*> runtime::resolve_stream(std::uintptr_t handle) const {
   if (handle == 0) return devices_[static_cast<std::size_t>(current_device())]->default_stream;
   stream_object* s = streams_.find(handle);
   if (s == nullptr) {
-    return status(error_code::invalid_handle,
-                  "stream " + format_address(handle) + " is not a live stream (destroyed, or never "
-                  "created by somaStreamCreate)");
+    return status(error_code::invalid_handle, "stream " + format_address(handle) +
+                                                  " is not a live stream (destroyed, or never "
+                                                  "created by somaStreamCreate)");
   }
   return s;
 }
@@ -20,9 +20,9 @@ result<stream_object*> runtime::resolve_stream(std::uintptr_t handle) const {
 result<event_object*> runtime::resolve_event(std::uintptr_t handle) const {
   event_object* e = handle == 0 ? nullptr : events_.find(handle);
   if (e == nullptr) {
-    return status(error_code::invalid_handle,
-                  "event " + format_address(handle) + " is not a live event (destroyed, or never "
-                  "created by somaEventCreate)");
+    return status(error_code::invalid_handle, "event " + format_address(handle) +
+                                                  " is not a live event (destroyed, or never "
+                                                  "created by somaEventCreate)");
   }
   return e;
 }
@@ -73,9 +73,9 @@ result<stream_object*> runtime::new_stream(int device, unsigned flags, bool is_d
 
 result<std::uintptr_t> runtime::create_stream(unsigned flags) {
   if (flags > 1) {
-    return status(error_code::invalid_value,
-                  "stream flags " + std::to_string(flags) + " are not somaStreamDefault (0) or "
-                  "somaStreamNonBlocking (1)");
+    return status(error_code::invalid_value, "stream flags " + std::to_string(flags) +
+                                                 " are not somaStreamDefault (0) or "
+                                                 "somaStreamNonBlocking (1)");
   }
   // Streams destroyed earlier whose work has run are forgotten first: a program that makes a
   // stream per request keeps only what its live streams need.
@@ -239,7 +239,8 @@ status runtime::record_event(std::uintptr_t event_handle, std::uintptr_t stream_
   if (status failed = s.value()->queue->sticky_error(); !failed.ok()) return failed;
   event_object& event = *e.value();
   std::lock_guard lock(event.mutex);
-  if (event.recorded_stream.get() != s.value()) event.recorded_stream = s.value()->shared_from_this();
+  if (event.recorded_stream.get() != s.value())
+    event.recorded_stream = s.value()->shared_from_this();
   event.recorded_position = s.value()->timeline.enqueued_position();
   ++event.record_count;
   s.value()->timeline.capture_clock_into(event.clock);

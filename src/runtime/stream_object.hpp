@@ -35,7 +35,7 @@ struct event_object {
   std::shared_ptr<stream_object> recorded_stream;  // null until recorded
   std::uint64_t recorded_position = 0;
   std::uint64_t record_count = 0;  // tells a synchronize whether a record came meanwhile
-  vector_clock clock;  // what happened before the recorded point (S11)
+  vector_clock clock;              // what happened before the recorded point (S11)
   unsigned flags = 0;
 };
 

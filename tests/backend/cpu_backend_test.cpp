@@ -33,15 +33,15 @@ constexpr std::size_t MiB = 1024 * KiB;
 constexpr std::size_t kGranule = 64 * KiB;
 constexpr std::size_t kDeviceMemory = 64 * MiB;
 
-const char *const kVariables[] = {"SOMA_CPU_DEVICES", "SOMA_CPU_DEVICE_MEMORY",
+const char* const kVariables[] = {"SOMA_CPU_DEVICES", "SOMA_CPU_DEVICE_MEMORY",
                                   "SOMA_CPU_GRANULARITY", "SOMA_BACKEND"};
 
 /// Clears the SOMA_CPU_* variables for the test and restores them afterwards.
 class environment_guard {
-public:
+ public:
   environment_guard() {
-    for (const char *name : kVariables) {
-      const char *value = std::getenv(name);
+    for (const char* name : kVariables) {
+      const char* value = std::getenv(name);
       saved_.push_back(value ? std::optional<std::string>(value) : std::nullopt);
       ::unsetenv(name);
     }
@@ -56,14 +56,14 @@ public:
     }
   }
 
-private:
+ private:
   std::vector<std::optional<std::string>> saved_;
 };
 
 // ---- settings ------------------------------------------------------------------------------
 
 class CpuSettings : public ::testing::Test {
-protected:
+ protected:
   environment_guard env_;
 };
 
@@ -122,7 +122,7 @@ TEST_F(CpuSettings, ExplicitSettingsWinOverEnvironment) {
   auto r = cpu::resolve_settings(given);
   ASSERT_TRUE(r.ok()) << r.error().message();
   EXPECT_EQ(r.value().device_count, 2);
-  EXPECT_EQ(r.value().device_memory_bytes, std::size_t{1} << 30); // from the environment
+  EXPECT_EQ(r.value().device_memory_bytes, std::size_t{1} << 30);  // from the environment
   EXPECT_EQ(r.value().granularity_bytes, kGranule);
 }
 
@@ -135,7 +135,7 @@ TEST_F(CpuSettings, DeviceMemoryIsRoundedDownToTheGranularity) {
   EXPECT_EQ(r.value().device_memory_bytes, kDeviceMemory);
 }
 
-void expect_bad_variable(const char *variable, const char *value) {
+void expect_bad_variable(const char* variable, const char* value) {
   SCOPED_TRACE(std::string(variable) + "=" + value);
   ::setenv(variable, value, 1);
   auto r = cpu::resolve_settings({});
@@ -147,12 +147,12 @@ void expect_bad_variable(const char *variable, const char *value) {
 }
 
 TEST_F(CpuSettings, BadValuesAreInitializationErrors) {
-  for (const char *v : {"0", "-1", "65", "two", "2x", "1.5"})
+  for (const char* v : {"0", "-1", "65", "two", "2x", "1.5"})
     expect_bad_variable("SOMA_CPU_DEVICES", v);
-  for (const char *v : {"lots", "0", "12T", "64MX", "99999999999999999999", "20000000000G"}) {
+  for (const char* v : {"lots", "0", "12T", "64MX", "99999999999999999999", "20000000000G"}) {
     expect_bad_variable("SOMA_CPU_DEVICE_MEMORY", v);
   }
-  for (const char *v : {"big", "64Q", "99999999999999999999"}) {
+  for (const char* v : {"big", "64Q", "99999999999999999999"}) {
     expect_bad_variable("SOMA_CPU_GRANULARITY", v);
   }
 }
@@ -244,7 +244,7 @@ TEST_F(CpuSettings, FactoryHonoursSomaBackend) {
 // ---- memory ----------------------------------------------------------------------------------
 
 class CpuBackend : public ::testing::Test {
-protected:
+ protected:
   CpuBackend() {
     cpu::resolved_settings settings;
     settings.device_count = 2;
@@ -257,7 +257,7 @@ protected:
     // Let every worker finish with its timeline before the timelines go (the worker notes
     // completion into the timeline after the stream object is gone).
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    for (auto &t : timelines_) {
+    for (auto& t : timelines_) {
       while (t.completed_position() < t.enqueued_position() &&
              std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -266,14 +266,14 @@ protected:
     }
   }
 
-  be::stream &make_stream(int device = 0) {
+  be::stream& make_stream(int device = 0) {
     timelines_.emplace_back(static_cast<std::uint32_t>(timelines_.size()));
     auto made = backend_->create_stream(device, timelines_.back());
     EXPECT_TRUE(made.ok());
     streams_.push_back(std::move(made.value()));
     return *streams_.back();
   }
-  stream_timeline &timeline_of(std::size_t i) { return timelines_[i]; }
+  stream_timeline& timeline_of(std::size_t i) { return timelines_[i]; }
   std::unique_ptr<be::event> make_event() {
     auto made = backend_->create_event();
     EXPECT_TRUE(made.ok());
@@ -309,20 +309,19 @@ TEST_F(CpuBackend, S3_ReserveCommitMapWriteReadUnmapRelease) {
   EXPECT_EQ(backend_->committed_bytes(0), 2 * kGranule);
   EXPECT_EQ(backend_->committed_bytes(1), 0u);
 
-  const std::uintptr_t at = base.value() + kGranule; // anywhere inside the reservation
+  const std::uintptr_t at = base.value() + kGranule;  // anywhere inside the reservation
   ASSERT_TRUE(backend_->map(at, 2 * kGranule, handle.value(), 0).ok());
   EXPECT_TRUE(backend_->set_access(at, 2 * kGranule, 1, be::access_flags::read_write).ok());
-  auto *bytes = reinterpret_cast<unsigned char *>(at);
-  for (std::size_t i = 0; i < 2 * kGranule; ++i)
-    bytes[i] = static_cast<unsigned char>(i * 7);
+  auto* bytes = reinterpret_cast<unsigned char*>(at);
+  for (std::size_t i = 0; i < 2 * kGranule; ++i) bytes[i] = static_cast<unsigned char>(i * 7);
   for (std::size_t i = 0; i < 2 * kGranule; i += 4099) {
     ASSERT_EQ(bytes[i], static_cast<unsigned char>(i * 7)) << i;
   }
   backend_->unmap(at, 2 * kGranule);
-  EXPECT_EQ(backend_->committed_bytes(0), 2 * kGranule); // unmapped, not released
+  EXPECT_EQ(backend_->committed_bytes(0), 2 * kGranule);  // unmapped, not released
   // The range stays reserved: mapping again at the same address works.
   ASSERT_TRUE(backend_->map(at, 2 * kGranule, handle.value(), 0).ok());
-  EXPECT_EQ(bytes[4099], static_cast<unsigned char>(4099 * 7)); // same physical memory
+  EXPECT_EQ(bytes[4099], static_cast<unsigned char>(4099 * 7));  // same physical memory
   backend_->unmap(at, 2 * kGranule);
   backend_->release_physical(handle.value());
   EXPECT_EQ(backend_->committed_bytes(0), 0u);
@@ -356,15 +355,14 @@ TEST_F(CpuBackend, S3_DeviceBudgetExhaustionIsOutOfMemory) {
   ASSERT_FALSE(over.ok());
   EXPECT_EQ(over.error().code(), error_code::out_of_memory);
   EXPECT_NE(over.error().message().find("device 0"), std::string::npos) << over.error().message();
-  EXPECT_EQ(backend_->committed_bytes(0), kDeviceMemory); // the failure took nothing
+  EXPECT_EQ(backend_->committed_bytes(0), kDeviceMemory);  // the failure took nothing
   // Devices have separate budgets.
   auto other = backend_->create_physical(1, kGranule, 0);
   ASSERT_TRUE(other.ok()) << other.error().message();
   EXPECT_EQ(backend_->committed_bytes(1), kGranule);
   backend_->release_physical(other.value());
   // A request that can never fit (and one that would wrap) fails too.
-  for (auto &h : handles)
-    backend_->release_physical(h);
+  for (auto& h : handles) backend_->release_physical(h);
   EXPECT_EQ(backend_->committed_bytes(0), 0u);
   EXPECT_EQ(backend_->create_physical(0, kDeviceMemory + kGranule, 0).error().code(),
             error_code::out_of_memory);
@@ -381,21 +379,21 @@ TEST_F(CpuBackend, S7_ExportImportMapsTheSameBytes) {
   auto b = backend_->reserve_address(0, kGranule);
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_TRUE(backend_->map(a.value(), kGranule, handle.value(), 0).ok());
-  auto *at_a = reinterpret_cast<char *>(a.value());
+  auto* at_a = reinterpret_cast<char*>(a.value());
   std::strcpy(at_a + 100, "shared through a descriptor");
 
   auto fd = backend_->export_physical(handle.value());
   ASSERT_TRUE(fd.ok()) << fd.error().message();
-  EXPECT_NE(static_cast<std::uint64_t>(fd.value()), handle.value()); // a new descriptor
+  EXPECT_NE(static_cast<std::uint64_t>(fd.value()), handle.value());  // a new descriptor
   auto imported = backend_->import_physical(1, fd.value(), kGranule);
   ASSERT_TRUE(imported.ok()) << imported.error().message();
-  ::close(fd.value()); // import takes no ownership
+  ::close(fd.value());  // import takes no ownership
   // Imported memory counts against the exporter's budget only.
   EXPECT_EQ(backend_->committed_bytes(0), kGranule);
   EXPECT_EQ(backend_->committed_bytes(1), 0u);
 
   ASSERT_TRUE(backend_->map(b.value(), kGranule, imported.value(), 1).ok());
-  auto *at_b = reinterpret_cast<char *>(b.value());
+  auto* at_b = reinterpret_cast<char*>(b.value());
   EXPECT_STREQ(at_b + 100, "shared through a descriptor");
   at_b[5000] = 'x';
   EXPECT_EQ(at_a[5000], 'x');
@@ -404,7 +402,7 @@ TEST_F(CpuBackend, S7_ExportImportMapsTheSameBytes) {
   backend_->release_physical(imported.value());
   EXPECT_EQ(backend_->committed_bytes(0), kGranule);
   EXPECT_EQ(backend_->committed_bytes(1), 0u) << "releasing an import charged device 1";
-  EXPECT_EQ(at_a[5000], 'x'); // the exporter's mapping is unaffected
+  EXPECT_EQ(at_a[5000], 'x');  // the exporter's mapping is unaffected
   backend_->unmap(a.value(), kGranule);
   backend_->release_physical(handle.value());
   EXPECT_EQ(backend_->committed_bytes(0), 0u);
@@ -449,9 +447,9 @@ TEST_F(CpuBackend, S7_ImportOfTooSmallDescriptorIsInvalidValue) {
 // ---- streams -------------------------------------------------------------------------------
 
 TEST_F(CpuBackend, StreamRunsHostTasksInOrder) {
-  be::stream &s = make_stream(1);
+  be::stream& s = make_stream(1);
   EXPECT_EQ(s.device(), 1);
-  std::vector<int> order; // touched by the worker only, read after synchronize
+  std::vector<int> order;  // touched by the worker only, read after synchronize
   for (int i = 0; i < 200; ++i) {
     ASSERT_TRUE(s.enqueue_host_task([&order, i] {
                    order.push_back(i);
@@ -460,8 +458,7 @@ TEST_F(CpuBackend, StreamRunsHostTasksInOrder) {
   }
   ASSERT_TRUE(s.synchronize().ok());
   ASSERT_EQ(order.size(), 200u);
-  for (int i = 0; i < 200; ++i)
-    EXPECT_EQ(order[static_cast<std::size_t>(i)], i);
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(order[static_cast<std::size_t>(i)], i);
   EXPECT_TRUE(s.query().ok());
 }
 
@@ -470,8 +467,8 @@ TEST_F(CpuBackend, StreamMemsetAndMemcpyReachMappedMemory) {
   auto handle = backend_->create_physical(0, kGranule, 0);
   ASSERT_TRUE(base.ok() && handle.ok());
   ASSERT_TRUE(backend_->map(base.value(), kGranule, handle.value(), 0).ok());
-  auto *bytes = reinterpret_cast<unsigned char *>(base.value());
-  be::stream &s = make_stream();
+  auto* bytes = reinterpret_cast<unsigned char*>(base.value());
+  be::stream& s = make_stream();
   ASSERT_TRUE(s.enqueue_memset(bytes, 0xAB, 1000).ok());
   ASSERT_TRUE(s.enqueue_memcpy(bytes + 2000, bytes, 500).ok());
   ASSERT_TRUE(s.enqueue_memset(bytes + 100, 0x11, 10).ok());
@@ -480,7 +477,7 @@ TEST_F(CpuBackend, StreamMemsetAndMemcpyReachMappedMemory) {
   EXPECT_EQ(bytes[999], 0xAB);
   EXPECT_EQ(bytes[1000], 0x00);
   EXPECT_EQ(bytes[105], 0x11);
-  EXPECT_EQ(bytes[2000 + 105], 0xAB); // the copy ran before the later memset
+  EXPECT_EQ(bytes[2000 + 105], 0xAB);  // the copy ran before the later memset
   EXPECT_EQ(bytes[2499], 0xAB);
   EXPECT_EQ(bytes[2500], 0x00);
   backend_->unmap(base.value(), kGranule);
@@ -489,8 +486,8 @@ TEST_F(CpuBackend, StreamMemsetAndMemcpyReachMappedMemory) {
 }
 
 TEST_F(CpuBackend, S12_TimelineAdvancesAsWorkCompletes) {
-  be::stream &s = make_stream();
-  stream_timeline &t = timeline_of(0);
+  be::stream& s = make_stream();
+  stream_timeline& t = timeline_of(0);
   std::latch gate(1);
   ASSERT_TRUE(s.enqueue_host_task([&] {
                  gate.wait();
@@ -503,7 +500,7 @@ TEST_F(CpuBackend, S12_TimelineAdvancesAsWorkCompletes) {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(t.completed_position(), 0u) << "completed leads the work";
   EXPECT_EQ(s.query().code(), error_code::not_ready);
-  EXPECT_EQ(t.proven_position(), 0u); // the backend never proves: the runtime does
+  EXPECT_EQ(t.proven_position(), 0u);  // the backend never proves: the runtime does
   gate.count_down();
   ASSERT_TRUE(s.synchronize().ok());
   // completed may lag the stream's own bookkeeping briefly; it must reach the end.
@@ -516,9 +513,9 @@ TEST_F(CpuBackend, S12_TimelineAdvancesAsWorkCompletes) {
 }
 
 TEST_F(CpuBackend, EventQueryIsNotReadyWhileWorkIsHeld) {
-  be::stream &s = make_stream();
+  be::stream& s = make_stream();
   auto e = make_event();
-  EXPECT_TRUE(e->query().ok()); // never recorded: nothing to wait for
+  EXPECT_TRUE(e->query().ok());  // never recorded: nothing to wait for
   EXPECT_TRUE(e->synchronize().ok());
   std::latch gate(1);
   std::atomic<bool> ran{false};
@@ -538,7 +535,7 @@ TEST_F(CpuBackend, EventQueryIsNotReadyWhileWorkIsHeld) {
 }
 
 TEST_F(CpuBackend, EventCapturesOnlyEarlierWork) {
-  be::stream &s = make_stream();
+  be::stream& s = make_stream();
   auto e = make_event();
   std::latch gate(1);
   ASSERT_TRUE(s.enqueue_host_task([] { return status::success(); }).ok());
@@ -547,7 +544,7 @@ TEST_F(CpuBackend, EventCapturesOnlyEarlierWork) {
                  gate.wait();
                  return status::success();
                }).ok());
-  EXPECT_TRUE(e->synchronize().ok()); // returns although later work is held
+  EXPECT_TRUE(e->synchronize().ok());  // returns although later work is held
   EXPECT_TRUE(e->query().ok());
   EXPECT_EQ(s.query().code(), error_code::not_ready);
   gate.count_down();
@@ -555,8 +552,8 @@ TEST_F(CpuBackend, EventCapturesOnlyEarlierWork) {
 }
 
 TEST_F(CpuBackend, EnqueueWaitOrdersStreamBAfterStreamAsEvent) {
-  be::stream &a = make_stream();
-  be::stream &b = make_stream();
+  be::stream& a = make_stream();
+  be::stream& b = make_stream();
   auto e = make_event();
   std::latch gate(1);
   std::atomic<bool> a_done{false};
@@ -584,7 +581,7 @@ TEST_F(CpuBackend, EnqueueWaitOrdersStreamBAfterStreamAsEvent) {
 }
 
 TEST_F(CpuBackend, EnqueueWaitOnOwnStreamOrUnrecordedEventIsANoOp) {
-  be::stream &a = make_stream();
+  be::stream& a = make_stream();
   auto unrecorded = make_event();
   ASSERT_TRUE(a.enqueue_wait(*unrecorded).ok());
   auto own = make_event();
@@ -594,7 +591,7 @@ TEST_F(CpuBackend, EnqueueWaitOnOwnStreamOrUnrecordedEventIsANoOp) {
 }
 
 TEST_F(CpuBackend, FailingHostTaskBecomesTheStickyError) {
-  be::stream &s = make_stream();
+  be::stream& s = make_stream();
   auto before = make_event();
   auto after = make_event();
   std::latch gate(1);
@@ -611,7 +608,7 @@ TEST_F(CpuBackend, FailingHostTaskBecomesTheStickyError) {
                  return status::success();
                }).ok());
   ASSERT_TRUE(after->record(s).ok());
-  EXPECT_TRUE(s.sticky_error().ok()); // nothing has failed yet
+  EXPECT_TRUE(s.sticky_error().ok());  // nothing has failed yet
   gate.count_down();
 
   status synced = s.synchronize();
@@ -620,7 +617,7 @@ TEST_F(CpuBackend, FailingHostTaskBecomesTheStickyError) {
   EXPECT_FALSE(later_ran) << "work after the failure ran";
   EXPECT_EQ(s.sticky_error().code(), error_code::launch_failure);
   EXPECT_EQ(s.query().code(), error_code::launch_failure);
-  EXPECT_TRUE(before->query().ok()); // captured work before the failure succeeded
+  EXPECT_TRUE(before->query().ok());  // captured work before the failure succeeded
   EXPECT_EQ(after->query().code(), error_code::launch_failure);
   EXPECT_EQ(after->synchronize().code(), error_code::launch_failure);
   // Sticky: later enqueues fail with the same error and never run.
@@ -634,8 +631,8 @@ TEST_F(CpuBackend, FailingHostTaskBecomesTheStickyError) {
 }
 
 TEST_F(CpuBackend, FailureUpstreamDoesNotFailTheWaitingStream) {
-  be::stream &a = make_stream();
-  be::stream &b = make_stream();
+  be::stream& a = make_stream();
+  be::stream& b = make_stream();
   auto e = make_event();
   ASSERT_TRUE(a.enqueue_host_task([] { return status(error_code::unknown, "a failed"); }).ok());
   ASSERT_TRUE(e->record(a).ok());
@@ -651,8 +648,8 @@ TEST_F(CpuBackend, FailureUpstreamDoesNotFailTheWaitingStream) {
 }
 
 TEST_F(CpuBackend, StreamDestructionReturnsWhileWorkIsQueuedAndTheWorkCompletes) {
-  be::stream &s = make_stream();
-  stream_timeline &t = timeline_of(0);
+  be::stream& s = make_stream();
+  stream_timeline& t = timeline_of(0);
   auto e = make_event();
   std::latch gate(1);
   std::atomic<int> ran{0};
@@ -690,7 +687,7 @@ TEST_F(CpuBackend, StreamDestructionReturnsWhileWorkIsQueuedAndTheWorkCompletes)
 }
 
 TEST_F(CpuBackend, ConcurrentEnqueuesAreAllRun) {
-  be::stream &s = make_stream();
+  be::stream& s = make_stream();
   std::atomic<int> ran{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -703,11 +700,10 @@ TEST_F(CpuBackend, ConcurrentEnqueuesAreAllRun) {
       }
     });
   }
-  for (auto &th : threads)
-    th.join();
+  for (auto& th : threads) th.join();
   ASSERT_TRUE(s.synchronize().ok());
   EXPECT_EQ(ran.load(), 1000);
   EXPECT_EQ(timeline_of(0).enqueued_position(), 1000u);
 }
 
-} // namespace
+}  // namespace

@@ -23,10 +23,9 @@ namespace be = soma::detail::backend;
 namespace cuda = soma::detail::backend::cuda;
 
 class cuda_gpu : public ::testing::Test {
-protected:
+ protected:
   void SetUp() override {
-    if (status usable = cuda::probe(); !usable.ok())
-      GTEST_SKIP() << usable.message();
+    if (status usable = cuda::probe(); !usable.ok()) GTEST_SKIP() << usable.message();
     auto opened = cuda::open_backend();
     ASSERT_TRUE(opened.ok()) << opened.error().message();
     backend_ = std::move(opened.value());
@@ -46,14 +45,13 @@ protected:
     return base.value();
   }
   std::uint64_t handle_of(std::uintptr_t base) const {
-    for (const region &r : regions_)
-      if (r.base == base)
-        return r.handle;
+    for (const region& r : regions_)
+      if (r.base == base) return r.handle;
     return 0;
   }
 
   void TearDown() override {
-    for (const region &r : regions_) {
+    for (const region& r : regions_) {
       backend_->unmap(r.base, r.bytes);
       backend_->release_physical(r.handle);
       backend_->free_address(r.base, r.bytes);
@@ -85,7 +83,7 @@ TEST_F(cuda_gpu, MemsetAndMemcpyReachMappedMemory) {
   stream_timeline timeline(0);
   auto s = backend_->create_stream(0, timeline);
   ASSERT_TRUE(s.ok()) << s.error().message();
-  auto *device = reinterpret_cast<unsigned char *>(base);
+  auto* device = reinterpret_cast<unsigned char*>(base);
   const std::size_t half = granule_bytes_ / 2;
   ASSERT_TRUE(s.value()->enqueue_memset(device, 0xAB, half).ok());
   ASSERT_TRUE(s.value()->enqueue_memcpy(device + half, device, half).ok());
@@ -106,13 +104,12 @@ TEST_F(cuda_gpu, MarkersLearnCompletionWithoutBlocking) {
   std::atomic<bool> release{false};
   ASSERT_TRUE(s.value()
                   ->enqueue_host_task([&] {
-                    while (!release.load())
-                      std::this_thread::yield();
+                    while (!release.load()) std::this_thread::yield();
                     return status::success();
                   })
                   .ok());
-  ASSERT_TRUE(s.value()->enqueue_memset(reinterpret_cast<void *>(base), 0, granule_bytes_).ok());
-  EXPECT_FALSE(timeline.has_completed(2)); // records a marker behind the memset
+  ASSERT_TRUE(s.value()->enqueue_memset(reinterpret_cast<void*>(base), 0, granule_bytes_).ok());
+  EXPECT_FALSE(timeline.has_completed(2));  // records a marker behind the memset
   EXPECT_EQ(s.value()->query().code(), error_code::not_ready);
   release = true;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -129,8 +126,8 @@ TEST_F(cuda_gpu, DestroyedStreamStillReachesItsFinalPosition) {
     ASSERT_TRUE(s.ok());
     for (int i = 0; i < 8; ++i)
       ASSERT_TRUE(
-          s.value()->enqueue_memset(reinterpret_cast<void *>(base), i, 4 * granule_bytes_).ok());
-  } // destroyed with work pending: returns at once
+          s.value()->enqueue_memset(reinterpret_cast<void*>(base), i, 4 * granule_bytes_).ok());
+  }  // destroyed with work pending: returns at once
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!timeline.has_completed(8) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::yield();
@@ -146,11 +143,11 @@ TEST_F(cuda_gpu, FailedHostTaskIsSticky) {
       s.value()->enqueue_host_task([] { return status(error_code::invalid_value, "no"); }).ok());
   // The first task may have failed already: then the enqueue itself reports the sticky error.
   (void)(s.value()
-                  ->enqueue_host_task([&] {
-                    later_ran = true;
-                    return status::success();
-                  })
-                  .ok());
+             ->enqueue_host_task([&] {
+               later_ran = true;
+               return status::success();
+             })
+             .ok());
   EXPECT_EQ(s.value()->synchronize().code(), error_code::launch_failure);
   EXPECT_FALSE(later_ran.load());
   EXPECT_EQ(s.value()->sticky_error().code(), error_code::launch_failure);
@@ -165,12 +162,11 @@ TEST_F(cuda_gpu, WaitForOrdersOneStreamAfterAnother) {
   std::atomic<bool> release{false};
   ASSERT_TRUE(a.value()
                   ->enqueue_host_task([&] {
-                    while (!release.load())
-                      std::this_thread::yield();
+                    while (!release.load()) std::this_thread::yield();
                     return status::success();
                   })
                   .ok());
-  ASSERT_TRUE(a.value()->enqueue_memset(reinterpret_cast<void *>(base), 1, granule_bytes_).ok());
+  ASSERT_TRUE(a.value()->enqueue_memset(reinterpret_cast<void*>(base), 1, granule_bytes_).ok());
   ASSERT_TRUE(b.value()->enqueue_wait_for(*a.value(), 2).ok());
   std::atomic<bool> b_ran{false};
   ASSERT_TRUE(b.value()
@@ -192,12 +188,11 @@ TEST_F(cuda_gpu, EventsRecordQueryAndSynchronize) {
   auto s = backend_->create_stream(0, timeline);
   auto e = backend_->create_event();
   ASSERT_TRUE(s.ok() && e.ok());
-  EXPECT_TRUE(e.value()->query().ok()); // never recorded
+  EXPECT_TRUE(e.value()->query().ok());  // never recorded
   std::atomic<bool> release{false};
   ASSERT_TRUE(s.value()
                   ->enqueue_host_task([&] {
-                    while (!release.load())
-                      std::this_thread::yield();
+                    while (!release.load()) std::this_thread::yield();
                     return status::success();
                   })
                   .ok());
@@ -222,10 +217,9 @@ TEST_F(cuda_gpu, ExportedMemoryImportsIntoASecondMapping) {
   ASSERT_TRUE(backend_->map(second.value(), granule_bytes_, imported.value(), 0).ok());
   stream_timeline timeline(0);
   auto s = backend_->create_stream(0, timeline);
-  ASSERT_TRUE(
-      s.value()->enqueue_memset(reinterpret_cast<void *>(first), 0x5A, granule_bytes_).ok());
+  ASSERT_TRUE(s.value()->enqueue_memset(reinterpret_cast<void*>(first), 0x5A, granule_bytes_).ok());
   unsigned char seen = 0;
-  ASSERT_TRUE(s.value()->enqueue_memcpy(&seen, reinterpret_cast<void *>(second.value()), 1).ok());
+  ASSERT_TRUE(s.value()->enqueue_memcpy(&seen, reinterpret_cast<void*>(second.value()), 1).ok());
   ASSERT_TRUE(s.value()->synchronize().ok());
   EXPECT_EQ(seen, 0x5A);
   backend_->unmap(second.value(), granule_bytes_);
@@ -247,7 +241,7 @@ TEST_F(cuda_gpu, AdoptedStreamIsUsedAndLeftAlive) {
   stream_timeline owner_line(0), adopted_line(1);
   auto owner = backend_->create_stream(0, owner_line);
   ASSERT_TRUE(owner.ok());
-  void *native = owner.value()->native_handle();
+  void* native = owner.value()->native_handle();
   ASSERT_NE(native, nullptr);
   {
     auto adopted = backend_->adopt_stream(0, native, adopted_line);
@@ -263,9 +257,9 @@ TEST_F(cuda_gpu, AdoptedStreamIsUsedAndLeftAlive) {
 // ---- graphs (S15) and map_part ---------------------------------------------------------------
 
 /// Reads bytes at a device address through a stream, synchronously.
-std::vector<unsigned char> read_back(be::stream &s, std::uintptr_t address, std::size_t bytes) {
+std::vector<unsigned char> read_back(be::stream& s, std::uintptr_t address, std::size_t bytes) {
   std::vector<unsigned char> host(bytes, 0);
-  EXPECT_TRUE(s.enqueue_memcpy(host.data(), reinterpret_cast<void *>(address), bytes).ok());
+  EXPECT_TRUE(s.enqueue_memcpy(host.data(), reinterpret_cast<void*>(address), bytes).ok());
   EXPECT_TRUE(s.synchronize().ok());
   return host;
 }
@@ -276,7 +270,7 @@ TEST_F(cuda_gpu, GraphMemsetAndMemcpyFillMemoryMappedWithMapPart) {
   auto handle = backend_->create_physical(0, bytes, 0);
   ASSERT_TRUE(base.ok() && handle.ok());
   ASSERT_TRUE(backend_->map_part(base.value(), bytes, handle.value(), 0, 0).ok());
-  auto *device = reinterpret_cast<unsigned char *>(base.value());
+  auto* device = reinterpret_cast<unsigned char*>(base.value());
   const std::size_t half = bytes / 2;
 
   stream_timeline timeline(0);
@@ -301,7 +295,7 @@ TEST_F(cuda_gpu, GraphMemsetAndMemcpyFillMemoryMappedWithMapPart) {
   ASSERT_TRUE(exec.value()->upload(*s.value()).ok());
   ASSERT_TRUE(exec.value()->launch(*s.value()).ok());
   EXPECT_EQ(timeline.enqueued_position(), 1u);
-  ASSERT_TRUE(e.value()->synchronize().ok()); // the launch's record node
+  ASSERT_TRUE(e.value()->synchronize().ok());  // the launch's record node
   EXPECT_EQ(host.front(), 0x3C);
   EXPECT_EQ(host[half - 1], 0x3C);
   EXPECT_EQ(host[half], 0x3C);
@@ -329,7 +323,7 @@ TEST_F(cuda_gpu, NativeCaptureBecomesAChildGraph) {
   auto launcher = backend_->create_stream(0, launch_line);
   ASSERT_TRUE(captured.ok() && launcher.ok());
   auto native = static_cast<cuda::CUstream>(captured.value()->native_handle());
-  const cuda::driver_api &driver = *cuda::process_driver().value();
+  const cuda::driver_api& driver = *cuda::process_driver().value();
   cuda::CUcontext context = nullptr;
   ASSERT_EQ(driver.cuStreamGetCtx(native, &context), cuda::CUDA_SUCCESS);
 
@@ -347,7 +341,7 @@ TEST_F(cuda_gpu, NativeCaptureBecomesAChildGraph) {
         driver.cuMemsetD8Async(static_cast<cuda::CUdeviceptr>(base), 0x77, granule_bytes_, native),
         cuda::CUDA_SUCCESS);
   }
-  EXPECT_FALSE(captured_line.has_completed(1)); // nothing enqueued: a poll asks nothing
+  EXPECT_FALSE(captured_line.has_completed(1));  // nothing enqueued: a poll asks nothing
   auto graph_of_capture = backend_->end_native_capture(*captured.value());
   ASSERT_TRUE(graph_of_capture.ok()) << graph_of_capture.error().message();
   ASSERT_NE(graph_of_capture.value(), nullptr);
@@ -357,12 +351,12 @@ TEST_F(cuda_gpu, NativeCaptureBecomesAChildGraph) {
   ASSERT_TRUE(graph.ok());
   auto child = graph.value()->add_native_child({}, graph_of_capture.value());
   ASSERT_TRUE(child.ok()) << child.error().message();
-  backend_->destroy_native_graph(graph_of_capture.value()); // the node holds a copy
+  backend_->destroy_native_graph(graph_of_capture.value());  // the node holds a copy
   std::vector<unsigned char> host(granule_bytes_, 0);
   const std::size_t after_child[] = {child.value()};
   ASSERT_TRUE(
       graph.value()
-          ->add_memcpy(after_child, host.data(), reinterpret_cast<void *>(base), granule_bytes_)
+          ->add_memcpy(after_child, host.data(), reinterpret_cast<void*>(base), granule_bytes_)
           .ok());
   auto exec = graph.value()->instantiate();
   ASSERT_TRUE(exec.ok()) << exec.error().message();
@@ -387,8 +381,8 @@ TEST_F(cuda_gpu, OnePhysicalAllocationMapsAtTwoAddressesButOnlyFromItsStart) {
   stream_timeline timeline(0);
   auto s = backend_->create_stream(0, timeline);
   ASSERT_TRUE(s.ok());
-  ASSERT_TRUE(s.value()->enqueue_memset(reinterpret_cast<void *>(first.value()), 0x01, 2 * g).ok());
-  ASSERT_TRUE(s.value()->enqueue_memset(reinterpret_cast<void *>(second.value() + g), 0x5A, g).ok());
+  ASSERT_TRUE(s.value()->enqueue_memset(reinterpret_cast<void*>(first.value()), 0x01, 2 * g).ok());
+  ASSERT_TRUE(s.value()->enqueue_memset(reinterpret_cast<void*>(second.value() + g), 0x5A, g).ok());
   std::vector<unsigned char> seen = read_back(*s.value(), first.value(), 2 * g);
   EXPECT_EQ(seen.front(), 0x01);
   EXPECT_EQ(seen[g - 1], 0x01);
@@ -401,4 +395,4 @@ TEST_F(cuda_gpu, OnePhysicalAllocationMapsAtTwoAddressesButOnlyFromItsStart) {
   backend_->free_address(second.value(), 2 * g);
 }
 
-} // namespace
+}  // namespace

@@ -28,10 +28,9 @@ constexpr std::size_t MiB = std::size_t{1} << 20;
 
 /// Sets SOMA_BACKEND for one test and restores it afterwards.
 class backend_choice {
-public:
-  explicit backend_choice(const char *value) {
-    if (const char *old = std::getenv("SOMA_BACKEND"))
-      saved_ = old;
+ public:
+  explicit backend_choice(const char* value) {
+    if (const char* old = std::getenv("SOMA_BACKEND")) saved_ = old;
     ::setenv("SOMA_BACKEND", value, 1);
   }
   ~backend_choice() {
@@ -41,7 +40,7 @@ public:
       ::unsetenv("SOMA_BACKEND");
   }
 
-private:
+ private:
   std::optional<std::string> saved_;
 };
 
@@ -55,9 +54,8 @@ TEST(cuda_loader, MissingLibraryIsNoDeviceWithTheReason) {
 }
 
 TEST(cuda_loader, StubLibraryFailsCuInitCleanly) {
-  const char *stub = "/usr/local/cuda/lib64/stubs/libcuda.so";
-  if (::access(stub, R_OK) != 0)
-    GTEST_SKIP() << "no CUDA toolkit stub at " << stub;
+  const char* stub = "/usr/local/cuda/lib64/stubs/libcuda.so";
+  if (::access(stub, R_OK) != 0) GTEST_SKIP() << "no CUDA toolkit stub at " << stub;
   auto loaded = cuda::load_driver(stub);
   ASSERT_FALSE(loaded.ok());
   EXPECT_EQ(loaded.error().code(), error_code::no_device);
@@ -65,8 +63,7 @@ TEST(cuda_loader, StubLibraryFailsCuInitCleanly) {
 }
 
 TEST(cuda_factory, CudaWithoutUsableDriverIsAClearError) {
-  if (cuda::probe().ok())
-    GTEST_SKIP() << "a CUDA driver and device are present";
+  if (cuda::probe().ok()) GTEST_SKIP() << "a CUDA driver and device are present";
   backend_choice choice("cuda");
   auto created = be::create_backend({});
   ASSERT_FALSE(created.ok());
@@ -76,8 +73,7 @@ TEST(cuda_factory, CudaWithoutUsableDriverIsAClearError) {
 }
 
 TEST(cuda_factory, AutoFallsBackToCpuWithoutADriver) {
-  if (cuda::probe().ok())
-    GTEST_SKIP() << "a CUDA driver and device are present";
+  if (cuda::probe().ok()) GTEST_SKIP() << "a CUDA driver and device are present";
   backend_choice choice("auto");
   auto created = be::create_backend({});
   ASSERT_TRUE(created.ok()) << created.error().message();
@@ -117,7 +113,7 @@ TEST(cuda_driver_api, TranslatesResultsAndNamesThemWhenTheDriverCannot) {
 // ---- the backend over the fake driver ------------------------------------------------------
 
 class cuda_fake_driver : public ::testing::Test {
-protected:
+ protected:
   void SetUp() override {
     fake_cuda::state = &gpu_;
     fake_cuda::current_context = nullptr;
@@ -132,13 +128,13 @@ protected:
     EXPECT_TRUE(created.ok()) << created.error().message();
     return created.ok() ? std::move(created.value()) : nullptr;
   }
-  std::unique_ptr<be::stream> stream_on(cuda::cuda_backend &backend, int device,
-                                        stream_timeline &timeline) {
+  std::unique_ptr<be::stream> stream_on(cuda::cuda_backend& backend, int device,
+                                        stream_timeline& timeline) {
     auto created = backend.create_stream(device, timeline);
     EXPECT_TRUE(created.ok()) << created.error().message();
     return std::move(created.value());
   }
-  fake_cuda::stream_state *fake_stream(const be::stream &s) const {
+  fake_cuda::stream_state* fake_stream(const be::stream& s) const {
     return fake_cuda::as_stream(static_cast<cuda::CUstream>(s.native_handle()));
   }
 
@@ -156,7 +152,7 @@ TEST_F(cuda_fake_driver, DevicesUsePrimaryContextsAndReportProperties) {
   EXPECT_EQ(p.name, "Fake GPU 1");
   EXPECT_EQ(p.total_memory_bytes, 64 * MiB);
   EXPECT_EQ(p.granularity_bytes, 2 * MiB);
-  EXPECT_EQ(p.supported_handle_types, be::handle_type_posix_fd); // fabric is masked off
+  EXPECT_EQ(p.supported_handle_types, be::handle_type_posix_fd);  // fabric is masked off
   EXPECT_TRUE(p.memory_pools_supported);
   EXPECT_TRUE(backend->can_access_peer(0, 1));
   EXPECT_FALSE(backend->can_access_peer(0, 0));
@@ -173,7 +169,7 @@ TEST_F(cuda_fake_driver, GranularityAlsoServesExportableMemory) {
 
 TEST_F(cuda_fake_driver, CallsRestoreTheCallersContext) {
   auto backend = open();
-  fake_cuda::current_context = fake_cuda::context_of(1); // the application works on device 1
+  fake_cuda::current_context = fake_cuda::context_of(1);  // the application works on device 1
   stream_timeline timeline(0);
   auto s = stream_on(*backend, 0, timeline);
   auto base = backend->reserve_address(0, 4 * MiB);
@@ -181,7 +177,7 @@ TEST_F(cuda_fake_driver, CallsRestoreTheCallersContext) {
   auto handle = backend->create_physical(0, 2 * MiB, 0);
   ASSERT_TRUE(handle.ok());
   ASSERT_TRUE(backend->map(base.value(), 2 * MiB, handle.value(), 0).ok());
-  ASSERT_TRUE(s->enqueue_memset(reinterpret_cast<void *>(base.value()), 0, 64).ok());
+  ASSERT_TRUE(s->enqueue_memset(reinterpret_cast<void*>(base.value()), 0, 64).ok());
   EXPECT_FALSE(timeline.has_completed(1));
   ASSERT_TRUE(s->synchronize().ok());
   EXPECT_EQ(fake_cuda::current_context, fake_cuda::context_of(1));
@@ -194,7 +190,7 @@ TEST_F(cuda_fake_driver, CallsRestoreTheCallersContext) {
 
 TEST_F(cuda_fake_driver, ReserveCommitMapAndReleaseKeepTheBooks) {
   auto backend = open();
-  auto base = backend->reserve_address(0, 3 * MiB); // rounded up to whole granules
+  auto base = backend->reserve_address(0, 3 * MiB);  // rounded up to whole granules
   ASSERT_TRUE(base.ok()) << base.error().message();
   EXPECT_EQ(base.value() % (2 * MiB), 0u);
   EXPECT_EQ(gpu_.reservations.at(base.value()), 4 * MiB);
@@ -203,17 +199,17 @@ TEST_F(cuda_fake_driver, ReserveCommitMapAndReleaseKeepTheBooks) {
   EXPECT_EQ(backend->committed_bytes(0), 2 * MiB);
   EXPECT_EQ(backend->committed_bytes(1), 0u);
   ASSERT_TRUE(backend->map(base.value() + 2 * MiB, 2 * MiB, handle.value(), 0).ok());
-  const auto &mapped = gpu_.mappings.at(base.value() + 2 * MiB);
+  const auto& mapped = gpu_.mappings.at(base.value() + 2 * MiB);
   EXPECT_EQ(mapped.access.at(0), cuda::CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
   EXPECT_EQ(mapped.access.size(), 1u);
   EXPECT_EQ(backend->map(base.value() + 8 * MiB, 2 * MiB, handle.value(), 0).code(),
-            error_code::invalid_value); // outside the reservation
+            error_code::invalid_value);  // outside the reservation
   backend->unmap(base.value() + 2 * MiB, 2 * MiB);
   EXPECT_TRUE(gpu_.mappings.empty());
   backend->release_physical(handle.value());
   EXPECT_EQ(backend->committed_bytes(0), 0u);
   EXPECT_TRUE(gpu_.allocations.empty());
-  backend->free_address(base.value(), 3 * MiB); // the caller's size; the backend knows 4 MiB
+  backend->free_address(base.value(), 3 * MiB);  // the caller's size; the backend knows 4 MiB
   EXPECT_TRUE(gpu_.reservations.empty());
   EXPECT_FALSE(backend->can_discard_physical_part());
 }
@@ -287,8 +283,8 @@ TEST_F(cuda_fake_driver, ExportAndImportShareOnePhysicalAllocation) {
   ASSERT_TRUE(fd.ok()) << fd.error().message();
   auto imported = backend->import_physical(0, fd.value(), 2 * MiB);
   ASSERT_TRUE(imported.ok()) << imported.error().message();
-  EXPECT_EQ(imported.value(), exportable.value()); // the driver hands out one handle
-  EXPECT_EQ(backend->committed_bytes(0), 4 * MiB); // an import costs this device nothing
+  EXPECT_EQ(imported.value(), exportable.value());  // the driver hands out one handle
+  EXPECT_EQ(backend->committed_bytes(0), 4 * MiB);  // an import costs this device nothing
   backend->release_physical(imported.value());
   EXPECT_EQ(backend->committed_bytes(0), 4 * MiB);
   backend->release_physical(exportable.value());
@@ -308,13 +304,13 @@ TEST_F(cuda_fake_driver, EveryEnqueueTakesExactlyOnePosition) {
   ASSERT_TRUE(a->enqueue_memcpy(&x, &x, sizeof x).ok());
   ASSERT_TRUE(a->enqueue_host_task([] { return status::success(); }).ok());
   EXPECT_EQ(a_line.enqueued_position(), 3u);
-  ASSERT_TRUE(e.value()->record(*b).ok()); // a record takes no position
+  ASSERT_TRUE(e.value()->record(*b).ok());  // a record takes no position
   EXPECT_EQ(b_line.enqueued_position(), 0u);
   ASSERT_TRUE(a->enqueue_wait(*e.value()).ok());
   ASSERT_TRUE(b->enqueue_memset(&x, 0, sizeof x).ok());
   ASSERT_TRUE(a->enqueue_wait_for(*b, 1).ok());
   EXPECT_EQ(a_line.enqueued_position(), 5u);
-  ASSERT_TRUE(a->enqueue_wait_for(*a, 5).ok()); // its own stream: in order already
+  ASSERT_TRUE(a->enqueue_wait_for(*a, 5).ok());  // its own stream: in order already
   EXPECT_EQ(a_line.enqueued_position(), 5u);
   ASSERT_TRUE(a->synchronize().ok());
   EXPECT_EQ(a_line.completed_position(), 5u);
@@ -335,7 +331,7 @@ TEST_F(cuda_fake_driver, HostTaskCompletesItsPosition) {
   gpu_.run_all();
   EXPECT_TRUE(ran);
   EXPECT_EQ(timeline.completed_position(), 2u);
-  EXPECT_EQ(gpu_.event_records, 0); // learned without a marker
+  EXPECT_EQ(gpu_.event_records, 0);  // learned without a marker
 }
 
 TEST_F(cuda_fake_driver, FailedHostTaskIsStickyAndSkipsLaterHostTasks) {
@@ -352,7 +348,7 @@ TEST_F(cuda_fake_driver, FailedHostTaskIsStickyAndSkipsLaterHostTasks) {
   ASSERT_TRUE(s->enqueue_host_task([]() -> status { throw 42; }).ok());
   gpu_.run_all();
   EXPECT_FALSE(later_ran);
-  EXPECT_EQ(timeline.completed_position(), 3u); // skipped tasks still complete their position
+  EXPECT_EQ(timeline.completed_position(), 3u);  // skipped tasks still complete their position
   const status sticky = s->sticky_error();
   EXPECT_EQ(sticky.code(), error_code::launch_failure);
   EXPECT_THAT(sticky.message(), HasSubstr("position 1"));
@@ -369,17 +365,16 @@ TEST_F(cuda_fake_driver, PollRecordsOneMarkerPerBatchOfFrees) {
   stream_timeline timeline(0);
   auto s = stream_on(*backend, 0, timeline);
   int x = 0;
-  for (int i = 0; i < 3; ++i)
-    ASSERT_TRUE(s->enqueue_memset(&x, 0, sizeof x).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(s->enqueue_memset(&x, 0, sizeof x).ok());
   EXPECT_FALSE(timeline.has_completed(1));
-  EXPECT_EQ(gpu_.event_records, 1); // one marker at position 3 covers 1, 2 and 3
+  EXPECT_EQ(gpu_.event_records, 1);  // one marker at position 3 covers 1, 2 and 3
   EXPECT_FALSE(timeline.has_completed(2));
   EXPECT_FALSE(timeline.has_completed(3));
   EXPECT_EQ(gpu_.event_records, 1);
-  ASSERT_TRUE(s->enqueue_memset(&x, 0, sizeof x).ok()); // later work needs no new marker
+  ASSERT_TRUE(s->enqueue_memset(&x, 0, sizeof x).ok());  // later work needs no new marker
   EXPECT_FALSE(timeline.has_completed(2));
   EXPECT_EQ(gpu_.event_records, 1);
-  gpu_.run(fake_stream(*s), 2); // the GPU is not at the marker yet
+  gpu_.run(fake_stream(*s), 2);  // the GPU is not at the marker yet
   EXPECT_FALSE(timeline.has_completed(1));
   gpu_.run_all();
   EXPECT_TRUE(timeline.has_completed(3));
@@ -387,7 +382,7 @@ TEST_F(cuda_fake_driver, PollRecordsOneMarkerPerBatchOfFrees) {
   ASSERT_TRUE(s->enqueue_memset(&x, 0, sizeof x).ok());
   EXPECT_FALSE(timeline.has_completed(5));
   EXPECT_EQ(gpu_.event_records, 2);
-  EXPECT_EQ(gpu_.live_events, 1); // the first marker's event was reused
+  EXPECT_EQ(gpu_.live_events, 1);  // the first marker's event was reused
   gpu_.run_all();
   EXPECT_TRUE(timeline.has_completed(5));
 }
@@ -422,12 +417,12 @@ TEST_F(cuda_fake_driver, DestroyedStreamKeepsItsTimelineLearning) {
   auto backend = open();
   stream_timeline old_line(0), new_line(1);
   auto s = stream_on(*backend, 0, old_line);
-  fake_cuda::stream_state *native = fake_stream(*s);
+  fake_cuda::stream_state* native = fake_stream(*s);
   int x = 0;
   ASSERT_TRUE(s->enqueue_memset(&x, 0, sizeof x).ok());
-  s.reset(); // returns at once; the work is still queued
+  s.reset();  // returns at once; the work is still queued
   EXPECT_EQ(gpu_.destroyed_streams.count(native), 1u);
-  EXPECT_EQ(gpu_.event_records, 1); // the final marker
+  EXPECT_EQ(gpu_.event_records, 1);  // the final marker
   EXPECT_FALSE(old_line.has_completed(1));
   EXPECT_EQ(backend->busy_trackers(), 1u);
   gpu_.run_all();
@@ -459,20 +454,20 @@ TEST_F(cuda_fake_driver, WaitForOrdersAfterAMarkerOfTheOtherStream) {
   auto backend = open();
   stream_timeline a_line(0), b_line(1);
   auto a = stream_on(*backend, 0, a_line);
-  auto b = stream_on(*backend, 1, b_line); // another device: the marker is a's device's
+  auto b = stream_on(*backend, 1, b_line);  // another device: the marker is a's device's
   int x = 0;
   ASSERT_TRUE(a->enqueue_memset(&x, 0, sizeof x).ok());
   ASSERT_TRUE(a->enqueue_memset(&x, 0, sizeof x).ok());
   ASSERT_TRUE(b->enqueue_wait_for(*a, 2).ok());
   EXPECT_EQ(gpu_.event_records, 1);
   ASSERT_TRUE(b->enqueue_memset(&x, 0, sizeof x).ok());
-  EXPECT_EQ(gpu_.run(fake_stream(*b)), 0); // b waits for a
-  EXPECT_FALSE(a_line.has_completed(2));   // a poll reuses the marker the wait made
+  EXPECT_EQ(gpu_.run(fake_stream(*b)), 0);  // b waits for a
+  EXPECT_FALSE(a_line.has_completed(2));    // a poll reuses the marker the wait made
   EXPECT_EQ(gpu_.event_records, 1);
   gpu_.run(fake_stream(*a));
   EXPECT_EQ(gpu_.run(fake_stream(*b)), 2);
   EXPECT_TRUE(a_line.has_completed(2));
-  ASSERT_TRUE(b->enqueue_wait_for(*a, 2).ok()); // known complete: nothing to wait for
+  ASSERT_TRUE(b->enqueue_wait_for(*a, 2).ok());  // known complete: nothing to wait for
   EXPECT_EQ(b_line.enqueued_position(), 2u);
 }
 
@@ -483,7 +478,7 @@ TEST_F(cuda_fake_driver, EventsLiveOnTheRecordingStreamsDevice) {
   auto b = stream_on(*backend, 1, b_line);
   auto e = backend->create_event();
   ASSERT_TRUE(e.ok());
-  EXPECT_TRUE(e.value()->query().ok()); // never recorded
+  EXPECT_TRUE(e.value()->query().ok());  // never recorded
   EXPECT_TRUE(e.value()->synchronize().ok());
   int x = 0;
   ASSERT_TRUE(b->enqueue_memset(&x, 0, sizeof x).ok());
@@ -492,11 +487,11 @@ TEST_F(cuda_fake_driver, EventsLiveOnTheRecordingStreamsDevice) {
   gpu_.run_all();
   EXPECT_TRUE(e.value()->query().ok());
   ASSERT_TRUE(a->enqueue_memset(&x, 0, sizeof x).ok());
-  ASSERT_TRUE(e.value()->record(*a).ok()); // another device: a new CUevent there
+  ASSERT_TRUE(e.value()->record(*a).ok());  // another device: a new CUevent there
   EXPECT_EQ(e.value()->query().code(), error_code::not_ready);
   EXPECT_TRUE(e.value()->synchronize().ok());
   EXPECT_EQ(gpu_.live_events, 2);
-  ASSERT_TRUE(e.value()->record(*b).ok()); // back on device 1: its CUevent again
+  ASSERT_TRUE(e.value()->record(*b).ok());  // back on device 1: its CUevent again
   EXPECT_EQ(e.value()->query().code(), error_code::not_ready);
   EXPECT_TRUE(e.value()->synchronize().ok());
   EXPECT_EQ(gpu_.live_events, 2);
@@ -519,7 +514,7 @@ TEST_F(cuda_fake_driver, AdoptedStreamMustBeOfTheDevicesPrimaryContextAndIsNever
             error_code::invalid_handle);
   auto adopted = backend->adopt_stream(1, native, timeline);
   ASSERT_TRUE(adopted.ok()) << adopted.error().message();
-  EXPECT_EQ(adopted.value()->native_handle(), static_cast<void *>(native));
+  EXPECT_EQ(adopted.value()->native_handle(), static_cast<void*>(native));
   int x = 0;
   ASSERT_TRUE(adopted.value()->enqueue_memset(&x, 0, sizeof x).ok());
   adopted.value().reset();
@@ -546,23 +541,23 @@ TEST_F(cuda_fake_driver, SynchronizeAndQueryAdvanceTheTimeline) {
 
 // ---- graphs (S15) -----------------------------------------------------------------------------
 
-void count_call(void *data) { ++*static_cast<int *>(data); }
+void count_call(void* data) { ++*static_cast<int*>(data); }
 
 TEST_F(cuda_fake_driver, GraphNodesCarryTheirDependenciesAndParameters) {
   auto backend = open();
   auto created = backend->create_work_graph(1);
   ASSERT_TRUE(created.ok()) << created.error().message();
-  be::work_graph &graph = *created.value();
+  be::work_graph& graph = *created.value();
   ASSERT_EQ(gpu_.graphs.size(), 1u);
-  const fake_cuda::graph_state &native = *gpu_.graphs.front();
-  EXPECT_EQ(native.device, 1); // made in device 1's context
-  auto *destination = reinterpret_cast<void *>(std::uintptr_t{0x7000'0020'0000});
-  auto *source = reinterpret_cast<const void *>(std::uintptr_t{0x7000'0040'0000});
+  const fake_cuda::graph_state& native = *gpu_.graphs.front();
+  EXPECT_EQ(native.device, 1);  // made in device 1's context
+  auto* destination = reinterpret_cast<void*>(std::uintptr_t{0x7000'0020'0000});
+  auto* source = reinterpret_cast<const void*>(std::uintptr_t{0x7000'0040'0000});
   int calls = 0;
   auto empty = graph.add_empty({});
   ASSERT_TRUE(empty.ok());
   const std::size_t after_empty[] = {empty.value()};
-  auto set = graph.add_memset(after_empty, destination, 0x1AB, 100); // a byte: 0xAB
+  auto set = graph.add_memset(after_empty, destination, 0x1AB, 100);  // a byte: 0xAB
   ASSERT_TRUE(set.ok()) << set.error().message();
   const std::size_t twice[] = {empty.value(), set.value(), set.value()};
   auto copy = graph.add_memcpy(twice, destination, source, 64);
@@ -573,9 +568,9 @@ TEST_F(cuda_fake_driver, GraphNodesCarryTheirDependenciesAndParameters) {
   EXPECT_EQ(host.value(), 3u);
   ASSERT_EQ(native.nodes.size(), 4u);
 
-  const fake_cuda::graph_node &m = *native.nodes[1];
+  const fake_cuda::graph_node& m = *native.nodes[1];
   EXPECT_EQ(m.kind, fake_cuda::graph_node::memset_node);
-  EXPECT_EQ(m.dependencies, std::vector<fake_cuda::graph_node *>{native.nodes[0].get()});
+  EXPECT_EQ(m.dependencies, std::vector<fake_cuda::graph_node*>{native.nodes[0].get()});
   EXPECT_EQ(m.memset.dst, reinterpret_cast<std::uintptr_t>(destination));
   EXPECT_EQ(m.memset.value, 0xABu);
   EXPECT_EQ(m.memset.elementSize, 1u);
@@ -583,10 +578,10 @@ TEST_F(cuda_fake_driver, GraphNodesCarryTheirDependenciesAndParameters) {
   EXPECT_EQ(m.memset.height, 1u);
   EXPECT_EQ(m.context, fake_cuda::context_of(1));
 
-  const fake_cuda::graph_node &c = *native.nodes[2];
+  const fake_cuda::graph_node& c = *native.nodes[2];
   EXPECT_EQ(c.kind, fake_cuda::graph_node::memcpy_node);
   EXPECT_EQ(c.dependencies,
-            (std::vector<fake_cuda::graph_node *>{native.nodes[0].get(), native.nodes[1].get()}))
+            (std::vector<fake_cuda::graph_node*>{native.nodes[0].get(), native.nodes[1].get()}))
       << "a dependency named twice is passed once";
   EXPECT_EQ(c.memcpy.srcMemoryType, cuda::CU_MEMORYTYPE_UNIFIED);
   EXPECT_EQ(c.memcpy.dstMemoryType, cuda::CU_MEMORYTYPE_UNIFIED);
@@ -597,9 +592,9 @@ TEST_F(cuda_fake_driver, GraphNodesCarryTheirDependenciesAndParameters) {
   EXPECT_EQ(c.memcpy.Depth, 1u);
   EXPECT_EQ(c.context, fake_cuda::context_of(1));
 
-  const fake_cuda::graph_node &h = *native.nodes[3];
+  const fake_cuda::graph_node& h = *native.nodes[3];
   EXPECT_EQ(h.kind, fake_cuda::graph_node::host_node);
-  EXPECT_EQ(h.dependencies, std::vector<fake_cuda::graph_node *>{native.nodes[2].get()});
+  EXPECT_EQ(h.dependencies, std::vector<fake_cuda::graph_node*>{native.nodes[2].get()});
   EXPECT_EQ(h.host.fn, &count_call);
   EXPECT_EQ(h.host.userData, &calls);
 
@@ -631,13 +626,13 @@ TEST_F(cuda_fake_driver, GraphLaunchIsOneStreamOperationAndRecordsItsEvents) {
   auto host = graph.value()->add_host(after_set, &count_call, &calls);
   const std::size_t after_host[] = {host.value()};
   ASSERT_TRUE(graph.value()->add_event_record(after_host, *e.value()).ok());
-  EXPECT_EQ(gpu_.live_events, 1);       // the event's CUevent in device 0's context
-  EXPECT_TRUE(e.value()->query().ok()); // adding a record node records nothing
+  EXPECT_EQ(gpu_.live_events, 1);        // the event's CUevent in device 0's context
+  EXPECT_TRUE(e.value()->query().ok());  // adding a record node records nothing
 
   auto exec = graph.value()->instantiate();
   ASSERT_TRUE(exec.ok()) << exec.error().message();
   ASSERT_TRUE(exec.value()->upload(*a).ok());
-  EXPECT_EQ(a_line.enqueued_position(), 0u); // an upload runs none of the graph's work
+  EXPECT_EQ(a_line.enqueued_position(), 0u);  // an upload runs none of the graph's work
   ASSERT_TRUE(exec.value()->launch(*a).ok());
   EXPECT_EQ(a_line.enqueued_position(), 1u);
   const std::vector<std::string> order(gpu_.graph_calls.end() - 3, gpu_.graph_calls.end());
@@ -648,16 +643,16 @@ TEST_F(cuda_fake_driver, GraphLaunchIsOneStreamOperationAndRecordsItsEvents) {
   EXPECT_EQ(e.value()->query().code(), error_code::not_ready);
   ASSERT_TRUE(b->enqueue_wait(*e.value()).ok());
   ASSERT_TRUE(b->enqueue_memset(&x, 0, sizeof x).ok());
-  EXPECT_EQ(gpu_.run(fake_stream(*b)), 0); // b waits for the launch
-  EXPECT_FALSE(a_line.has_completed(1));   // a marker behind the launch
+  EXPECT_EQ(gpu_.run(fake_stream(*b)), 0);  // b waits for the launch
+  EXPECT_FALSE(a_line.has_completed(1));    // a marker behind the launch
   gpu_.run(fake_stream(*a));
   EXPECT_EQ(calls, 1);
-  EXPECT_EQ(gpu_.run(fake_stream(*b)), 2); // the wait is satisfied
+  EXPECT_EQ(gpu_.run(fake_stream(*b)), 2);  // the wait is satisfied
   EXPECT_TRUE(e.value()->query().ok());
   EXPECT_TRUE(e.value()->synchronize().ok());
   EXPECT_TRUE(a_line.has_completed(1));
 
-  ASSERT_TRUE(exec.value()->launch(*a).ok()); // again: the event moves to the second launch
+  ASSERT_TRUE(exec.value()->launch(*a).ok());  // again: the event moves to the second launch
   EXPECT_EQ(e.value()->query().code(), error_code::not_ready);
   ASSERT_TRUE(a->synchronize().ok());
   EXPECT_EQ(calls, 2);
@@ -683,7 +678,7 @@ TEST_F(cuda_fake_driver, SetMemsetChangesTheInstantiatedNodeOnly) {
   auto exec = graph.value()->instantiate();
   ASSERT_TRUE(exec.ok());
   ASSERT_TRUE(exec.value()->set_memset(set.value(), &y, 0x2CD, 2).ok());
-  const fake_cuda::exec_state &native = *gpu_.execs.front();
+  const fake_cuda::exec_state& native = *gpu_.execs.front();
   EXPECT_EQ(native.nodes[1].memset.dst, reinterpret_cast<std::uintptr_t>(&y));
   EXPECT_EQ(native.nodes[1].memset.value, 0xCDu);
   EXPECT_EQ(native.nodes[1].memset.width, 2u);
@@ -719,14 +714,14 @@ TEST_F(cuda_fake_driver, GraphDriverErrorsAreTranslatedAndNamed) {
   EXPECT_THAT(set.error().message(), HasSubstr("memset of 4 B at 0x"));
   auto e = backend->create_event();
   ASSERT_TRUE(
-      graph.value()->add_event_record({}, *e.value()).ok()); // node 0: refused adds leave no index
+      graph.value()->add_event_record({}, *e.value()).ok());  // node 0: refused adds leave no index
   auto exec = graph.value()->instantiate();
   ASSERT_TRUE(exec.ok());
   gpu_.fail_graph_call = cuda::CUDA_ERROR_LAUNCH_FAILED;
   const status launched = exec.value()->launch(*s);
   EXPECT_EQ(launched.code(), error_code::launch_failure);
   EXPECT_THAT(launched.message(), HasSubstr("cuGraphLaunch failed"));
-  EXPECT_TRUE(e.value()->query().ok()); // a refused launch records nothing
+  EXPECT_TRUE(e.value()->query().ok());  // a refused launch records nothing
   gpu_.fail_graph_call = cuda::CUDA_ERROR_NOT_SUPPORTED;
   auto no_exec = graph.value()->instantiate();
   ASSERT_FALSE(no_exec.ok());
@@ -743,9 +738,9 @@ TEST_F(cuda_fake_driver, NativeCaptureNeitherRecordsNorQueriesOnTheCapturedStrea
   int x = 0;
   ASSERT_TRUE(a->enqueue_memset(&x, 0, sizeof x).ok());
   ASSERT_TRUE(backend->begin_native_capture(*a).ok());
-  EXPECT_EQ(gpu_.event_records, 1);      // the marker covering position 1, before the capture
-  EXPECT_FALSE(a_line.has_completed(1)); // polls learn from that marker only
-  ASSERT_TRUE(b->enqueue_wait_for(*a, 1).ok()); // orders b after the same marker
+  EXPECT_EQ(gpu_.event_records, 1);       // the marker covering position 1, before the capture
+  EXPECT_FALSE(a_line.has_completed(1));  // polls learn from that marker only
+  ASSERT_TRUE(b->enqueue_wait_for(*a, 1).ok());  // orders b after the same marker
   EXPECT_EQ(gpu_.event_records, 1);
   gpu_.run(fake_stream(*a));
   EXPECT_TRUE(a_line.has_completed(1));
@@ -753,7 +748,7 @@ TEST_F(cuda_fake_driver, NativeCaptureNeitherRecordsNorQueriesOnTheCapturedStrea
   auto nothing = backend->end_native_capture(*a);
   ASSERT_TRUE(nothing.ok()) << nothing.error().message();
   EXPECT_EQ(nothing.value(), nullptr);
-  EXPECT_EQ(gpu_.live_graphs(), 0); // the empty capture is destroyed
+  EXPECT_EQ(gpu_.live_graphs(), 0);  // the empty capture is destroyed
 
   // A stream idle at the capture needs no marker; the application's work lands in the graph.
   const int records = gpu_.event_records;
@@ -769,12 +764,12 @@ TEST_F(cuda_fake_driver, NativeCaptureNeitherRecordsNorQueriesOnTheCapturedStrea
   auto graph = backend->create_work_graph(0);
   auto child = graph.value()->add_native_child({}, captured.value());
   ASSERT_TRUE(child.ok()) << child.error().message();
-  backend->destroy_native_graph(captured.value()); // the node holds a copy
+  backend->destroy_native_graph(captured.value());  // the node holds a copy
   EXPECT_EQ(graph.value()->add_native_child({}, nullptr).error().code(), error_code::invalid_value);
   auto exec = graph.value()->instantiate();
   ASSERT_TRUE(exec.ok());
   ASSERT_TRUE(exec.value()->launch(*a).ok());
-  EXPECT_EQ(fake_stream(*a)->queue.size(), 1u); // the child's memset
+  EXPECT_EQ(fake_stream(*a)->queue.size(), 1u);  // the child's memset
   ASSERT_TRUE(a->synchronize().ok());
   EXPECT_EQ(a_line.completed_position(), 2u);
 
@@ -783,7 +778,7 @@ TEST_F(cuda_fake_driver, NativeCaptureNeitherRecordsNorQueriesOnTheCapturedStrea
   EXPECT_EQ(refused.code(), error_code::invalid_value);
   EXPECT_THAT(refused.message(), HasSubstr("cuStreamBeginCapture failed"));
   ASSERT_TRUE(a->enqueue_memset(&x, 0, sizeof x).ok());
-  EXPECT_FALSE(a_line.has_completed(3)); // not capturing: markers again
+  EXPECT_FALSE(a_line.has_completed(3));  // not capturing: markers again
   EXPECT_EQ(gpu_.capture_errors, 0);
 }
 
@@ -795,7 +790,8 @@ TEST_F(cuda_fake_driver, NativeCaptureNeitherRecordsNorQueriesOnTheCapturedStrea
 /// message saying why and what to do instead (S1: the call says what failed).
 class S1_ForkedChild : public cuda_fake_driver {};
 
-template <typename T> status status_of(const soma::detail::result<T> &r) {
+template <typename T>
+status status_of(const soma::detail::result<T>& r) {
   return r.ok() ? status::success() : r.error();
 }
 
@@ -815,16 +811,16 @@ TEST_F(S1_ForkedChild, CudaBackendRefusesBeforeCallingTheDriver) {
     const std::size_t streams = gpu_.streams.size();
     const int records = gpu_.event_records;
     int failures = 0;
-    auto expect_refused = [&](const status &got, const char *call) {
-      const std::string &message = got.message();
+    auto expect_refused = [&](const status& got, const char* call) {
+      const std::string& message = got.message();
       if (got.code() == error_code::initialization_error &&
           message.find("forked") != std::string::npos &&
           message.find("CUDA cannot be used in a child forked after it started") !=
               std::string::npos &&
           message.find("spawn") != std::string::npos)
         return;
-      std::fprintf(stderr, "child: %s: code %d, message '%s'\n", call,
-                   static_cast<int>(got.code()), message.c_str());
+      std::fprintf(stderr, "child: %s: code %d, message '%s'\n", call, static_cast<int>(got.code()),
+                   message.c_str());
       ++failures;
     };
     stream_timeline other(1);
@@ -832,7 +828,7 @@ TEST_F(S1_ForkedChild, CudaBackendRefusesBeforeCallingTheDriver) {
     expect_refused(status_of(backend->reserve_address(0, 2 * MiB)), "reserve_address");
     expect_refused(status_of(backend->create_physical(0, 2 * MiB, 0)), "create_physical");
     expect_refused(status_of(backend->allocate_host(4096)), "allocate_host");
-    expect_refused(s->enqueue_memset(reinterpret_cast<void *>(base.value()), 0, 64),
+    expect_refused(s->enqueue_memset(reinterpret_cast<void*>(base.value()), 0, 64),
                    "enqueue_memset");
     expect_refused(s->synchronize(), "stream synchronize");
     expect_refused(s->query(), "stream query");
@@ -847,7 +843,7 @@ TEST_F(S1_ForkedChild, CudaBackendRefusesBeforeCallingTheDriver) {
   EXPECT_EQ(result, 0) << "calls in the child that were not refused (see stderr)";
 
   // The parent is untouched.
-  ASSERT_TRUE(s->enqueue_memset(reinterpret_cast<void *>(base.value()), 0, 64).ok());
+  ASSERT_TRUE(s->enqueue_memset(reinterpret_cast<void*>(base.value()), 0, 64).ok());
   EXPECT_TRUE(s->synchronize().ok());
   EXPECT_TRUE(e.value()->record(*s).ok());
   e.value().reset();
@@ -855,4 +851,4 @@ TEST_F(S1_ForkedChild, CudaBackendRefusesBeforeCallingTheDriver) {
   backend->free_address(base.value(), 2 * MiB);
 }
 
-} // namespace
+}  // namespace

@@ -12,7 +12,7 @@ namespace {
 
 namespace ours = soma::detail::backend::cuda;
 
-#define SOMA_SAME_VALUE(name)                                                                      \
+#define SOMA_SAME_VALUE(name) \
   static_assert(static_cast<long long>(ours::name) == static_cast<long long>(::name), #name)
 SOMA_SAME_VALUE(CUDA_SUCCESS);
 SOMA_SAME_VALUE(CUDA_ERROR_INVALID_VALUE);
@@ -73,9 +73,9 @@ SOMA_SAME_VALUE(CU_STREAM_CAPTURE_MODE_RELAXED);
 static_assert(ours::host_alloc_portable == CU_MEMHOSTALLOC_PORTABLE);
 static_assert(ours::host_alloc_devicemap == CU_MEMHOSTALLOC_DEVICEMAP);
 
-#define SOMA_SAME_FIELD(ours_type, theirs_type, field)                                             \
-  static_assert(offsetof(ours::ours_type, field) == offsetof(::theirs_type, field) &&              \
-                    sizeof(ours::ours_type::field) == sizeof(::theirs_type::field),                \
+#define SOMA_SAME_FIELD(ours_type, theirs_type, field)                                \
+  static_assert(offsetof(ours::ours_type, field) == offsetof(::theirs_type, field) && \
+                    sizeof(ours::ours_type::field) == sizeof(::theirs_type::field),   \
                 #ours_type "::" #field)
 static_assert(sizeof(ours::CUmemLocation) == sizeof(::CUmemLocation));
 SOMA_SAME_FIELD(CUmemLocation, CUmemLocation, type);
@@ -142,4 +142,4 @@ TEST(cuda_driver_abi, MatchesTheToolkitHeader) {
   EXPECT_EQ(sizeof(ours::CUmemAllocationProp), sizeof(::CUmemAllocationProp));
 }
 
-} // namespace
+}  // namespace

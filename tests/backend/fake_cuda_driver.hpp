@@ -25,15 +25,15 @@ namespace cu = soma::detail::backend::cuda;
 
 struct event_state {
   int device = 0;
-  std::uint64_t recorded = 0;  // generation of the latest record
-  std::uint64_t completed = 0; // generation the GPU has reached
+  std::uint64_t recorded = 0;   // generation of the latest record
+  std::uint64_t completed = 0;  // generation the GPU has reached
 };
 
 struct operation {
   enum kind_t { host_function, record, wait, work } kind = work;
   cu::CUhostFn function = nullptr;
-  void *data = nullptr;
-  event_state *event = nullptr;
+  void* data = nullptr;
+  event_state* event = nullptr;
   std::uint64_t generation = 0;
 };
 
@@ -51,23 +51,23 @@ struct graph_node {
     child_node
   };
   kind_t kind = empty_node;
-  std::vector<graph_node *> dependencies;
+  std::vector<graph_node*> dependencies;
   cu::CUDA_MEMSET_NODE_PARAMS memset{};
   cu::CUDA_MEMCPY3D memcpy{};
   cu::CUDA_HOST_NODE_PARAMS host{};
-  cu::CUcontext context = nullptr; // memset, memcpy
-  event_state *event = nullptr;    // event_record, event_wait
-  graph_state *child = nullptr;    // child: the copy
+  cu::CUcontext context = nullptr;  // memset, memcpy
+  event_state* event = nullptr;     // event_record, event_wait
+  graph_state* child = nullptr;     // child: the copy
 };
 
 struct graph_state {
-  int device = 0; // whose context was current at creation
+  int device = 0;  // whose context was current at creation
   std::vector<std::unique_ptr<graph_node>> nodes;
   bool destroyed = false;
 };
 
 struct exec_state {
-  graph_state *graph = nullptr;
+  graph_state* graph = nullptr;
   /// The nodes as instantiated (a memset's parameters may be changed here).
   std::vector<graph_node> nodes;
   bool destroyed = false;
@@ -78,7 +78,7 @@ struct exec_state {
 struct stream_state {
   int device = 0;
   std::deque<operation> queue;
-  graph_state *capture = nullptr; // between cuStreamBeginCapture and cuStreamEndCapture
+  graph_state* capture = nullptr;  // between cuStreamBeginCapture and cuStreamEndCapture
 };
 
 struct driver_state {
@@ -87,10 +87,10 @@ struct driver_state {
   std::size_t granularity_bytes = std::size_t{2} << 20;
   std::size_t exportable_granularity_bytes = std::size_t{2} << 20;
   bool peers_can_access = true;
-  bool error_names_known = true; // false: cuGetErrorName fails, as in the stub library
+  bool error_names_known = true;  // false: cuGetErrorName fails, as in the stub library
 
   std::vector<std::size_t> used_bytes = std::vector<std::size_t>(8, 0);
-  std::map<cu::CUdeviceptr, std::size_t> reservations; // base -> bytes
+  std::map<cu::CUdeviceptr, std::size_t> reservations;  // base -> bytes
   cu::CUdeviceptr next_address = 0x7000'0000'0000ull;
   struct allocation {
     int device = 0;
@@ -102,51 +102,47 @@ struct driver_state {
   struct mapping {
     std::size_t bytes = 0;
     cu::CUmemGenericAllocationHandle handle = 0;
-    std::map<int, int> access; // device -> CU_MEM_ACCESS_FLAGS_*
+    std::map<int, int> access;  // device -> CU_MEM_ACCESS_FLAGS_*
   };
   std::map<cu::CUdeviceptr, mapping> mappings;
-  std::map<int, cu::CUmemGenericAllocationHandle> exported; // fd -> handle
+  std::map<int, cu::CUmemGenericAllocationHandle> exported;  // fd -> handle
 
   std::vector<std::unique_ptr<stream_state>> streams;
-  std::set<stream_state *> destroyed_streams;
+  std::set<stream_state*> destroyed_streams;
   std::vector<std::unique_ptr<event_state>> events;
   int live_events = 0;
   int event_records = 0;
   int stream_queries = 0;
   int retained_contexts = 0;
-  int context_errors = 0; // calls made without the context they need
+  int context_errors = 0;  // calls made without the context they need
   std::vector<std::unique_ptr<graph_state>> graphs;
   std::vector<std::unique_ptr<exec_state>> execs;
-  std::vector<std::string> graph_calls; // graph and capture entry points, in call order
-  int capture_errors = 0; // calls a capturing stream refuses (marker records, queries)
-  cu::CUresult fail_graph_call = cu::CUDA_SUCCESS; // returned by the next graph call instead
+  std::vector<std::string> graph_calls;  // graph and capture entry points, in call order
+  int capture_errors = 0;  // calls a capturing stream refuses (marker records, queries)
+  cu::CUresult fail_graph_call = cu::CUDA_SUCCESS;  // returned by the next graph call instead
   int live_graphs() const {
     int live = 0;
-    for (const auto &g : graphs)
-      live += g->destroyed ? 0 : 1;
+    for (const auto& g : graphs) live += g->destroyed ? 0 : 1;
     return live;
   }
   int live_execs() const {
     int live = 0;
-    for (const auto &e : execs)
-      live += e->destroyed ? 0 : 1;
+    for (const auto& e : execs) live += e->destroyed ? 0 : 1;
     return live;
   }
 
   /// The GPU runs up to `count` operations of s, stopping at an unsatisfied wait.
   /// Returns how many ran.
-  int run(stream_state *s, int count = 1 << 30) {
+  int run(stream_state* s, int count = 1 << 30) {
     int ran = 0;
     while (ran < count && !s->queue.empty()) {
       operation op = s->queue.front();
-      if (op.kind == operation::wait && op.event->completed < op.generation)
-        break;
+      if (op.kind == operation::wait && op.event->completed < op.generation) break;
       s->queue.pop_front();
       ++ran;
       if (op.kind == operation::record && op.event->completed < op.generation)
         op.event->completed = op.generation;
-      if (op.kind == operation::host_function)
-        op.function(op.data);
+      if (op.kind == operation::host_function) op.function(op.data);
     }
     return ran;
   }
@@ -154,13 +150,12 @@ struct driver_state {
   void run_all() {
     for (bool progress = true; progress;) {
       progress = false;
-      for (const auto &s : streams)
-        progress = run(s.get()) > 0 || progress;
+      for (const auto& s : streams) progress = run(s.get()) > 0 || progress;
     }
   }
 };
 
-inline driver_state *state = nullptr;
+inline driver_state* state = nullptr;
 inline thread_local cu::CUcontext current_context = nullptr;
 
 inline cu::CUcontext context_of(int device) {
@@ -176,54 +171,52 @@ inline int current_device() {
   }
   return static_cast<int>(value - 0x1000);
 }
-inline stream_state *as_stream(cu::CUstream s) { return reinterpret_cast<stream_state *>(s); }
-inline event_state *as_event(cu::CUevent e) { return reinterpret_cast<event_state *>(e); }
+inline stream_state* as_stream(cu::CUstream s) { return reinterpret_cast<stream_state*>(s); }
+inline event_state* as_event(cu::CUevent e) { return reinterpret_cast<event_state*>(e); }
 
 // ---- entry points -----------------------------------------------------------------------
 inline cu::CUresult init(unsigned) { return cu::CUDA_SUCCESS; }
-inline cu::CUresult driver_version(int *v) {
+inline cu::CUresult driver_version(int* v) {
   *v = 13000;
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult error_name(cu::CUresult r, const char **name) {
-  if (!state->error_names_known)
-    return cu::CUDA_ERROR_STUB_LIBRARY;
+inline cu::CUresult error_name(cu::CUresult r, const char** name) {
+  if (!state->error_names_known) return cu::CUDA_ERROR_STUB_LIBRARY;
   *name = r == cu::CUDA_ERROR_OUT_OF_MEMORY   ? "CUDA_ERROR_OUT_OF_MEMORY"
           : r == cu::CUDA_ERROR_INVALID_VALUE ? "CUDA_ERROR_INVALID_VALUE"
                                               : "CUDA_ERROR_FAKE";
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult error_string(cu::CUresult, const char **text) {
-  if (!state->error_names_known)
-    return cu::CUDA_ERROR_STUB_LIBRARY;
+inline cu::CUresult error_string(cu::CUresult, const char** text) {
+  if (!state->error_names_known) return cu::CUDA_ERROR_STUB_LIBRARY;
   *text = "fake driver text";
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult device_count(int *n) {
+inline cu::CUresult device_count(int* n) {
   *n = state->device_count;
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult device_get(cu::CUdevice *d, int ordinal) {
+inline cu::CUresult device_get(cu::CUdevice* d, int ordinal) {
   *d = ordinal;
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult device_name(char *name, int length, cu::CUdevice d) {
+inline cu::CUresult device_name(char* name, int length, cu::CUdevice d) {
   std::snprintf(name, static_cast<std::size_t>(length), "Fake GPU %d", d);
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult total_mem(std::size_t *bytes, cu::CUdevice) {
+inline cu::CUresult total_mem(std::size_t* bytes, cu::CUdevice) {
   *bytes = state->device_memory_bytes;
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult attribute(int *value, int attribute, cu::CUdevice) {
+inline cu::CUresult attribute(int* value, int attribute, cu::CUdevice) {
   *value = attribute == cu::CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES ? 9 : 1;
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult can_access_peer(int *can, cu::CUdevice, cu::CUdevice) {
+inline cu::CUresult can_access_peer(int* can, cu::CUdevice, cu::CUdevice) {
   *can = state->peers_can_access ? 1 : 0;
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult retain(cu::CUcontext *c, cu::CUdevice d) {
+inline cu::CUresult retain(cu::CUcontext* c, cu::CUdevice d) {
   ++state->retained_contexts;
   *c = context_of(d);
   return cu::CUDA_SUCCESS;
@@ -232,7 +225,7 @@ inline cu::CUresult release_context(cu::CUdevice) {
   --state->retained_contexts;
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult get_current(cu::CUcontext *c) {
+inline cu::CUresult get_current(cu::CUcontext* c) {
   *c = current_context;
   return cu::CUDA_SUCCESS;
 }
@@ -241,26 +234,23 @@ inline cu::CUresult set_current(cu::CUcontext c) {
   return cu::CUDA_SUCCESS;
 }
 
-inline cu::CUresult mem_info(std::size_t *free_bytes, std::size_t *total_bytes) {
+inline cu::CUresult mem_info(std::size_t* free_bytes, std::size_t* total_bytes) {
   const int d = current_device();
-  if (d < 0)
-    return cu::CUDA_ERROR_INVALID_CONTEXT;
+  if (d < 0) return cu::CUDA_ERROR_INVALID_CONTEXT;
   *total_bytes = state->device_memory_bytes;
   *free_bytes = state->device_memory_bytes - state->used_bytes[static_cast<std::size_t>(d)];
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult granularity(std::size_t *g, const cu::CUmemAllocationProp *prop, int option) {
+inline cu::CUresult granularity(std::size_t* g, const cu::CUmemAllocationProp* prop, int option) {
   *g = prop->requestedHandleTypes != 0 && option == cu::CU_MEM_ALLOC_GRANULARITY_MINIMUM
            ? state->exportable_granularity_bytes
            : state->granularity_bytes;
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult reserve(cu::CUdeviceptr *address, std::size_t bytes, std::size_t alignment,
+inline cu::CUresult reserve(cu::CUdeviceptr* address, std::size_t bytes, std::size_t alignment,
                             cu::CUdeviceptr, unsigned long long) {
-  if (bytes == 0 || bytes % state->granularity_bytes != 0)
-    return cu::CUDA_ERROR_INVALID_VALUE;
-  if (bytes > (std::size_t{1} << 40))
-    return cu::CUDA_ERROR_OUT_OF_MEMORY;
+  if (bytes == 0 || bytes % state->granularity_bytes != 0) return cu::CUDA_ERROR_INVALID_VALUE;
+  if (bytes > (std::size_t{1} << 40)) return cu::CUDA_ERROR_OUT_OF_MEMORY;
   state->next_address = (state->next_address + alignment - 1) / alignment * alignment;
   *address = state->next_address;
   state->reservations[*address] = bytes;
@@ -269,20 +259,18 @@ inline cu::CUresult reserve(cu::CUdeviceptr *address, std::size_t bytes, std::si
 }
 inline cu::CUresult address_free(cu::CUdeviceptr address, std::size_t bytes) {
   auto it = state->reservations.find(address);
-  if (it == state->reservations.end() || it->second != bytes)
-    return cu::CUDA_ERROR_INVALID_VALUE;
+  if (it == state->reservations.end() || it->second != bytes) return cu::CUDA_ERROR_INVALID_VALUE;
   state->reservations.erase(it);
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult create(cu::CUmemGenericAllocationHandle *handle, std::size_t bytes,
-                           const cu::CUmemAllocationProp *prop, unsigned long long) {
+inline cu::CUresult create(cu::CUmemGenericAllocationHandle* handle, std::size_t bytes,
+                           const cu::CUmemAllocationProp* prop, unsigned long long) {
   if (prop->type != cu::CU_MEM_ALLOCATION_TYPE_PINNED ||
       prop->location.type != cu::CU_MEM_LOCATION_TYPE_DEVICE ||
       bytes % state->granularity_bytes != 0)
     return cu::CUDA_ERROR_INVALID_VALUE;
-  std::size_t &used = state->used_bytes[static_cast<std::size_t>(prop->location.id)];
-  if (used + bytes > state->device_memory_bytes)
-    return cu::CUDA_ERROR_OUT_OF_MEMORY;
+  std::size_t& used = state->used_bytes[static_cast<std::size_t>(prop->location.id)];
+  if (used + bytes > state->device_memory_bytes) return cu::CUDA_ERROR_OUT_OF_MEMORY;
   used += bytes;
   *handle = state->next_handle++;
   state->allocations[*handle] = {prop->location.id, bytes, prop->requestedHandleTypes};
@@ -290,8 +278,7 @@ inline cu::CUresult create(cu::CUmemGenericAllocationHandle *handle, std::size_t
 }
 inline cu::CUresult release(cu::CUmemGenericAllocationHandle handle) {
   auto it = state->allocations.find(handle);
-  if (it == state->allocations.end())
-    return cu::CUDA_ERROR_INVALID_VALUE;
+  if (it == state->allocations.end()) return cu::CUDA_ERROR_INVALID_VALUE;
   state->used_bytes[static_cast<std::size_t>(it->second.device)] -= it->second.bytes;
   state->allocations.erase(it);
   return cu::CUDA_SUCCESS;
@@ -307,21 +294,18 @@ inline cu::CUresult map(cu::CUdeviceptr address, std::size_t bytes, std::size_t 
 }
 inline cu::CUresult unmap(cu::CUdeviceptr address, std::size_t bytes) {
   auto it = state->mappings.find(address);
-  if (it == state->mappings.end() || it->second.bytes != bytes)
-    return cu::CUDA_ERROR_INVALID_VALUE;
+  if (it == state->mappings.end() || it->second.bytes != bytes) return cu::CUDA_ERROR_INVALID_VALUE;
   state->mappings.erase(it);
   return cu::CUDA_SUCCESS;
 }
 inline cu::CUresult set_access(cu::CUdeviceptr address, std::size_t bytes,
-                               const cu::CUmemAccessDesc *desc, std::size_t count) {
+                               const cu::CUmemAccessDesc* desc, std::size_t count) {
   auto it = state->mappings.find(address);
-  if (it == state->mappings.end() || it->second.bytes != bytes)
-    return cu::CUDA_ERROR_INVALID_VALUE;
-  for (std::size_t i = 0; i < count; ++i)
-    it->second.access[desc[i].location.id] = desc[i].flags;
+  if (it == state->mappings.end() || it->second.bytes != bytes) return cu::CUDA_ERROR_INVALID_VALUE;
+  for (std::size_t i = 0; i < count; ++i) it->second.access[desc[i].location.id] = desc[i].flags;
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult export_handle(void *shareable, cu::CUmemGenericAllocationHandle handle,
+inline cu::CUresult export_handle(void* shareable, cu::CUmemGenericAllocationHandle handle,
                                   int type, unsigned long long) {
   auto a = state->allocations.find(handle);
   if (a == state->allocations.end() || type != cu::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
@@ -329,32 +313,30 @@ inline cu::CUresult export_handle(void *shareable, cu::CUmemGenericAllocationHan
     return cu::CUDA_ERROR_INVALID_VALUE;
   const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   state->exported[fd] = handle;
-  *static_cast<int *>(shareable) = fd;
+  *static_cast<int*>(shareable) = fd;
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult import_handle(cu::CUmemGenericAllocationHandle *handle, void *os_handle, int) {
+inline cu::CUresult import_handle(cu::CUmemGenericAllocationHandle* handle, void* os_handle, int) {
   auto it = state->exported.find(static_cast<int>(reinterpret_cast<std::intptr_t>(os_handle)));
-  if (it == state->exported.end())
-    return cu::CUDA_ERROR_INVALID_VALUE;
+  if (it == state->exported.end()) return cu::CUDA_ERROR_INVALID_VALUE;
   *handle = it->second;
   return cu::CUDA_SUCCESS;
 }
 
-inline cu::CUresult stream_create(cu::CUstream *s, unsigned) {
+inline cu::CUresult stream_create(cu::CUstream* s, unsigned) {
   const int d = current_device();
-  if (d < 0)
-    return cu::CUDA_ERROR_INVALID_CONTEXT;
+  if (d < 0) return cu::CUDA_ERROR_INVALID_CONTEXT;
   state->streams.push_back(std::make_unique<stream_state>());
   state->streams.back()->device = d;
   *s = reinterpret_cast<cu::CUstream>(state->streams.back().get());
   return cu::CUDA_SUCCESS;
 }
 inline cu::CUresult stream_destroy(cu::CUstream s) {
-  state->destroyed_streams.insert(as_stream(s)); // its queued work still runs
+  state->destroyed_streams.insert(as_stream(s));  // its queued work still runs
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult stream_context(cu::CUstream s, cu::CUcontext *c) {
-  for (const auto &known : state->streams) {
+inline cu::CUresult stream_context(cu::CUstream s, cu::CUcontext* c) {
+  for (const auto& known : state->streams) {
     if (known.get() == as_stream(s)) {
       *c = context_of(known->device);
       return cu::CUDA_SUCCESS;
@@ -385,20 +367,19 @@ inline cu::CUresult stream_wait(cu::CUstream s, cu::CUevent e, unsigned) {
       {operation::wait, nullptr, nullptr, as_event(e), as_event(e)->recorded});
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult host_function(cu::CUstream s, cu::CUhostFn f, void *data) {
+inline cu::CUresult host_function(cu::CUstream s, cu::CUhostFn f, void* data) {
   as_stream(s)->queue.push_back({operation::host_function, f, data, nullptr, 0});
   return cu::CUDA_SUCCESS;
 }
 inline cu::CUresult memset_async(cu::CUdeviceptr destination, unsigned char value,
                                  std::size_t bytes, cu::CUstream s) {
-  if (graph_state *g = as_stream(s)->capture) { // captured: a memset node after the last one
+  if (graph_state* g = as_stream(s)->capture) {  // captured: a memset node after the last one
     auto node = std::make_unique<graph_node>();
     node->kind = graph_node::memset_node;
     node->memset.dst = destination;
     node->memset.value = value;
     node->memset.width = bytes;
-    if (!g->nodes.empty())
-      node->dependencies.push_back(g->nodes.back().get());
+    if (!g->nodes.empty()) node->dependencies.push_back(g->nodes.back().get());
     g->nodes.push_back(std::move(node));
     return cu::CUDA_SUCCESS;
   }
@@ -414,26 +395,23 @@ inline cu::CUresult wait_value(cu::CUstream s, cu::CUdeviceptr, unsigned, unsign
   as_stream(s)->queue.push_back({});
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult write_value(cu::CUstream s, cu::CUdeviceptr address, unsigned value,
-                                unsigned) {
-  *reinterpret_cast<unsigned *>(address) = value;  // at issue: the fake runs work in order
+inline cu::CUresult write_value(cu::CUstream s, cu::CUdeviceptr address, unsigned value, unsigned) {
+  *reinterpret_cast<unsigned*>(address) = value;  // at issue: the fake runs work in order
   as_stream(s)->queue.push_back({});
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult host_alloc(void **pointer, std::size_t bytes, unsigned) {
-  if (current_device() < 0)
-    return cu::CUDA_ERROR_INVALID_CONTEXT;
+inline cu::CUresult host_alloc(void** pointer, std::size_t bytes, unsigned) {
+  if (current_device() < 0) return cu::CUDA_ERROR_INVALID_CONTEXT;
   *pointer = std::malloc(bytes);
   return *pointer != nullptr ? cu::CUDA_SUCCESS : cu::CUDA_ERROR_OUT_OF_MEMORY;
 }
-inline cu::CUresult free_host(void *pointer) {
+inline cu::CUresult free_host(void* pointer) {
   std::free(pointer);
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult event_create(cu::CUevent *e, unsigned flags) {
+inline cu::CUresult event_create(cu::CUevent* e, unsigned flags) {
   const int d = current_device();
-  if (d < 0 || (flags & cu::CU_EVENT_DISABLE_TIMING) == 0)
-    return cu::CUDA_ERROR_INVALID_CONTEXT;
+  if (d < 0 || (flags & cu::CU_EVENT_DISABLE_TIMING) == 0) return cu::CUDA_ERROR_INVALID_CONTEXT;
   state->events.push_back(std::make_unique<event_state>());
   state->events.back()->device = d;
   ++state->live_events;
@@ -446,9 +424,8 @@ inline cu::CUresult event_destroy(cu::CUevent) {
 }
 inline cu::CUresult event_record(cu::CUevent e, cu::CUstream s) {
   // As in CUDA: an event records only on a stream of its own device.
-  if (as_event(e)->device != as_stream(s)->device)
-    return cu::CUDA_ERROR_INVALID_HANDLE;
-  if (as_stream(s)->capture != nullptr) { // soma never records on a capturing stream
+  if (as_event(e)->device != as_stream(s)->device) return cu::CUDA_ERROR_INVALID_HANDLE;
+  if (as_stream(s)->capture != nullptr) {  // soma never records on a capturing stream
     ++state->capture_errors;
     return capture_unsupported;
   }
@@ -467,24 +444,22 @@ inline cu::CUresult event_synchronize(cu::CUevent e) {
 }
 
 // ---- graphs and capture ---------------------------------------------------------------------
-inline graph_state *as_graph(cu::CUgraph g) { return reinterpret_cast<graph_state *>(g); }
-inline graph_node *as_node(cu::CUgraphNode n) { return reinterpret_cast<graph_node *>(n); }
-inline exec_state *as_exec(cu::CUgraphExec e) { return reinterpret_cast<exec_state *>(e); }
+inline graph_state* as_graph(cu::CUgraph g) { return reinterpret_cast<graph_state*>(g); }
+inline graph_node* as_node(cu::CUgraphNode n) { return reinterpret_cast<graph_node*>(n); }
+inline exec_state* as_exec(cu::CUgraphExec e) { return reinterpret_cast<exec_state*>(e); }
 
 /// Notes the call; the failure a test asked for, once, else success.
-inline cu::CUresult graph_call(const char *name) {
+inline cu::CUresult graph_call(const char* name) {
   state->graph_calls.push_back(name);
   const cu::CUresult failure = state->fail_graph_call;
   state->fail_graph_call = cu::CUDA_SUCCESS;
   return failure;
 }
 
-inline cu::CUresult graph_create(cu::CUgraph *g, unsigned) {
-  if (const cu::CUresult r = graph_call("cuGraphCreate"); r != cu::CUDA_SUCCESS)
-    return r;
+inline cu::CUresult graph_create(cu::CUgraph* g, unsigned) {
+  if (const cu::CUresult r = graph_call("cuGraphCreate"); r != cu::CUDA_SUCCESS) return r;
   const int d = current_device();
-  if (d < 0)
-    return cu::CUDA_ERROR_INVALID_CONTEXT;
+  if (d < 0) return cu::CUDA_ERROR_INVALID_CONTEXT;
   state->graphs.push_back(std::make_unique<graph_state>());
   state->graphs.back()->device = d;
   *g = reinterpret_cast<cu::CUgraph>(state->graphs.back().get());
@@ -492,101 +467,91 @@ inline cu::CUresult graph_create(cu::CUgraph *g, unsigned) {
 }
 inline cu::CUresult graph_destroy(cu::CUgraph g) {
   state->graph_calls.push_back("cuGraphDestroy");
-  if (as_graph(g)->destroyed)
-    return cu::CUDA_ERROR_INVALID_VALUE;
+  if (as_graph(g)->destroyed) return cu::CUDA_ERROR_INVALID_VALUE;
   as_graph(g)->destroyed = true;
   return cu::CUDA_SUCCESS;
 }
 /// Adds node to g after dependencies (which must be g's, without duplicates, as the driver
 /// demands).
-inline cu::CUresult add_node(cu::CUgraphNode *out, cu::CUgraph g, const cu::CUgraphNode *deps,
+inline cu::CUresult add_node(cu::CUgraphNode* out, cu::CUgraph g, const cu::CUgraphNode* deps,
                              std::size_t count, std::unique_ptr<graph_node> node) {
   for (std::size_t i = 0; i < count; ++i) {
-    graph_node *d = as_node(deps[i]);
+    graph_node* d = as_node(deps[i]);
     bool ours = false;
-    for (const auto &n : as_graph(g)->nodes)
-      ours = ours || n.get() == d;
+    for (const auto& n : as_graph(g)->nodes) ours = ours || n.get() == d;
     for (std::size_t j = 0; j < i; ++j)
-      if (deps[j] == deps[i])
-        return cu::CUDA_ERROR_INVALID_VALUE;
-    if (!ours)
-      return cu::CUDA_ERROR_INVALID_VALUE;
+      if (deps[j] == deps[i]) return cu::CUDA_ERROR_INVALID_VALUE;
+    if (!ours) return cu::CUDA_ERROR_INVALID_VALUE;
     node->dependencies.push_back(d);
   }
   *out = reinterpret_cast<cu::CUgraphNode>(node.get());
   as_graph(g)->nodes.push_back(std::move(node));
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult add_empty(cu::CUgraphNode *out, cu::CUgraph g, const cu::CUgraphNode *deps,
+inline cu::CUresult add_empty(cu::CUgraphNode* out, cu::CUgraph g, const cu::CUgraphNode* deps,
                               std::size_t count) {
-  if (const cu::CUresult r = graph_call("cuGraphAddEmptyNode"); r != cu::CUDA_SUCCESS)
-    return r;
+  if (const cu::CUresult r = graph_call("cuGraphAddEmptyNode"); r != cu::CUDA_SUCCESS) return r;
   return add_node(out, g, deps, count, std::make_unique<graph_node>());
 }
-inline cu::CUresult add_memset(cu::CUgraphNode *out, cu::CUgraph g, const cu::CUgraphNode *deps,
-                               std::size_t count, const cu::CUDA_MEMSET_NODE_PARAMS *params,
+inline cu::CUresult add_memset(cu::CUgraphNode* out, cu::CUgraph g, const cu::CUgraphNode* deps,
+                               std::size_t count, const cu::CUDA_MEMSET_NODE_PARAMS* params,
                                cu::CUcontext context) {
-  if (const cu::CUresult r = graph_call("cuGraphAddMemsetNode"); r != cu::CUDA_SUCCESS)
-    return r;
+  if (const cu::CUresult r = graph_call("cuGraphAddMemsetNode"); r != cu::CUDA_SUCCESS) return r;
   auto node = std::make_unique<graph_node>();
   node->kind = graph_node::memset_node;
   node->memset = *params;
   node->context = context;
   return add_node(out, g, deps, count, std::move(node));
 }
-inline cu::CUresult add_memcpy(cu::CUgraphNode *out, cu::CUgraph g, const cu::CUgraphNode *deps,
-                               std::size_t count, const cu::CUDA_MEMCPY3D *params,
+inline cu::CUresult add_memcpy(cu::CUgraphNode* out, cu::CUgraph g, const cu::CUgraphNode* deps,
+                               std::size_t count, const cu::CUDA_MEMCPY3D* params,
                                cu::CUcontext context) {
-  if (const cu::CUresult r = graph_call("cuGraphAddMemcpyNode"); r != cu::CUDA_SUCCESS)
-    return r;
+  if (const cu::CUresult r = graph_call("cuGraphAddMemcpyNode"); r != cu::CUDA_SUCCESS) return r;
   auto node = std::make_unique<graph_node>();
   node->kind = graph_node::memcpy_node;
   node->memcpy = *params;
   node->context = context;
   return add_node(out, g, deps, count, std::move(node));
 }
-inline cu::CUresult add_host(cu::CUgraphNode *out, cu::CUgraph g, const cu::CUgraphNode *deps,
-                             std::size_t count, const cu::CUDA_HOST_NODE_PARAMS *params) {
-  if (const cu::CUresult r = graph_call("cuGraphAddHostNode"); r != cu::CUDA_SUCCESS)
-    return r;
+inline cu::CUresult add_host(cu::CUgraphNode* out, cu::CUgraph g, const cu::CUgraphNode* deps,
+                             std::size_t count, const cu::CUDA_HOST_NODE_PARAMS* params) {
+  if (const cu::CUresult r = graph_call("cuGraphAddHostNode"); r != cu::CUDA_SUCCESS) return r;
   auto node = std::make_unique<graph_node>();
   node->kind = graph_node::host_node;
   node->host = *params;
   return add_node(out, g, deps, count, std::move(node));
 }
-inline cu::CUresult add_event_node(graph_node::kind_t kind, cu::CUgraphNode *out, cu::CUgraph g,
-                                   const cu::CUgraphNode *deps, std::size_t count, cu::CUevent e) {
+inline cu::CUresult add_event_node(graph_node::kind_t kind, cu::CUgraphNode* out, cu::CUgraph g,
+                                   const cu::CUgraphNode* deps, std::size_t count, cu::CUevent e) {
   if (as_event(e)->device != as_graph(g)->device)
-    return cu::CUDA_ERROR_INVALID_HANDLE; // the fake's graphs keep to one device
+    return cu::CUDA_ERROR_INVALID_HANDLE;  // the fake's graphs keep to one device
   auto node = std::make_unique<graph_node>();
   node->kind = kind;
   node->event = as_event(e);
   return add_node(out, g, deps, count, std::move(node));
 }
-inline cu::CUresult add_event_record(cu::CUgraphNode *out, cu::CUgraph g,
-                                     const cu::CUgraphNode *deps, std::size_t count,
+inline cu::CUresult add_event_record(cu::CUgraphNode* out, cu::CUgraph g,
+                                     const cu::CUgraphNode* deps, std::size_t count,
                                      cu::CUevent e) {
   if (const cu::CUresult r = graph_call("cuGraphAddEventRecordNode"); r != cu::CUDA_SUCCESS)
     return r;
   return add_event_node(graph_node::record_node, out, g, deps, count, e);
 }
-inline cu::CUresult add_event_wait(cu::CUgraphNode *out, cu::CUgraph g, const cu::CUgraphNode *deps,
+inline cu::CUresult add_event_wait(cu::CUgraphNode* out, cu::CUgraph g, const cu::CUgraphNode* deps,
                                    std::size_t count, cu::CUevent e) {
-  if (const cu::CUresult r = graph_call("cuGraphAddEventWaitNode"); r != cu::CUDA_SUCCESS)
-    return r;
+  if (const cu::CUresult r = graph_call("cuGraphAddEventWaitNode"); r != cu::CUDA_SUCCESS) return r;
   return add_event_node(graph_node::wait_node, out, g, deps, count, e);
 }
-inline cu::CUresult add_child(cu::CUgraphNode *out, cu::CUgraph g, const cu::CUgraphNode *deps,
+inline cu::CUresult add_child(cu::CUgraphNode* out, cu::CUgraph g, const cu::CUgraphNode* deps,
                               std::size_t count, cu::CUgraph child) {
   if (const cu::CUresult r = graph_call("cuGraphAddChildGraphNode"); r != cu::CUDA_SUCCESS)
     return r;
-  if (as_graph(child)->destroyed)
-    return cu::CUDA_ERROR_INVALID_VALUE;
+  if (as_graph(child)->destroyed) return cu::CUDA_ERROR_INVALID_VALUE;
   // Copied in, as the driver does (dependencies inside the copy are not kept: it runs in order).
   state->graphs.push_back(std::make_unique<graph_state>());
-  graph_state *copy = state->graphs.back().get();
+  graph_state* copy = state->graphs.back().get();
   copy->device = as_graph(child)->device;
-  for (const auto &n : as_graph(child)->nodes) {
+  for (const auto& n : as_graph(child)->nodes) {
     copy->nodes.push_back(std::make_unique<graph_node>(*n));
     copy->nodes.back()->dependencies.clear();
   }
@@ -595,9 +560,8 @@ inline cu::CUresult add_child(cu::CUgraphNode *out, cu::CUgraph g, const cu::CUg
   node->child = copy;
   return add_node(out, g, deps, count, std::move(node));
 }
-inline cu::CUresult graph_nodes(cu::CUgraph g, cu::CUgraphNode *nodes, std::size_t *count) {
-  if (const cu::CUresult r = graph_call("cuGraphGetNodes"); r != cu::CUDA_SUCCESS)
-    return r;
+inline cu::CUresult graph_nodes(cu::CUgraph g, cu::CUgraphNode* nodes, std::size_t* count) {
+  if (const cu::CUresult r = graph_call("cuGraphGetNodes"); r != cu::CUDA_SUCCESS) return r;
   if (nodes != nullptr) {
     for (std::size_t i = 0; i < *count && i < as_graph(g)->nodes.size(); ++i)
       nodes[i] = reinterpret_cast<cu::CUgraphNode>(as_graph(g)->nodes[i].get());
@@ -605,57 +569,51 @@ inline cu::CUresult graph_nodes(cu::CUgraph g, cu::CUgraphNode *nodes, std::size
   *count = as_graph(g)->nodes.size();
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult instantiate(cu::CUgraphExec *e, cu::CUgraph g, unsigned long long flags) {
+inline cu::CUresult instantiate(cu::CUgraphExec* e, cu::CUgraph g, unsigned long long flags) {
   if (const cu::CUresult r = graph_call("cuGraphInstantiateWithFlags"); r != cu::CUDA_SUCCESS)
     return r;
-  if (flags != 0 || as_graph(g)->destroyed)
-    return cu::CUDA_ERROR_INVALID_VALUE;
+  if (flags != 0 || as_graph(g)->destroyed) return cu::CUDA_ERROR_INVALID_VALUE;
   state->execs.push_back(std::make_unique<exec_state>());
-  exec_state *exec = state->execs.back().get();
+  exec_state* exec = state->execs.back().get();
   exec->graph = as_graph(g);
-  for (const auto &n : as_graph(g)->nodes)
-    exec->nodes.push_back(*n);
+  for (const auto& n : as_graph(g)->nodes) exec->nodes.push_back(*n);
   *e = reinterpret_cast<cu::CUgraphExec>(exec);
   return cu::CUDA_SUCCESS;
 }
 /// The GPU's view of a launch: each node's work queued in node order (a topological order).
-inline void queue_nodes(stream_state *s, const std::vector<graph_node> &nodes) {
-  for (const graph_node &n : nodes) {
+inline void queue_nodes(stream_state* s, const std::vector<graph_node>& nodes) {
+  for (const graph_node& n : nodes) {
     switch (n.kind) {
-    case graph_node::host_node:
-      s->queue.push_back({operation::host_function, n.host.fn, n.host.userData, nullptr, 0});
-      break;
-    case graph_node::record_node:
-      ++state->event_records;
-      s->queue.push_back({operation::record, nullptr, nullptr, n.event, ++n.event->recorded});
-      break;
-    case graph_node::wait_node:
-      s->queue.push_back({operation::wait, nullptr, nullptr, n.event, n.event->recorded});
-      break;
-    case graph_node::child_node: {
-      std::vector<graph_node> inner;
-      for (const auto &c : n.child->nodes)
-        inner.push_back(*c);
-      queue_nodes(s, inner);
-      break;
-    }
-    default:
-      s->queue.push_back({});
+      case graph_node::host_node:
+        s->queue.push_back({operation::host_function, n.host.fn, n.host.userData, nullptr, 0});
+        break;
+      case graph_node::record_node:
+        ++state->event_records;
+        s->queue.push_back({operation::record, nullptr, nullptr, n.event, ++n.event->recorded});
+        break;
+      case graph_node::wait_node:
+        s->queue.push_back({operation::wait, nullptr, nullptr, n.event, n.event->recorded});
+        break;
+      case graph_node::child_node: {
+        std::vector<graph_node> inner;
+        for (const auto& c : n.child->nodes) inner.push_back(*c);
+        queue_nodes(s, inner);
+        break;
+      }
+      default:
+        s->queue.push_back({});
     }
   }
 }
 inline cu::CUresult graph_launch(cu::CUgraphExec e, cu::CUstream s) {
-  if (const cu::CUresult r = graph_call("cuGraphLaunch"); r != cu::CUDA_SUCCESS)
-    return r;
-  if (as_exec(e)->destroyed)
-    return cu::CUDA_ERROR_INVALID_VALUE;
+  if (const cu::CUresult r = graph_call("cuGraphLaunch"); r != cu::CUDA_SUCCESS) return r;
+  if (as_exec(e)->destroyed) return cu::CUDA_ERROR_INVALID_VALUE;
   ++as_exec(e)->launches;
   queue_nodes(as_stream(s), as_exec(e)->nodes);
   return cu::CUDA_SUCCESS;
 }
 inline cu::CUresult graph_upload(cu::CUgraphExec e, cu::CUstream) {
-  if (const cu::CUresult r = graph_call("cuGraphUpload"); r != cu::CUDA_SUCCESS)
-    return r;
+  if (const cu::CUresult r = graph_call("cuGraphUpload"); r != cu::CUDA_SUCCESS) return r;
   ++as_exec(e)->uploads;
   return cu::CUDA_SUCCESS;
 }
@@ -665,24 +623,21 @@ inline cu::CUresult exec_destroy(cu::CUgraphExec e) {
   return cu::CUDA_SUCCESS;
 }
 inline cu::CUresult exec_memset(cu::CUgraphExec e, cu::CUgraphNode node,
-                                const cu::CUDA_MEMSET_NODE_PARAMS *params, cu::CUcontext context) {
+                                const cu::CUDA_MEMSET_NODE_PARAMS* params, cu::CUcontext context) {
   if (const cu::CUresult r = graph_call("cuGraphExecMemsetNodeSetParams"); r != cu::CUDA_SUCCESS)
     return r;
-  exec_state *exec = as_exec(e);
+  exec_state* exec = as_exec(e);
   for (std::size_t i = 0; i < exec->graph->nodes.size() && i < exec->nodes.size(); ++i) {
-    if (exec->graph->nodes[i].get() != as_node(node))
-      continue;
-    if (exec->nodes[i].kind != graph_node::memset_node)
-      return cu::CUDA_ERROR_INVALID_VALUE;
+    if (exec->graph->nodes[i].get() != as_node(node)) continue;
+    if (exec->nodes[i].kind != graph_node::memset_node) return cu::CUDA_ERROR_INVALID_VALUE;
     exec->nodes[i].memset = *params;
     exec->nodes[i].context = context;
     return cu::CUDA_SUCCESS;
   }
-  return cu::CUDA_ERROR_INVALID_VALUE; // not a node of the graph instantiated
+  return cu::CUDA_ERROR_INVALID_VALUE;  // not a node of the graph instantiated
 }
 inline cu::CUresult begin_capture(cu::CUstream s, int mode) {
-  if (const cu::CUresult r = graph_call("cuStreamBeginCapture"); r != cu::CUDA_SUCCESS)
-    return r;
+  if (const cu::CUresult r = graph_call("cuStreamBeginCapture"); r != cu::CUDA_SUCCESS) return r;
   if (mode != cu::CU_STREAM_CAPTURE_MODE_RELAXED || as_stream(s)->capture != nullptr)
     return cu::CUDA_ERROR_INVALID_VALUE;
   state->graphs.push_back(std::make_unique<graph_state>());
@@ -690,11 +645,9 @@ inline cu::CUresult begin_capture(cu::CUstream s, int mode) {
   as_stream(s)->capture = state->graphs.back().get();
   return cu::CUDA_SUCCESS;
 }
-inline cu::CUresult end_capture(cu::CUstream s, cu::CUgraph *g) {
-  if (const cu::CUresult r = graph_call("cuStreamEndCapture"); r != cu::CUDA_SUCCESS)
-    return r;
-  if (as_stream(s)->capture == nullptr)
-    return cu::CUDA_ERROR_INVALID_VALUE;
+inline cu::CUresult end_capture(cu::CUstream s, cu::CUgraph* g) {
+  if (const cu::CUresult r = graph_call("cuStreamEndCapture"); r != cu::CUDA_SUCCESS) return r;
+  if (as_stream(s)->capture == nullptr) return cu::CUDA_ERROR_INVALID_VALUE;
   *g = reinterpret_cast<cu::CUgraph>(as_stream(s)->capture);
   as_stream(s)->capture = nullptr;
   return cu::CUDA_SUCCESS;
@@ -768,4 +721,4 @@ inline cu::driver_api make_driver() {
   return d;
 }
 
-} // namespace fake_cuda
+}  // namespace fake_cuda

@@ -146,8 +146,8 @@ TEST_F(S6_AccessListLength, CountPastTheDevicesIsInvalidValueAndChangesNothing) 
   // the length can be the reason, and nothing may be applied.
   std::vector<somaMemAccessDesc> longer;
   for (int device = 0; device <= device_count(); ++device)
-    longer.push_back({{somaMemLocationTypeDevice, device % device_count()},
-                      somaMemAccessFlagsProtReadWrite});
+    longer.push_back(
+        {{somaMemLocationTypeDevice, device % device_count()}, somaMemAccessFlagsProtReadWrite});
   EXPECT_EQ(somaMemPoolSetAccess(pool, longer.data(), longer.size()), somaErrorInvalidValue);
   EXPECT_TRUE(mentions_number(last_message(), longer.size(), "")) << last_message();
   EXPECT_TRUE(contains(last_message(), std::to_string(device_count()) + " device"))
@@ -161,8 +161,8 @@ TEST_F(S6_AccessListLength, CountPastTheDevicesIsInvalidValueAndChangesNothing) 
 
   // Counts no list can have: refused before the single entry's neighbours are read.
   const somaMemAccessDesc one{{somaMemLocationTypeDevice, 0}, somaMemAccessFlagsProtReadWrite};
-  for (const std::size_t count : {SIZE_MAX, SIZE_MAX / sizeof(somaMemAccessDesc) + 1,
-                                  std::size_t{1} << 40}) {
+  for (const std::size_t count :
+       {SIZE_MAX, SIZE_MAX / sizeof(somaMemAccessDesc) + 1, std::size_t{1} << 40}) {
     EXPECT_EQ(somaMemPoolSetAccess(pool, &one, count), somaErrorInvalidValue) << count;
     EXPECT_TRUE(contains(last_message(), "count " + std::to_string(count))) << last_message();
     EXPECT_EQ(somaMemPoolSetAccess(pool, nullptr, count), somaErrorInvalidValue) << count;
@@ -299,7 +299,9 @@ TEST_F(S6_Access, HostTasksDeclareTheMemoryTheyTouch) {
   SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, size, pool, *owner_stream));
   SOMA_ASSERT_OK(somaStreamSynchronize(*owner_stream));
   std::atomic<int> ran{0};
-  const somaHostFn_t count_run = [](void* data) { static_cast<std::atomic<int>*>(data)->fetch_add(1); };
+  const somaHostFn_t count_run = [](void* data) {
+    static_cast<std::atomic<int>*>(data)->fetch_add(1);
+  };
   const somaHostAccess reads{pointer, size, somaMemAccessFlagsProtRead};
   const somaHostAccess writes{pointer, size, somaMemAccessFlagsProtReadWrite};
 
@@ -360,19 +362,22 @@ TEST_F(S13_CopiesAcrossDevices, EachPointersDeviceComesFromThePointer) {
                    " on a stream of " + std::to_string(runner));
       unique_pool source_pool(from);
       unique_pool destination_pool(to);
-      SOMA_ASSERT_OK(grant(source_pool, runner, somaMemAccessFlagsProtReadWrite));  // it uploads too
+      SOMA_ASSERT_OK(
+          grant(source_pool, runner, somaMemAccessFlagsProtReadWrite));  // it uploads too
       SOMA_ASSERT_OK(grant(destination_pool, runner, somaMemAccessFlagsProtReadWrite));
       const auto stream = stream_on(runner);
       constexpr std::size_t size = 96 * KiB + 5;
       host_buffer pattern(size);
-      for (std::size_t i = 0; i < size; ++i) pattern.data()[i] = static_cast<unsigned char>(i * 31 + from);
+      for (std::size_t i = 0; i < size; ++i)
+        pattern.data()[i] = static_cast<unsigned char>(i * 31 + from);
       void* source = nullptr;
       void* destination = nullptr;
       SOMA_ASSERT_OK(somaMallocFromPoolAsync(&source, size, source_pool, *stream));
       SOMA_ASSERT_OK(somaMallocFromPoolAsync(&destination, size, destination_pool, *stream));
       // The current device is neither the runner nor (where possible) an owner.
       SOMA_ASSERT_OK(somaSetDevice((runner + count - 1) % count));
-      SOMA_ASSERT_OK(somaMemcpyAsync(source, pattern.data(), size, somaMemcpyHostToDevice, *stream));
+      SOMA_ASSERT_OK(
+          somaMemcpyAsync(source, pattern.data(), size, somaMemcpyHostToDevice, *stream));
       SOMA_ASSERT_OK(somaMemcpyAsync(destination, source, size, somaMemcpyDefault, *stream));
       const host_buffer copied = read_back(destination, size, *stream);
       ASSERT_EQ(copied.size(), size);

@@ -60,25 +60,33 @@ enum child_result : int {
 
 const char* describe(int code) {
   switch (code) {
-    case child_ok: return "ok";
-    case runtime_already_started: return "the soma runtime was started before the child ran";
-    case runtime_start_failed: return "starting the runtime and a first allocation failed";
-    case limit_not_set: return "setrlimit(RLIMIT_AS) failed";
+    case child_ok:
+      return "ok";
+    case runtime_already_started:
+      return "the soma runtime was started before the child ran";
+    case runtime_start_failed:
+      return "starting the runtime and a first allocation failed";
+    case limit_not_set:
+      return "setrlimit(RLIMIT_AS) failed";
     case pool_create_wrong_error:
       return "somaMemPoolCreate under RLIMIT_AS failed with a code other than "
              "AddressSpaceExhausted";
     case wrong_error_code:
       return "allocation whose address reservation fails did not return "
              "somaErrorAddressSpaceExhausted";
-    case message_without_limit: return "the message does not name RLIMIT_AS";
-    case message_without_size: return "the message does not state the requested size";
+    case message_without_limit:
+      return "the message does not name RLIMIT_AS";
+    case message_without_size:
+      return "the message does not state the requested size";
     case reserved_pool_cannot_allocate:
       return "a pool whose range was reserved before the limit could not allocate (physical "
              "memory is plentiful)";
     case no_recovery_after_raising_limit:
       return "after raising the limit again the pool still could not allocate";
-    case failed_call_changed_stats: return "the failed allocation changed the pool's statistics";
-    default: return "child crashed or failed otherwise";
+    case failed_call_changed_stats:
+      return "the failed allocation changed the pool's statistics";
+    default:
+      return "child crashed or failed otherwise";
   }
 }
 
@@ -136,8 +144,7 @@ int reservation_failure_child() {
     void* pointer = nullptr;
     status = somaMallocFromPoolAsync(&pointer, kRequest, pool, stream);
     const std::string message = somaGetLastErrorMessage();
-    std::fprintf(stderr, "child: somaMallocFromPoolAsync: %s: %s\n", name(status),
-                 message.c_str());
+    std::fprintf(stderr, "child: somaMallocFromPoolAsync: %s: %s\n", name(status), message.c_str());
     if (status != somaErrorAddressSpaceExhausted) return wrong_error_code;
     if (message.find("RLIMIT_AS") == std::string::npos) return message_without_limit;
     if (!soma_test::mentions_size(message, kRequest)) return message_without_size;
@@ -149,8 +156,8 @@ int reservation_failure_child() {
         used != 0 || reserved != 0)
       return failed_call_changed_stats;
   }
-  if (!pool_created && std::string(somaGetLastErrorMessage()).find("RLIMIT_AS") ==
-                           std::string::npos)
+  if (!pool_created &&
+      std::string(somaGetLastErrorMessage()).find("RLIMIT_AS") == std::string::npos)
     return message_without_limit;
 
   // Physical memory is plentiful: the default pool, whose range exists, still allocates.

@@ -37,17 +37,22 @@ enum child_result : int {
 
 const char* describe(int code) {
   switch (code) {
-    case child_ok: return "ok";
-    case runtime_already_started: return "the soma runtime was started before the child ran";
+    case child_ok:
+      return "ok";
+    case runtime_already_started:
+      return "the soma runtime was started before the child ran";
     case past_limit_accepted:
       return "a deviceCount past the limit (or negative) was not somaErrorInvalidValue";
-    case message_without_limit: return "the refusal's message does not name the limit 64";
-    case limit_refused: return "deviceCount 64, the limit itself, was refused";
+    case message_without_limit:
+      return "the refusal's message does not name the limit 64";
+    case limit_refused:
+      return "deviceCount 64, the limit itself, was refused";
     case refusal_changed_configuration:
       return "after a refused configuration the runtime did not start with the accepted one";
     case bad_value_after_start_not_invalid:
       return "after start, a bad deviceCount was not somaErrorInvalidValue";
-    default: return "child crashed or failed otherwise";
+    default:
+      return "child crashed or failed otherwise";
   }
 }
 

@@ -72,8 +72,7 @@ TEST_F(S1_BadInput, SizeBeyondPoolMaxSizeIsMemoryAllocationWithTheNumbers) {
   SOMA_ASSERT_OK(somaMallocFromPoolAsync(&live, 1 * MiB, pool, stream));
   const pool_stats before = read_pool_stats(pool);
   void* pointer = nullptr;
-  EXPECT_EQ(somaMallocFromPoolAsync(&pointer, 13 * MiB, pool, stream),
-            somaErrorMemoryAllocation);
+  EXPECT_EQ(somaMallocFromPoolAsync(&pointer, 13 * MiB, pool, stream), somaErrorMemoryAllocation);
   const std::string message = last_message();
   EXPECT_TRUE(contains_icase(message, "out of memory")) << message;
   EXPECT_TRUE(mentions_size(message, 13 * MiB)) << "request missing: " << message;
@@ -196,8 +195,7 @@ TEST_F(S2_BadInput, FreeOnInvalidStreamKeepsTheAllocation) {
 
 /// Every call that takes a stream, with `bad` as the stream: each must return
 /// InvalidResourceHandle.
-void expect_stream_rejected(somaStream_t bad, void* live, somaEvent_t event,
-                            somaMemPool_t pool) {
+void expect_stream_rejected(somaStream_t bad, void* live, somaEvent_t event, somaMemPool_t pool) {
   void* pointer = nullptr;
   int device = -1;
   char host[16] = {};
@@ -208,8 +206,7 @@ void expect_stream_rejected(somaStream_t bad, void* live, somaEvent_t event,
   void* native = nullptr;
   EXPECT_EQ(somaStreamGetNative(bad, &native), somaErrorInvalidResourceHandle);
   EXPECT_EQ(somaEventRecord(event, bad), somaErrorInvalidResourceHandle);
-  EXPECT_EQ(somaLaunchHostFunc(bad, noop_host_function, nullptr),
-            somaErrorInvalidResourceHandle);
+  EXPECT_EQ(somaLaunchHostFunc(bad, noop_host_function, nullptr), somaErrorInvalidResourceHandle);
   EXPECT_EQ(somaLaunchHostFuncWithStatus(bad, ok_status_function, nullptr),
             somaErrorInvalidResourceHandle);
   EXPECT_EQ(somaMemsetAsync(live, 0, 16, bad), somaErrorInvalidResourceHandle);
@@ -376,8 +373,7 @@ std::vector<props_case> bad_props_cases() {
        somaErrorNotSupported},
       {"LocationInvalid", [](props& p) { p.location.type = somaMemLocationTypeInvalid; },
        somaErrorInvalidValue},
-      {"LocationUnknown",
-       [](props& p) { p.location.type = static_cast<somaMemLocationType>(7); },
+      {"LocationUnknown", [](props& p) { p.location.type = static_cast<somaMemLocationType>(7); },
        somaErrorInvalidValue},
       {"DeviceNegative", [](props& p) { p.location.id = -1; }, somaErrorInvalidValue},
       {"DeviceOutOfRange", [](props& p) { p.location.id = 1000; }, somaErrorInvalidValue},
@@ -448,8 +444,8 @@ TEST_F(S5_BadPoolPropsFromC, UnknownValuesAndBitsAreInvalidValue) {
   };
   for (const auto& bad : cases) {
     created = nullptr;
-    const somaError_t status = c_caller_pool_create(&created, 0, bad.alloc_type,
-                                                    bad.location_type, bad.handle_types);
+    const somaError_t status =
+        c_caller_pool_create(&created, 0, bad.alloc_type, bad.location_type, bad.handle_types);
     EXPECT_EQ(status, somaErrorInvalidValue) << bad.name;
     if (status == somaSuccess) (void)somaMemPoolDestroy(created);
   }
@@ -468,8 +464,7 @@ TEST_F(S1_BadInputFromC, UnknownAttributesAreInvalidValue) {
   }
   int device_value = 0;
   for (int attr : {-1, 40000, 1 << 20}) {
-    EXPECT_EQ(c_caller_device_get_attribute(&device_value, attr, 0), somaErrorInvalidValue)
-        << attr;
+    EXPECT_EQ(c_caller_device_get_attribute(&device_value, attr, 0), somaErrorInvalidValue) << attr;
   }
   expect_unchanged_and_usable(pool, before, stream);
 }
@@ -566,10 +561,9 @@ TEST_F(S8_BadInput, DeviceOrdinalOutOfRange) {
   EXPECT_EQ(somaDeviceGetAttribute(&value, somaDevAttrMemoryPoolsSupported, count),
             somaErrorInvalidDevice);
   somaMemPool_t out = nullptr;
-  for (somaError_t status : {somaDeviceGetDefaultMemPool(&out, count),
-                             somaDeviceGetDefaultMemPool(&out, -1),
-                             somaDeviceGetMemPool(&out, count),
-                             somaDeviceSetMemPool(count, pool)}) {
+  for (somaError_t status :
+       {somaDeviceGetDefaultMemPool(&out, count), somaDeviceGetDefaultMemPool(&out, -1),
+        somaDeviceGetMemPool(&out, count), somaDeviceSetMemPool(count, pool)}) {
     EXPECT_TRUE(status == somaErrorInvalidDevice || status == somaErrorInvalidValue)
         << "got " << ::testing::PrintToString(status);
   }

@@ -15,8 +15,8 @@ somaError_t c_caller_device_get_attribute(int* value, int attr, int device) {
   return somaDeviceGetAttribute(value, (somaDeviceAttr)attr, device);
 }
 
-somaError_t c_caller_pool_create(somaMemPool_t* pool, int device, int alloc_type,
-                                 int location_type, int handle_types) {
+somaError_t c_caller_pool_create(somaMemPool_t* pool, int device, int alloc_type, int location_type,
+                                 int handle_types) {
   somaMemPoolProps props;
   memset(&props, 0, sizeof props);
   props.allocType = (somaMemAllocationType)alloc_type;

@@ -17,8 +17,8 @@ somaError_t c_caller_pool_get_attribute(somaMemPool_t pool, int attr, void* valu
 somaError_t c_caller_pool_set_attribute(somaMemPool_t pool, int attr, void* value);
 somaError_t c_caller_device_get_attribute(int* value, int attr, int device);
 /* somaMemPoolCreate with valid props for `device` except the three raw fields. */
-somaError_t c_caller_pool_create(somaMemPool_t* pool, int device, int alloc_type,
-                                 int location_type, int handle_types);
+somaError_t c_caller_pool_create(somaMemPool_t* pool, int device, int alloc_type, int location_type,
+                                 int handle_types);
 const char* c_caller_error_name(int error);
 const char* c_caller_error_string(int error);
 

@@ -60,8 +60,7 @@ TEST_F(S1_Errors, EveryCodeHasADistinctNameAndADescription) {
   // Names follow the enumerators (CUDA: cudaGetErrorName gives "cudaErrorInvalidValue").
   EXPECT_STREQ(somaGetErrorName(somaSuccess), "somaSuccess");
   EXPECT_STREQ(somaGetErrorName(somaErrorInvalidValue), "somaErrorInvalidValue");
-  EXPECT_STREQ(somaGetErrorName(somaErrorAddressSpaceExhausted),
-               "somaErrorAddressSpaceExhausted");
+  EXPECT_STREQ(somaGetErrorName(somaErrorAddressSpaceExhausted), "somaErrorAddressSpaceExhausted");
 }
 
 TEST_F(S1_Errors, UnknownCodeStillHasAName) {

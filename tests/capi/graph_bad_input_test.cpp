@@ -21,13 +21,13 @@ constexpr std::size_t kBytes = 4096;
 // ---- S15_BadInput: refusals, after which the graph and the graph pool still work ----------
 
 class S15_BadInput : public graph_test {
-protected:
+ protected:
   /// A complete graph (alloc, memset, copy to host, free) runs and reads back value.
   static void expect_graph_runs(somaStream_t stream, unsigned value) {
     host_buffer host(kBytes);
     unique_graph graph;
     somaGraphNode_t alloc = nullptr, set = nullptr, copy = nullptr, free = nullptr;
-    void *p = nullptr;
+    void* p = nullptr;
     SOMA_ASSERT_OK(add_alloc(graph, {}, kBytes, &alloc, &p));
     SOMA_ASSERT_OK(add_memset(graph, {alloc}, p, value, kBytes, &set));
     SOMA_ASSERT_OK(add_copy(graph, {set}, host.data(), p, kBytes, &copy));
@@ -44,7 +44,7 @@ TEST_F(S15_BadInput, AllocationIsFreedByOneFreeNodeOnly) {
   unique_stream stream;
   unique_graph graph, other;
   somaGraphNode_t alloc = nullptr, free = nullptr, again = nullptr;
-  void *p = nullptr;
+  void* p = nullptr;
   SOMA_ASSERT_OK(add_alloc(graph, {}, kBytes, &alloc, &p));
   SOMA_ASSERT_OK(add_free(graph, {alloc}, p, &free));
   EXPECT_EQ(add_free(graph, {free}, p, &again), somaErrorInvalidValue);
@@ -60,19 +60,19 @@ TEST_F(S15_BadInput, AllocationIsFreedByOneFreeNodeOnly) {
 
 TEST_F(S15_BadInput, FreeNodeOfMemoryNoAllocNodeMadeIsRefused) {
   unique_stream stream;
-  void *pool_memory = nullptr;
+  void* pool_memory = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&pool_memory, kBytes, stream));
   const pool_stats before = read_pool_stats(default_pool(0));
   host_buffer host(kBytes);
   unique_graph graph;
   somaGraphNode_t alloc = nullptr, node = nullptr;
-  void *p = nullptr;
+  void* p = nullptr;
   SOMA_ASSERT_OK(add_alloc(graph, {}, 2 * kBytes, &alloc, &p));
   int on_stack = 0;
-  void *const refused[] = {pool_memory, host.data(),
-                           &on_stack,   reinterpret_cast<void *>(std::uintptr_t{0x1234}),
+  void* const refused[] = {pool_memory, host.data(),
+                           &on_stack,   reinterpret_cast<void*>(std::uintptr_t{0x1234}),
                            nullptr,     byte_offset(p, 64)};
-  for (void *address : refused) {
+  for (void* address : refused) {
     EXPECT_EQ(add_free(graph, {alloc}, address, &node), somaErrorInvalidValue) << address;
   }
   // The stream-ordered allocation is untouched and frees normally.
@@ -87,7 +87,7 @@ TEST_F(S15_BadInput, GraphWithMemoryNodesHasOneExecutableAtATime) {
   unique_stream stream;
   unique_graph graph;
   somaGraphNode_t alloc = nullptr, free = nullptr;
-  void *p = nullptr;
+  void* p = nullptr;
   SOMA_ASSERT_OK(add_alloc(graph, {}, kBytes, &alloc, &p));
   SOMA_ASSERT_OK(add_free(graph, {alloc}, p, &free));
   unique_graph_exec first, second;
@@ -104,7 +104,7 @@ TEST_F(S15_BadInput, GraphWithMemoryNodesHasOneExecutableAtATime) {
   host_buffer host(kBytes);
   unique_graph plain;
   somaGraphNode_t set = nullptr;
-  void *pool_memory = nullptr;
+  void* pool_memory = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&pool_memory, kBytes, stream));
   SOMA_ASSERT_OK(add_memset(plain, {}, pool_memory, 0x19, kBytes, &set));
   unique_graph_exec a, b;
@@ -123,14 +123,14 @@ TEST_F(S15_BadInput, MemsetNodeUpdateMayNotLeaveItsAllocation) {
   host_buffer host(kBytes);
   unique_graph graph, other;
   somaGraphNode_t alloc = nullptr, set = nullptr, copy = nullptr, free = nullptr;
-  void *p = nullptr;
+  void* p = nullptr;
   SOMA_ASSERT_OK(add_alloc(graph, {}, kBytes, &alloc, &p));
   SOMA_ASSERT_OK(add_memset(graph, {alloc}, p, 0x01, kBytes, &set));
   SOMA_ASSERT_OK(add_copy(graph, {set}, host.data(), p, kBytes, &copy));
   SOMA_ASSERT_OK(add_free(graph, {copy}, p, &free));
   // Another graph's allocation and memset node.
   somaGraphNode_t other_alloc = nullptr, other_set = nullptr, other_free = nullptr;
-  void *q = nullptr;
+  void* q = nullptr;
   SOMA_ASSERT_OK(add_alloc(other, {}, kBytes, &other_alloc, &q));
   SOMA_ASSERT_OK(add_memset(other, {other_alloc}, q, 0x02, kBytes, &other_set));
   SOMA_ASSERT_OK(add_free(other, {other_set}, q, &other_free));
@@ -141,7 +141,7 @@ TEST_F(S15_BadInput, MemsetNodeUpdateMayNotLeaveItsAllocation) {
   const somaMemsetParams past_end = memset_node_params(byte_offset(p, kBytes - 8), 0x09, 16);
   const somaMemsetParams in_other = memset_node_params(q, 0x09, 16);
   const somaMemsetParams in_host = memset_node_params(host.data(), 0x09, 16);
-  for (const somaMemsetParams &refused : {too_wide, past_end, in_other, in_host}) {
+  for (const somaMemsetParams& refused : {too_wide, past_end, in_other, in_host}) {
     EXPECT_EQ(somaGraphExecMemsetNodeSetParams(exec, set, &refused), somaErrorInvalidValue)
         << refused.dst << " +" << refused.width;
   }
@@ -176,7 +176,7 @@ TEST_F(S15_BadInput, BadHandlesAndArgumentsAreRefused) {
   unique_stream stream;
   unique_graph graph, other;
   somaGraphNode_t alloc = nullptr, node = nullptr, foreign = nullptr;
-  void *p = nullptr;
+  void* p = nullptr;
   SOMA_ASSERT_OK(add_alloc(graph, {}, kBytes, &alloc, &p));
   SOMA_ASSERT_OK(somaGraphAddEmptyNode(&foreign, other, nullptr, 0));
 
@@ -209,7 +209,7 @@ TEST_F(S15_BadInput, BadHandlesAndArgumentsAreRefused) {
   somaMemAllocNodeParams got{};
   EXPECT_EQ(somaGraphMemAllocNodeGetParams(foreign, &got), somaErrorInvalidValue)
       << "not an alloc node";
-  void *freed = nullptr;
+  void* freed = nullptr;
   EXPECT_EQ(somaGraphMemFreeNodeGetParams(alloc, &freed), somaErrorInvalidValue);
   unique_graph_exec exec;
   EXPECT_EQ(somaGraphInstantiate(nullptr, graph, 0), somaErrorInvalidValue);
@@ -245,10 +245,10 @@ TEST_F(S15_BadInput, AllocNodePropertiesAreChecked) {
   somaGraphNode_t node = nullptr;
   const std::uint64_t reserved = graph_memory(somaGraphMemAttrReservedMemCurrent);
   auto add = [&](somaMemAllocNodeParams params) {
-    params.dptr = reinterpret_cast<void *>(std::uintptr_t{1});
+    params.dptr = reinterpret_cast<void*>(std::uintptr_t{1});
     const somaError_t status = somaGraphAddMemAllocNode(&node, graph, nullptr, 0, &params);
     if (status != somaSuccess) {
-      EXPECT_EQ(params.dptr, reinterpret_cast<void *>(std::uintptr_t{1})) << "dptr set on failure";
+      EXPECT_EQ(params.dptr, reinterpret_cast<void*>(std::uintptr_t{1})) << "dptr set on failure";
     }
     return status;
   };
@@ -289,7 +289,7 @@ TEST_F(S15_BadInput, AllocNodePropertiesAreChecked) {
     m.elementSize = 2;
     return m;
   }();
-  void *p = nullptr;
+  void* p = nullptr;
   somaGraphNode_t alloc = nullptr;
   SOMA_ASSERT_OK(add_alloc(graph, {}, kBytes, &alloc, &p));
   somaMemsetParams element = wide;
@@ -314,7 +314,7 @@ TEST_F(S15_BadInput, InstantiateFlagsAndGraphMemoryAttributesAreChecked) {
   unique_stream stream;
   unique_graph graph;
   somaGraphNode_t alloc = nullptr, free = nullptr;
-  void *p = nullptr;
+  void* p = nullptr;
   SOMA_ASSERT_OK(add_alloc(graph, {}, kBytes, &alloc, &p));
   SOMA_ASSERT_OK(add_free(graph, {alloc}, p, &free));
   unique_graph_exec exec;
@@ -347,9 +347,8 @@ TEST_F(S15_BadInput, InstantiateFlagsAndGraphMemoryAttributesAreChecked) {
 }
 
 TEST_F(S15_BadInput, LaunchIntoAStreamOfAnotherDeviceIsRefused) {
-  if (!have_devices(2))
-    GTEST_SKIP() << "needs two devices";
-  unique_stream stream; // device 0
+  if (!have_devices(2)) GTEST_SKIP() << "needs two devices";
+  unique_stream stream;  // device 0
   unique_graph graph;
   somaGraphNode_t alloc = nullptr, free = nullptr;
   somaMemAllocNodeParams params = alloc_node_params(kBytes, 1);
@@ -365,4 +364,4 @@ TEST_F(S15_BadInput, LaunchIntoAStreamOfAnotherDeviceIsRefused) {
   SOMA_ASSERT_OK(somaStreamSynchronize(on_one));
 }
 
-} // namespace
+}  // namespace

@@ -28,7 +28,7 @@ somaStreamCaptureStatus capture_status(somaStream_t stream) {
   return status;
 }
 
-void count_call(void *counter) { static_cast<std::atomic<int> *>(counter)->fetch_add(1); }
+void count_call(void* counter) { static_cast<std::atomic<int>*>(counter)->fetch_add(1); }
 
 TEST_F(S15_Capture, CapturedWorkRunsOnlyWhenTheGraphIsLaunched) {
   unique_stream stream;
@@ -37,7 +37,7 @@ TEST_F(S15_Capture, CapturedWorkRunsOnlyWhenTheGraphIsLaunched) {
   EXPECT_EQ(capture_status(stream), somaStreamCaptureStatusNone);
   SOMA_ASSERT_OK(somaStreamBeginCapture(stream, somaStreamCaptureModeGlobal));
   EXPECT_EQ(capture_status(stream), somaStreamCaptureStatusActive);
-  void *p = nullptr;
+  void* p = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&p, kBytes, stream));
   ASSERT_NE(p, nullptr);
   somaPointerAttributes attributes{};
@@ -144,7 +144,7 @@ TEST_F(S15_Capture, CallsThatCannotBeCapturedInvalidateTheCapture) {
   using call = somaError_t (*)(somaStream_t);
   for (call refused : {call{somaStreamSynchronize}, call{somaStreamQuery}}) {
     SOMA_ASSERT_OK(somaStreamBeginCapture(stream, somaStreamCaptureModeGlobal));
-    void *p = nullptr;
+    void* p = nullptr;
     SOMA_ASSERT_OK(somaMallocAsync(&p, kBytes, stream));
     EXPECT_EQ(refused(stream), somaErrorStreamCaptureUnsupported);
     EXPECT_EQ(capture_status(stream), somaStreamCaptureStatusInvalidated);
@@ -163,7 +163,7 @@ TEST_F(S15_Capture, StreamsForkAndJoinThroughEvents) {
   unique_event forked, joined;
   host_buffer host(kBytes);
   SOMA_ASSERT_OK(somaStreamBeginCapture(origin, somaStreamCaptureModeGlobal));
-  void *p = nullptr;
+  void* p = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&p, kBytes, origin));
   SOMA_ASSERT_OK(somaMemsetAsync(p, 0x10, kBytes, origin));
   SOMA_ASSERT_OK(somaEventRecord(forked, origin));
@@ -201,7 +201,7 @@ TEST_F(S15_Capture, SideStreamThatDoesNotRejoinFailsTheCapture) {
   SOMA_ASSERT_OK(somaEventRecord(forked, origin));
   SOMA_ASSERT_OK(somaStreamWaitEvent(side, forked, 0));
   SOMA_ASSERT_OK(somaLaunchHostFunc(
-      side, [](void *) {}, nullptr));
+      side, [](void*) {}, nullptr));
   somaGraph_t graph = reinterpret_cast<somaGraph_t>(std::uintptr_t{1});
   EXPECT_EQ(somaStreamEndCapture(origin, &graph), somaErrorStreamCaptureUnjoined);
   EXPECT_EQ(graph, nullptr);
@@ -244,7 +244,7 @@ TEST_F(S15_Capture, DestroyingAJoinedStreamInvalidatesTheCapture) {
 
 TEST_F(S15_Capture, CapturedFreeOfMemoryNoCapturedAllocationMadeIsRefused) {
   unique_stream stream;
-  void *pool_memory = nullptr;
+  void* pool_memory = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&pool_memory, kBytes, stream));
   SOMA_ASSERT_OK(somaMemsetAsync(pool_memory, 0x5f, kBytes, stream));
   SOMA_ASSERT_OK(somaStreamBeginCapture(stream, somaStreamCaptureModeGlobal));
@@ -252,7 +252,7 @@ TEST_F(S15_Capture, CapturedFreeOfMemoryNoCapturedAllocationMadeIsRefused) {
   host_buffer on_host(kBytes);
   EXPECT_EQ(somaFreeAsync(on_host.data(), stream), somaErrorInvalidValue);
   somaGraph_t graph = nullptr;
-  (void)somaStreamEndCapture(stream, &graph); // whether the refusal ended it is not S15's
+  (void)somaStreamEndCapture(stream, &graph);  // whether the refusal ended it is not S15's
   unique_graph captured(graph);
   // The stream-ordered allocation was not freed.
   somaPointerAttributes attributes{};
@@ -267,7 +267,7 @@ TEST_F(S15_Capture, CapturedFreeOfMemoryNoCapturedAllocationMadeIsRefused) {
 TEST_F(S15_Capture, CapturedAllocationIsFreedAfterTheLaunchOutsideTheGraph) {
   unique_stream stream, other;
   SOMA_ASSERT_OK(somaStreamBeginCapture(stream, somaStreamCaptureModeGlobal));
-  void *p = nullptr;
+  void* p = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&p, kBytes, stream));
   SOMA_ASSERT_OK(somaMemsetAsync(p, 0x2b, kBytes, stream));
   somaGraph_t graph = nullptr;
@@ -300,7 +300,7 @@ TEST_F(S15_Events, RecordNodeOrdersAWaitOnAnotherStreamAfterTheGraph) {
   unique_graph graph;
   somaGraphNode_t alloc = nullptr, set = nullptr, copy = nullptr, record = nullptr;
   somaGraphNode_t free = nullptr;
-  void *p = nullptr;
+  void* p = nullptr;
   SOMA_ASSERT_OK(add_alloc(graph, {}, kBytes, &alloc, &p));
   SOMA_ASSERT_OK(add_memset(graph, {alloc}, p, 0x5c, kBytes, &set));
   SOMA_ASSERT_OK(add_copy(graph, {set}, graph_out.data(), p, kBytes, &copy));
@@ -316,13 +316,13 @@ TEST_F(S15_Events, RecordNodeOrdersAWaitOnAnotherStreamAfterTheGraph) {
   // A host task, not a host-to-host somaMemcpyAsync: the cuda driver does such a copy on the
   // calling thread once the stream gets there, which would wait for the gate this thread opens.
   struct copy_args {
-    void *to;
-    const void *from;
+    void* to;
+    const void* from;
   } args{later.data(), graph_out.data()};
   SOMA_ASSERT_OK(somaLaunchHostFunc(
       waiting,
-      [](void *data) {
-        auto *a = static_cast<copy_args *>(data);
+      [](void* data) {
+        auto* a = static_cast<copy_args*>(data);
         std::memcpy(a->to, a->from, kBytes);
       },
       &args));
@@ -341,7 +341,7 @@ TEST_F(S15_Events, WaitNodeMakesTheGraphWaitForAnotherStream) {
   unique_stream graph_stream, producer;
   unique_event produced;
   host_buffer host(kBytes);
-  void *source = nullptr;
+  void* source = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&source, kBytes, producer));
   SOMA_ASSERT_OK(somaMemsetAsync(source, 0x01, kBytes, producer));
   SOMA_ASSERT_OK(somaStreamSynchronize(producer));
@@ -349,7 +349,7 @@ TEST_F(S15_Events, WaitNodeMakesTheGraphWaitForAnotherStream) {
   unique_graph graph;
   somaGraphNode_t wait = nullptr, alloc = nullptr, copy_in = nullptr, copy_out = nullptr;
   somaGraphNode_t free = nullptr;
-  void *p = nullptr;
+  void* p = nullptr;
   SOMA_ASSERT_OK(somaGraphAddEventWaitNode(&wait, graph, nullptr, 0, produced));
   SOMA_ASSERT_OK(add_alloc(graph, {}, kBytes, &alloc, &p));
   SOMA_ASSERT_OK(add_copy(graph, {wait, alloc}, p, source, kBytes, &copy_in));
@@ -374,4 +374,4 @@ TEST_F(S15_Events, WaitNodeMakesTheGraphWaitForAnotherStream) {
   SOMA_ASSERT_OK(somaStreamSynchronize(producer));
 }
 
-} // namespace
+}  // namespace

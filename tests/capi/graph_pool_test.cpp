@@ -18,7 +18,7 @@ namespace {
 
 using namespace soma_test;
 
-constexpr std::size_t kProbe = 64; // bytes copied out of each allocation
+constexpr std::size_t kProbe = 64;  // bytes copied out of each allocation
 
 class S15_GraphPool : public graph_test {};
 
@@ -26,8 +26,8 @@ class S15_GraphPool : public graph_test {};
 // or no free when `unfreed`.
 struct simple_graph {
   unique_graph graph;
-  void *p = nullptr;
-  void build(std::size_t bytes, unsigned value, unsigned char *host, bool unfreed = false) {
+  void* p = nullptr;
+  void build(std::size_t bytes, unsigned value, unsigned char* host, bool unfreed = false) {
     somaGraphNode_t alloc = nullptr, set = nullptr, head = nullptr, tail = nullptr;
     somaGraphNode_t free = nullptr;
     SOMA_ASSERT_OK(add_alloc(graph, {}, bytes, &alloc, &p));
@@ -47,17 +47,16 @@ TEST_F(S15_GraphPool, ChainedAllocationsOfOneGraphShareOneSpan) {
   unique_stream stream;
   host_buffer host(kCount * 2 * kProbe);
   unique_graph graph;
-  std::vector<void *> addresses;
+  std::vector<void*> addresses;
   somaGraphNode_t last_free = nullptr;
   for (int i = 0; i < kCount; ++i) {
     somaGraphNode_t alloc = nullptr, set = nullptr, head = nullptr, tail = nullptr;
-    void *p = nullptr;
+    void* p = nullptr;
     node_list after;
-    if (last_free != nullptr)
-      after.push_back(last_free);
+    if (last_free != nullptr) after.push_back(last_free);
     SOMA_ASSERT_OK(add_alloc(graph, after, bytes, &alloc, &p));
     SOMA_ASSERT_OK(add_memset(graph, {alloc}, p, 0x10 + i, bytes, &set));
-    unsigned char *slot = host.data() + i * 2 * kProbe;
+    unsigned char* slot = host.data() + i * 2 * kProbe;
     SOMA_ASSERT_OK(add_copy(graph, {set}, slot, p, kProbe, &head));
     SOMA_ASSERT_OK(
         add_copy(graph, {set}, slot + kProbe, byte_offset(p, bytes - kProbe), kProbe, &tail));
@@ -70,7 +69,7 @@ TEST_F(S15_GraphPool, ChainedAllocationsOfOneGraphShareOneSpan) {
   SOMA_ASSERT_OK(somaGraphLaunch(exec, stream));
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
   for (int i = 0; i < kCount; ++i) {
-    const unsigned char *slot = host.data() + i * 2 * kProbe;
+    const unsigned char* slot = host.data() + i * 2 * kProbe;
     for (std::size_t b = 0; b < 2 * kProbe; ++b) {
       ASSERT_EQ(slot[b], 0x10 + i) << "allocation " << i << " byte " << b;
     }
@@ -226,7 +225,7 @@ TEST_F(S15_GraphPool, HighWatermarksFollowAndReset) {
   EXPECT_EQ(graph_memory(somaGraphMemAttrUsedMemHigh), span_of(bytes));
   EXPECT_EQ(graph_memory(somaGraphMemAttrReservedMemHigh), span_of(bytes));
   {
-    stream_gate gate; // both pending at once: two spans
+    stream_gate gate;  // both pending at once: two spans
     SOMA_ASSERT_OK(gate.hold(first));
     SOMA_ASSERT_OK(gate.hold(second));
     SOMA_ASSERT_OK(somaGraphLaunch(exec_a, first));
@@ -272,8 +271,7 @@ TEST_F(S15_GraphPool, RelaunchesKeepTheFootprintFlat) {
     SOMA_ASSERT_OK(somaGraphLaunch(exec_freed, stream));
     SOMA_ASSERT_OK(somaGraphLaunch(exec_kept, stream));
   };
-  for (int i = 0; i < 2; ++i)
-    ASSERT_NO_FATAL_FAILURE(round());
+  for (int i = 0; i < 2; ++i) ASSERT_NO_FATAL_FAILURE(round());
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
   const std::uint64_t reserved = graph_memory(somaGraphMemAttrReservedMemCurrent);
   EXPECT_GE(reserved, 2 * span_of(bytes)) << "the kept allocation pins its memory";
@@ -289,4 +287,4 @@ TEST_F(S15_GraphPool, RelaunchesKeepTheFootprintFlat) {
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
 }
 
-} // namespace
+}  // namespace

@@ -28,7 +28,7 @@ TEST_F(S15_MemoryNodes, AllocNodeAddressIsGivenAtOnceAndKeptOnEveryLaunch) {
   host_buffer host(kBytes);
   unique_graph graph;
   somaGraphNode_t alloc = nullptr, low = nullptr, high = nullptr, copy = nullptr, free = nullptr;
-  void *p = nullptr;
+  void* p = nullptr;
   SOMA_ASSERT_OK(add_alloc(graph, {}, kBytes, &alloc, &p));
   ASSERT_NE(p, nullptr) << "the address must be returned when the node is added";
   somaMemAllocNodeParams got{};
@@ -41,7 +41,7 @@ TEST_F(S15_MemoryNodes, AllocNodeAddressIsGivenAtOnceAndKeptOnEveryLaunch) {
   SOMA_ASSERT_OK(add_memset(graph, {alloc}, byte_offset(p, kBytes / 2), 0x22, kBytes / 2, &high));
   SOMA_ASSERT_OK(add_copy(graph, {low, high}, host.data(), p, kBytes, &copy));
   SOMA_ASSERT_OK(add_free(graph, {copy}, p, &free));
-  void *freed = nullptr;
+  void* freed = nullptr;
   SOMA_ASSERT_OK(somaGraphMemFreeNodeGetParams(free, &freed));
   EXPECT_EQ(freed, p);
 
@@ -68,7 +68,7 @@ TEST_F(S15_MemoryNodes, AllocNodeAddressIsGivenAtOnceAndKeptOnEveryLaunch) {
 // Graph alloc + memset 0x33, no free node.
 struct unfreed_graph {
   unique_graph graph;
-  void *p = nullptr;
+  void* p = nullptr;
   somaGraphNode_t alloc = nullptr, set = nullptr;
   void build(std::size_t bytes, unsigned value) {
     SOMA_ASSERT_OK(add_alloc(graph, {}, bytes, &alloc, &p));
@@ -178,7 +178,7 @@ TEST_F(S15_MemoryNodes, DestroyingTheGraphKeepsItsExecutableAndLiveAllocations) 
   ASSERT_NO_FATAL_FAILURE(g.build(kBytes, 0x5e));
   unique_graph_exec exec;
   SOMA_ASSERT_OK(somaGraphInstantiate(exec.out(), g.graph, 0));
-  void *p = g.p;
+  void* p = g.p;
   g.graph.reset();
   SOMA_ASSERT_OK(somaGraphLaunch(exec, stream));
   exec.reset();
@@ -225,31 +225,31 @@ class S15_Ordering : public graph_test {};
 // The three kinds of node that touch graph memory, made at `after`.
 enum class toucher { memset, copy, host_with_access };
 
-somaError_t add_toucher(toucher kind, somaGraph_t graph, const node_list &after, void *p,
-                        void *host, somaGraphNode_t *node) {
+somaError_t add_toucher(toucher kind, somaGraph_t graph, const node_list& after, void* p,
+                        void* host, somaGraphNode_t* node) {
   switch (kind) {
-  case toucher::memset:
-    return add_memset(graph, after, p, 0x5a, kBytes, node);
-  case toucher::copy:
-    return add_copy(graph, after, host, p, kBytes, node);
-  case toucher::host_with_access: {
-    const somaHostNodeParams params{[](void *) {}, nullptr};
-    const somaHostAccess access{p, kBytes, somaMemAccessFlagsProtReadWrite};
-    return somaGraphAddHostNodeWithAccess(node, graph, after.data(), after.size(), &params, &access,
-                                          1);
-  }
+    case toucher::memset:
+      return add_memset(graph, after, p, 0x5a, kBytes, node);
+    case toucher::copy:
+      return add_copy(graph, after, host, p, kBytes, node);
+    case toucher::host_with_access: {
+      const somaHostNodeParams params{[](void*) {}, nullptr};
+      const somaHostAccess access{p, kBytes, somaMemAccessFlagsProtReadWrite};
+      return somaGraphAddHostNodeWithAccess(node, graph, after.data(), after.size(), &params,
+                                            &access, 1);
+    }
   }
   return somaErrorUnknown;
 }
 
-const char *toucher_name(toucher kind) {
+const char* toucher_name(toucher kind) {
   switch (kind) {
-  case toucher::memset:
-    return "memset node";
-  case toucher::copy:
-    return "memcpy node";
-  case toucher::host_with_access:
-    return "host node";
+    case toucher::memset:
+      return "memset node";
+    case toucher::copy:
+      return "memcpy node";
+    case toucher::host_with_access:
+      return "host node";
   }
   return "?";
 }
@@ -261,7 +261,7 @@ TEST_F(S15_Ordering, NodeNotReachedFromItsAllocNodeFailsAtInstantiate) {
     SCOPED_TRACE(toucher_name(kind));
     unique_graph graph;
     somaGraphNode_t alloc = nullptr, user = nullptr, free = nullptr;
-    void *p = nullptr;
+    void* p = nullptr;
     SOMA_ASSERT_OK(add_alloc(graph, {}, kBytes, &alloc, &p));
     SOMA_ASSERT_OK(add_toucher(kind, graph, {}, p, host.data(), &user));
     SOMA_ASSERT_OK(add_free(graph, {alloc, user}, p, &free));
@@ -286,7 +286,7 @@ TEST_F(S15_Ordering, NodeAfterTheFreeNodeIsRefusedWhenAdded) {
     SCOPED_TRACE(toucher_name(kind));
     unique_graph graph;
     somaGraphNode_t alloc = nullptr, free = nullptr, empty = nullptr, user = nullptr;
-    void *p = nullptr;
+    void* p = nullptr;
     SOMA_ASSERT_OK(add_alloc(graph, {}, kBytes, &alloc, &p));
     SOMA_ASSERT_OK(add_free(graph, {alloc}, p, &free));
     EXPECT_EQ(add_toucher(kind, graph, {free}, p, host.data(), &user), somaErrorInvalidValue);
@@ -309,7 +309,7 @@ TEST_F(S15_Ordering, NodeNotReachingTheFreeNodeFailsAtInstantiate) {
     SCOPED_TRACE(toucher_name(kind));
     unique_graph graph;
     somaGraphNode_t alloc = nullptr, user = nullptr, free = nullptr;
-    void *p = nullptr;
+    void* p = nullptr;
     SOMA_ASSERT_OK(add_alloc(graph, {}, kBytes, &alloc, &p));
     SOMA_ASSERT_OK(add_free(graph, {alloc}, p, &free));
     SOMA_ASSERT_OK(add_toucher(kind, graph, {alloc}, p, host.data(), &user));
@@ -330,7 +330,7 @@ TEST_F(S15_Ordering, RangeOutsideTheAllocationIsRefusedWhenAdded) {
   host_buffer host(2 * kBytes);
   unique_graph graph;
   somaGraphNode_t alloc = nullptr, node = nullptr;
-  void *p = nullptr;
+  void* p = nullptr;
   // 1000 bytes: the granule behind them is graph address space, but not the allocation's.
   constexpr std::size_t bytes = 1000;
   SOMA_ASSERT_OK(add_alloc(graph, {}, bytes, &alloc, &p));
@@ -363,7 +363,7 @@ TEST_F(S15_Ordering, FreeNodeNotAfterItsAllocNodeFailsAtInstantiate) {
   unique_stream stream;
   unique_graph graph;
   somaGraphNode_t alloc = nullptr, free = nullptr;
-  void *p = nullptr;
+  void* p = nullptr;
   SOMA_ASSERT_OK(add_alloc(graph, {}, kBytes, &alloc, &p));
   SOMA_ASSERT_OK(add_free(graph, {}, p, &free));
   unique_graph_exec exec;
@@ -401,4 +401,4 @@ TEST_F(S15_Ordering, DependenciesThatCloseACycleAreRefusedAndNoneIsAdded) {
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
 }
 
-} // namespace
+}  // namespace

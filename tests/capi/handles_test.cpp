@@ -91,8 +91,7 @@ TEST_F(S5_Handles, AHandleOfOneKindIsNotAHandleOfAnother) {
   EXPECT_EQ(somaEventDestroy(forged<somaEvent_t>(pool_value)), somaErrorInvalidResourceHandle);
   EXPECT_EQ(somaMemPoolDestroy(forged<somaMemPool_t>(stream_value)),
             somaErrorInvalidResourceHandle);
-  EXPECT_EQ(somaMemPoolDestroy(forged<somaMemPool_t>(event_value)),
-            somaErrorInvalidResourceHandle);
+  EXPECT_EQ(somaMemPoolDestroy(forged<somaMemPool_t>(event_value)), somaErrorInvalidResourceHandle);
   void* pointer = nullptr;
   EXPECT_EQ(somaMallocFromPoolAsync(&pointer, 256, forged<somaMemPool_t>(stream_value), stream),
             somaErrorInvalidResourceHandle);

@@ -106,9 +106,11 @@ TEST_F(S12_StreamValues, ConditionsFollowTheDriversRules) {
   // Each wait is satisfied already, so the stream drains; a wrong rule would hang it (and the
   // synchronize below would time the test out).
   const probe satisfied[] = {
-      {5, 5, somaStreamWaitValueGeq},          {6, 5, somaStreamWaitValueGeq},
+      {5, 5, somaStreamWaitValueGeq},
+      {6, 5, somaStreamWaitValueGeq},
       {2, 0xfffffff0u, somaStreamWaitValueGeq},  // wrapped counter: 2 is "after" -16
-      {9, 9, somaStreamWaitValueEq},           {0b0110, 0b0100, somaStreamWaitValueAnd},
+      {9, 9, somaStreamWaitValueEq},
+      {0b0110, 0b0100, somaStreamWaitValueAnd},
       {0b0101, 0b1010, somaStreamWaitValueNor},
   };
   for (const probe& p : satisfied) {
@@ -133,8 +135,8 @@ TEST_F(S12_StreamValues, WordInsideALiveAllocationIsAccepted) {
   SOMA_ASSERT_OK(somaStreamWriteValue32(stream, word, 42, 0));
   SOMA_ASSERT_OK(somaStreamWaitValue32(stream, word, 42, somaStreamWaitValueEq));
   host_buffer back(sizeof(std::uint32_t));
-  SOMA_ASSERT_OK(somaMemcpyAsync(back.data(), word, sizeof(std::uint32_t), somaMemcpyDeviceToHost,
-                                 stream));
+  SOMA_ASSERT_OK(
+      somaMemcpyAsync(back.data(), word, sizeof(std::uint32_t), somaMemcpyDeviceToHost, stream));
   SOMA_ASSERT_OK(somaFreeAsync(device, stream));
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
   EXPECT_EQ(load_word(reinterpret_cast<std::uint32_t*>(back.data())), 42u);
@@ -150,7 +152,8 @@ TEST_F(S12_StreamValues, BadAddressesAndFlagsAreRejectedAndEnqueueNothing) {
   EXPECT_EQ(somaStreamWriteValue32(stream, misaligned, 1, 0), somaErrorInvalidValue);
   EXPECT_TRUE(contains(last_message(), "not 4-byte aligned")) << last_message();
   EXPECT_EQ(somaStreamWaitValue32(stream, &stack_word, 1, 0), somaErrorInvalidValue);
-  EXPECT_TRUE(contains(last_message(), "neither host memory from somaMallocHost")) << last_message();
+  EXPECT_TRUE(contains(last_message(), "neither host memory from somaMallocHost"))
+      << last_message();
   EXPECT_EQ(somaStreamWaitValue32(stream, word, 1, 4), somaErrorInvalidValue);
   EXPECT_TRUE(contains(last_message(), "flags 4")) << last_message();
   EXPECT_EQ(somaStreamWriteValue32(stream, word, 1, 1), somaErrorInvalidValue);
@@ -160,7 +163,8 @@ TEST_F(S12_StreamValues, BadAddressesAndFlagsAreRejectedAndEnqueueNothing) {
   SOMA_ASSERT_OK(somaFreeAsync(device, stream));
   EXPECT_EQ(somaStreamWriteValue32(stream, static_cast<std::uint32_t*>(device), 1, 0),
             somaErrorInvalidValue);
-  EXPECT_EQ(somaStreamQuery(stream), somaSuccess) << "nothing waits: the rejected calls enqueued nothing";
+  EXPECT_EQ(somaStreamQuery(stream), somaSuccess)
+      << "nothing waits: the rejected calls enqueued nothing";
 }
 
 TEST_F(S12_StreamValues, DestroyedStreamIsInvalidResourceHandle) {

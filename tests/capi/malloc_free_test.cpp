@@ -52,9 +52,9 @@ TEST_F(S1_Allocation, SizeZeroReturnsNullAndSuccess) {
 
 TEST_F(S1_Allocation, PointersAreAligned256AndDoNotOverlap) {
   unique_stream stream;
-  const std::size_t sizes[] = {1,         3,         255,      256,     257,     1000,
-                               4096,      65535,     65536,    65537,   1 * MiB + 13,
-                               4 * MiB,   2 * MiB - 1, 100,    7,       300 * KiB};
+  const std::size_t sizes[] = {1,           3,     255,   256,      257,          1000,
+                               4096,        65535, 65536, 65537,    1 * MiB + 13, 4 * MiB,
+                               2 * MiB - 1, 100,   7,     300 * KiB};
   std::vector<std::pair<void*, std::size_t>> live;
   for (std::size_t size : sizes) {
     void* pointer = nullptr;
@@ -124,7 +124,8 @@ TEST_F(S1_Allocation, ManyLiveAllocationsKeepTheirContents) {
   }
   for (const live_allocation& a : live) {
     SOMA_ASSERT_OK(somaMemcpyAsync(const_cast<std::uint64_t*>(out) + a.offset, a.pointer,
-                                   a.words * sizeof(std::uint64_t), somaMemcpyDeviceToHost, stream));
+                                   a.words * sizeof(std::uint64_t), somaMemcpyDeviceToHost,
+                                   stream));
   }
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
   std::size_t wrong = 0;

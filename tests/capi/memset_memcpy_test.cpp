@@ -83,7 +83,8 @@ TEST_F(S1_Memset, IsOrderedBetweenHostTasksOfTheStream) {
   SOMA_ASSERT_OK(somaMemcpyAsync(back.data(), pointer, size, somaMemcpyDeviceToHost, stream));
   SOMA_ASSERT_OK(launch_host(stream, [out, &saw_order] {
     bool ordered = true;
-    for (std::size_t i = 0; i < size; ++i) ordered = ordered && out[i] == (i < size / 2 ? 0x7E : 0x01);
+    for (std::size_t i = 0; i < size; ++i)
+      ordered = ordered && out[i] == (i < size / 2 ? 0x7E : 0x01);
     saw_order.store(ordered);
   }));
   SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));

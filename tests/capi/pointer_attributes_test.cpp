@@ -51,8 +51,8 @@ TEST_F(S14_PointerAttributes, InteriorPointersNameTheirAllocation) {
   constexpr std::size_t size = 3 * MiB + 5;
   void* pointer = nullptr;
   SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, size, pool, stream));
-  for (std::size_t offset : {std::size_t{1}, std::size_t{999}, std::size_t{2 * MiB + 17},
-                             size - 1}) {
+  for (std::size_t offset :
+       {std::size_t{1}, std::size_t{999}, std::size_t{2 * MiB + 17}, size - 1}) {
     const void* inside = static_cast<const char*>(pointer) + offset;
     somaPointerAttributes attributes{};
     SOMA_ASSERT_OK(somaPointerGetAttributes(&attributes, inside)) << "offset " << offset;

@@ -179,8 +179,7 @@ TEST_F(S5_ExplicitPools, DestroyWithLiveAllocationReturnsAtOnceAndFreesLater) {
   SOMA_ASSERT_OK(somaMemPoolDestroy(pool));
   // The handle is dead for new work...
   void* refused = nullptr;
-  EXPECT_EQ(somaMallocFromPoolAsync(&refused, 4096, pool, stream),
-            somaErrorInvalidResourceHandle);
+  EXPECT_EQ(somaMallocFromPoolAsync(&refused, 4096, pool, stream), somaErrorInvalidResourceHandle);
   EXPECT_EQ(somaDeviceSetMemPool(0, pool), somaErrorInvalidResourceHandle);
   // ...but the live allocations stay usable and can be freed.
   const host_buffer bytes = read_back(first, size, stream);
@@ -282,7 +281,8 @@ TEST_F(S5_ExplicitPools, NameAppearsInMessages) {
   unique_pool pool(0, granule);
   SOMA_ASSERT_OK(somaMemPoolSetName(pool, "tenant-a"));
   void* pointer = nullptr;
-  ASSERT_EQ(somaMallocFromPoolAsync(&pointer, 2 * granule, pool, stream), somaErrorMemoryAllocation);
+  ASSERT_EQ(somaMallocFromPoolAsync(&pointer, 2 * granule, pool, stream),
+            somaErrorMemoryAllocation);
   EXPECT_TRUE(contains(last_message(), "tenant-a")) << last_message();
 }
 

@@ -24,16 +24,20 @@ enum class sync_kind { stream, event, device };
 
 std::string sync_name(const ::testing::TestParamInfo<sync_kind>& info) {
   switch (info.param) {
-    case sync_kind::stream: return "StreamSynchronize";
-    case sync_kind::event: return "EventSynchronize";
-    case sync_kind::device: return "DeviceSynchronize";
+    case sync_kind::stream:
+      return "StreamSynchronize";
+    case sync_kind::event:
+      return "EventSynchronize";
+    case sync_kind::device:
+      return "DeviceSynchronize";
   }
   return "unknown";
 }
 
 somaError_t synchronize(sync_kind kind, somaStream_t stream) {
   switch (kind) {
-    case sync_kind::stream: return somaStreamSynchronize(stream);
+    case sync_kind::stream:
+      return somaStreamSynchronize(stream);
     case sync_kind::event: {
       somaEvent_t event = nullptr;
       somaError_t status = somaEventCreate(&event);
@@ -43,7 +47,8 @@ somaError_t synchronize(sync_kind kind, somaStream_t stream) {
       const somaError_t destroyed = somaEventDestroy(event);
       return status != somaSuccess ? status : destroyed;
     }
-    case sync_kind::device: return somaDeviceSynchronize();
+    case sync_kind::device:
+      return somaDeviceSynchronize();
   }
   return somaErrorUnknown;
 }
@@ -102,8 +107,7 @@ TEST_P(S9_S12_ReleaseAtSynchronize, MaxThresholdKeepsFreedMemory) {
 }
 
 INSTANTIATE_TEST_SUITE_P(SyncKinds, S9_S12_ReleaseAtSynchronize,
-                         ::testing::Values(sync_kind::stream, sync_kind::event,
-                                           sync_kind::device),
+                         ::testing::Values(sync_kind::stream, sync_kind::event, sync_kind::device),
                          sync_name);
 
 TEST_F(S9_S12_Release, ThresholdBoundsWhatStaysCached) {
@@ -117,7 +121,8 @@ TEST_F(S9_S12_Release, ThresholdBoundsWhatStaysCached) {
   constexpr std::size_t size = 16 * MiB;
   SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, threshold));
   void* pointers[3] = {};
-  for (void*& pointer : pointers) SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, size, pool, stream));
+  for (void*& pointer : pointers)
+    SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, size, pool, stream));
   for (void* pointer : pointers) SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
   const std::uint64_t reserved = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
@@ -155,8 +160,9 @@ TEST_F(S9_S12_Release, LiveMemoryIsNeverReleased) {
 TEST_F(S9_S12_Release, WholeGranulesOfAFreeBlockNextToLiveMemoryGoBack) {
   // The freed block shares its last granule with a live allocation: every other granule of it
   // lies in whole granules and must go back (api-behaviour.md, Release).
-  SOMA_REQUIRE_CPU_BACKEND("gives back part of a commit; cuda gives back whole cuMemCreate "
-                           "allocations (32 MiB steps), here shared with the live block");
+  SOMA_REQUIRE_CPU_BACKEND(
+      "gives back part of a commit; cuda gives back whole cuMemCreate "
+      "allocations (32 MiB steps), here shared with the live block");
   unique_stream stream;
   unique_pool pool(0);
   const std::size_t granule = granularity_bytes(0);
@@ -353,7 +359,8 @@ TEST_F(S9_Compaction, AttributeIsOffByDefaultAndTakesZeroOrOne) {
   EXPECT_EQ(pool_int(pool, somaMemPoolAttrCompactBeforeGrowth), 1);
   EXPECT_EQ(set_pool_int(pool, somaMemPoolAttrCompactBeforeGrowth, 2), somaErrorInvalidValue);
   EXPECT_TRUE(contains(last_message(), "0 or 1")) << last_message();
-  EXPECT_EQ(pool_int(pool, somaMemPoolAttrCompactBeforeGrowth), 1) << "a refused set changes nothing";
+  EXPECT_EQ(pool_int(pool, somaMemPoolAttrCompactBeforeGrowth), 1)
+      << "a refused set changes nothing";
 }
 
 /// Fragments a pool: eight blocks of four granules with a small live pin after each, then the
@@ -372,7 +379,8 @@ std::uint64_t fragment_then_allocate_large(somaMemPool_t pool, somaStream_t stre
   for (void* b : blocks) EXPECT_EQ(somaFreeAsync(b, stream), somaSuccess);
   const std::size_t large_bytes = 24 * granule;
   void* large = nullptr;
-  EXPECT_EQ(somaMallocFromPoolAsync(&large, large_bytes, pool, stream), somaSuccess) << last_message();
+  EXPECT_EQ(somaMallocFromPoolAsync(&large, large_bytes, pool, stream), somaSuccess)
+      << last_message();
   EXPECT_EQ(somaMemsetAsync(large, 0x7f, large_bytes, stream), somaSuccess);
   const std::uint64_t reserved = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
   for (int i = 0; i < 8; ++i) {

@@ -55,7 +55,8 @@ TEST_F(S2_S11_StreamDestroy, ANewStreamNeverTakesTheDestroyedStreamsPendingBlock
     unique_stream b;
     void* taken_by_b = nullptr;
     SOMA_ASSERT_OK(somaMallocFromPoolAsync(&taken_by_b, 4096, pool, b));
-    EXPECT_NE(taken_by_b, freed_on_a) << "round " << round << ": stream b took memory whose free "
+    EXPECT_NE(taken_by_b, freed_on_a) << "round " << round
+                                      << ": stream b took memory whose free "
                                          "on the destroyed stream a has not run";
     release.store(true);
     SOMA_ASSERT_OK(somaFreeAsync(taken_by_b, b));
@@ -92,9 +93,8 @@ TEST_F(S2_S11_StreamDestroy, StreamsCreatedWhileOthersAreDestroyedKeepTheirBytes
         }
         // Work still pending on s when it is destroyed: a late write, then the free. Whoever
         // takes this block next must be ordered after both.
-        SOMA_ASSERT_OK(launch_host(s, [] {
-          std::this_thread::sleep_for(std::chrono::microseconds(200));
-        }));
+        SOMA_ASSERT_OK(
+            launch_host(s, [] { std::this_thread::sleep_for(std::chrono::microseconds(200)); }));
         SOMA_ASSERT_OK(somaMemsetAsync(p, 0xEE, kBytes, s));
         SOMA_ASSERT_OK(somaFreeAsync(p, s));
         SOMA_ASSERT_OK(somaStreamDestroy(s));
@@ -137,9 +137,8 @@ TEST_F(S2_S11_StreamDestroy, NoStreamTakesABlockWhoseFreeOnADestroyedStreamIsPen
           if (std::find(pending.begin(), pending.end(), p) != pending.end()) taken_early++;
           pending.push_back(p);
         }
-        SOMA_ASSERT_OK(launch_host(s, [] {
-          std::this_thread::sleep_for(std::chrono::microseconds(100));
-        }));
+        SOMA_ASSERT_OK(
+            launch_host(s, [] { std::this_thread::sleep_for(std::chrono::microseconds(100)); }));
         SOMA_ASSERT_OK(somaFreeAsync(p, s));
         SOMA_ASSERT_OK(launch_host(s, [&pending_mutex, &pending, p] {
           std::lock_guard lock(pending_mutex);

@@ -18,22 +18,22 @@ using soma::detail::address_range;
 using soma::detail::address_space;
 
 constexpr std::uintptr_t kBase = std::uintptr_t{0x100000000000};
-constexpr std::size_t kUnit = std::size_t{64} * 1024; // one granule
+constexpr std::size_t kUnit = std::size_t{64} * 1024;  // one granule
 constexpr std::size_t kReservation = 16 * kUnit;
 
 std::uintptr_t at(std::size_t units) { return kBase + units * kUnit; }
 
 // Every unmapped range, in address order.
-std::vector<address_range> unmapped_ranges(const address_space &space) {
+std::vector<address_range> unmapped_ranges(const address_space& space) {
   std::vector<address_range> all;
-  space.first_unmapped_where([&](const address_range &range) {
+  space.first_unmapped_where([&](const address_range& range) {
     all.push_back(range);
     return false;
   });
   return all;
 }
 
-void expect_ranges(const address_space &space, const std::vector<address_range> &expected) {
+void expect_ranges(const address_space& space, const std::vector<address_range>& expected) {
   const std::vector<address_range> actual = unmapped_ranges(space);
   ASSERT_EQ(actual.size(), expected.size());
   for (std::size_t i = 0; i < actual.size(); ++i) {
@@ -56,8 +56,8 @@ TEST(S16_AddressSpace, NewReservationIsOneUnmappedRange) {
 TEST(S16_AddressSpace, AdjacentReservationsNeverMergeAcross) {
   address_space space;
   space.add_reservation({at(16), kReservation});
-  space.add_reservation({at(32), kReservation}); // right above
-  space.add_reservation({at(0), kReservation});  // right below
+  space.add_reservation({at(32), kReservation});  // right above
+  space.add_reservation({at(0), kReservation});   // right below
   expect_ranges(space, {{at(0), kReservation}, {at(16), kReservation}, {at(32), kReservation}});
   EXPECT_FALSE(space.find_unmapped(kReservation + kUnit).has_value())
       << "a range spanning two reservations was offered";
@@ -72,8 +72,8 @@ TEST(S16_AddressSpace, GivingBackBothSidesOfAReservationEdgeKeepsTwoRanges) {
   space.add_reservation({at(16), kReservation});
   space.take(at(0), kReservation);
   space.take(at(16), kReservation);
-  space.give_back(at(12), 4 * kUnit); // the top of the lower reservation
-  space.give_back(at(16), 4 * kUnit); // the bottom of the upper one
+  space.give_back(at(12), 4 * kUnit);  // the top of the lower reservation
+  space.give_back(at(16), 4 * kUnit);  // the bottom of the upper one
   expect_ranges(space, {{at(12), 4 * kUnit}, {at(16), 4 * kUnit}});
   EXPECT_FALSE(space.find_unmapped(5 * kUnit).has_value());
   // Filling in the rest of each reservation merges only inside it.
@@ -123,11 +123,11 @@ TEST(S9_AddressSpace, FindReturnsTheFirstRangeThatFitsWhole) {
 TEST(S9_AddressSpace, TakeSplitsARange) {
   address_space space;
   space.add_reservation({at(0), kReservation});
-  space.take(at(0), 3 * kUnit); // from the start, as growth does
+  space.take(at(0), 3 * kUnit);  // from the start, as growth does
   expect_ranges(space, {{at(3), 13 * kUnit}});
-  space.take(at(6), 2 * kUnit); // from the middle
+  space.take(at(6), 2 * kUnit);  // from the middle
   expect_ranges(space, {{at(3), 3 * kUnit}, {at(8), 8 * kUnit}});
-  space.take(at(14), 2 * kUnit); // from the end
+  space.take(at(14), 2 * kUnit);  // from the end
   expect_ranges(space, {{at(3), 3 * kUnit}, {at(8), 6 * kUnit}});
 }
 
@@ -137,13 +137,13 @@ TEST(S9_AddressSpace, GiveBackCoalescesWithinOneReservation) {
   space.take(at(0), kReservation);
   space.give_back(at(4), 4 * kUnit);
   expect_ranges(space, {{at(4), 4 * kUnit}});
-  space.give_back(at(8), 2 * kUnit); // merges with the range below
+  space.give_back(at(8), 2 * kUnit);  // merges with the range below
   expect_ranges(space, {{at(4), 6 * kUnit}});
-  space.give_back(at(2), 2 * kUnit); // merges with the range above
+  space.give_back(at(2), 2 * kUnit);  // merges with the range above
   expect_ranges(space, {{at(2), 8 * kUnit}});
-  space.give_back(at(12), 2 * kUnit); // a gap stays
+  space.give_back(at(12), 2 * kUnit);  // a gap stays
   expect_ranges(space, {{at(2), 8 * kUnit}, {at(12), 2 * kUnit}});
-  space.give_back(at(10), 2 * kUnit); // fills the gap: merges both sides
+  space.give_back(at(10), 2 * kUnit);  // fills the gap: merges both sides
   expect_ranges(space, {{at(2), 12 * kUnit}});
 }
 
@@ -153,11 +153,10 @@ TEST(S9_AddressSpace, ReleaseOrderDoesNotChangeTheResult) {
   do {
     address_space space;
     space.add_reservation({at(0), 8 * kUnit});
-    space.add_reservation({at(8), 8 * kUnit}); // adjacent
+    space.add_reservation({at(8), 8 * kUnit});  // adjacent
     space.take(at(0), 8 * kUnit);
     space.take(at(8), 8 * kUnit);
-    for (std::size_t piece : order)
-      space.give_back(at(piece * 4), 4 * kUnit);
+    for (std::size_t piece : order) space.give_back(at(piece * 4), 4 * kUnit);
     expect_ranges(space, {{at(0), 8 * kUnit}, {at(8), 8 * kUnit}});
   } while (std::next_permutation(order.begin(), order.end()));
 }
@@ -184,13 +183,12 @@ TEST(S5_AddressSpace, ReservationsAreListedInAddressOrderAndCleared) {
 // (or none) and whether it is mapped. Unmapped ranges are the maximal runs of unmapped granules
 // of one reservation.
 class reference_space {
-public:
+ public:
   static constexpr std::size_t units = 128;
   static constexpr int none = -1;
 
   bool is_free(std::size_t first, std::size_t count) const {
-    if (first + count > units)
-      return false;
+    if (first + count > units) return false;
     return std::all_of(owner_.begin() + first, owner_.begin() + first + count,
                        [](int o) { return o == none; });
   }
@@ -211,15 +209,14 @@ public:
         continue;
       }
       std::size_t end = u + 1;
-      while (end < units && owner_[end] == owner_[u] && !mapped_[end])
-        ++end;
+      while (end < units && owner_[end] == owner_[u] && !mapped_[end]) ++end;
       all.push_back({at(u), (end - u) * kUnit});
       u = end;
     }
     return all;
   }
 
-private:
+ private:
   std::array<int, units> owner_ = filled(none);
   std::array<bool, units> mapped_{};
   int next_id_ = 0;
@@ -236,7 +233,7 @@ void run_model(std::uint32_t seed, int steps) {
   auto below = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
   address_space space;
   reference_space model;
-  std::vector<address_range> reservations; // in units: address = first unit
+  std::vector<address_range> reservations;  // in units: address = first unit
 
   for (int step = 0; step < steps; ++step) {
     SCOPED_TRACE("seed " + std::to_string(seed) + " step " + std::to_string(step));
@@ -246,7 +243,7 @@ void run_model(std::uint32_t seed, int steps) {
       const std::size_t count = 1 + below(12);
       std::size_t first = below(reference_space::units);
       if (!reservations.empty() && below(3) != 0) {
-        const address_range &other = reservations[below(reservations.size())];
+        const address_range& other = reservations[below(reservations.size())];
         first = below(2) == 0 ? other.address + other.size_bytes : other.address - count;
       }
       if (first < reference_space::units && model.is_free(first, count)) {
@@ -259,12 +256,11 @@ void run_model(std::uint32_t seed, int steps) {
       const std::size_t count = 1 + below(8);
       const std::optional<address_range> found = space.find_unmapped(count * kUnit);
       const std::vector<address_range> expected = model.unmapped();
-      const auto fits = std::find_if(expected.begin(), expected.end(), [&](const address_range &r) {
+      const auto fits = std::find_if(expected.begin(), expected.end(), [&](const address_range& r) {
         return r.size_bytes >= count * kUnit;
       });
       ASSERT_EQ(found.has_value(), fits != expected.end());
-      if (!found)
-        continue;
+      if (!found) continue;
       ASSERT_EQ(found->address, fits->address);
       ASSERT_EQ(found->size_bytes, fits->size_bytes);
       const std::size_t take_units = count + below(found->size_bytes / kUnit - count + 1);
@@ -273,8 +269,7 @@ void run_model(std::uint32_t seed, int steps) {
     } else {
       // Release: a run of mapped granules inside one reservation, as trim gives back.
       const std::size_t first = below(reference_space::units);
-      if (model.owner(first) == reference_space::none || !model.mapped(first))
-        continue;
+      if (model.owner(first) == reference_space::none || !model.mapped(first)) continue;
       std::size_t count = 1;
       const std::size_t most = 1 + below(6);
       while (count < most && first + count < reference_space::units &&
@@ -301,4 +296,4 @@ TEST(S16_AddressSpaceModel, RandomReserveTakeGiveBackSeed1) { run_model(1, 4000)
 TEST(S16_AddressSpaceModel, RandomReserveTakeGiveBackSeed2) { run_model(2, 4000); }
 TEST(S16_AddressSpaceModel, RandomReserveTakeGiveBackSeed3) { run_model(0xC0FFEE, 4000); }
 
-} // namespace
+}  // namespace

@@ -54,35 +54,31 @@ struct fake_memory_state {
   // -- observations -----------------------------------------------------------------------
   std::size_t commit_calls = 0;
   std::size_t reserve_calls = 0;
-  std::map<std::uintptr_t, range> reservations;    ///< live reservations by base
-  std::map<std::uintptr_t, std::size_t> committed; ///< committed ranges by address
-  std::map<std::uint64_t, range> tokens;           ///< commit token -> range
+  std::map<std::uintptr_t, range> reservations;            ///< live reservations by base
+  std::map<std::uintptr_t, std::size_t> committed;         ///< committed ranges by address
+  std::map<std::uint64_t, range> tokens;                   ///< commit token -> range
   std::map<std::uint64_t, std::size_t> token_decommitted;  ///< token -> bytes released so far
-  std::vector<range> commits;                      ///< every successful commit, in order
-  std::vector<range> decommits;                    ///< every decommit, in order
+  std::vector<range> commits;                              ///< every successful commit, in order
+  std::vector<range> decommits;                            ///< every decommit, in order
   std::uint64_t next_token = 1;
   std::uintptr_t next_base = std::uintptr_t{0x100000000000};
 
   std::size_t committed_bytes() const {
     std::size_t total = 0;
-    for (const auto &[address, bytes] : committed)
-      total += bytes;
+    for (const auto& [address, bytes] : committed) total += bytes;
     return total;
   }
   /// True if [address, address + bytes) lies inside one committed range.
   bool is_committed(std::uintptr_t address, std::size_t bytes) const {
     auto it = committed.upper_bound(address);
-    if (it == committed.begin())
-      return false;
+    if (it == committed.begin()) return false;
     --it;
     // Adjacent commits (tail extension) form one contiguous range: follow them.
     std::uintptr_t end = it->first + it->second;
-    if (address >= end)
-      return false;
+    if (address >= end) return false;
     while (end < address + bytes) {
       auto next = committed.find(end);
-      if (next == committed.end())
-        return false;
+      if (next == committed.end()) return false;
       end = next->first + next->second;
     }
     return true;
@@ -90,27 +86,27 @@ struct fake_memory_state {
 };
 
 class fake_pool_memory final : public soma::detail::pool_memory {
-public:
+ public:
   explicit fake_pool_memory(std::shared_ptr<fake_memory_state> state) : state_(std::move(state)) {}
 
   std::size_t granularity_bytes() const override { return state_->granularity_bytes; }
 
   soma::detail::result<std::uintptr_t> reserve(std::size_t bytes) override {
     using soma::detail::error_code;
-    fake_memory_state &s = *state_;
+    fake_memory_state& s = *state_;
     ++s.reserve_calls;
     EXPECT_EQ(bytes % s.granularity_bytes, 0u) << "reservation size not granule aligned";
     if (s.fail_reservations || bytes > s.max_reservation_bytes) {
-      return soma::detail::status(error_code::address_space_exhausted,
-                                  "fake address space limit hit reserving " +
-                                      std::to_string(bytes) + " B");
+      return soma::detail::status(
+          error_code::address_space_exhausted,
+          "fake address space limit hit reserving " + std::to_string(bytes) + " B");
     }
     std::uintptr_t base = s.next_base;
     if (!s.reserve_at.empty()) {
       base = s.reserve_at.front();
       s.reserve_at.erase(s.reserve_at.begin());
     }
-    for (const auto &[other, r] : s.reservations) {
+    for (const auto& [other, r] : s.reservations) {
       EXPECT_TRUE(base + bytes <= other || other + r.bytes <= base)
           << "reservation overlaps the one at " << std::hex << other;
     }
@@ -121,7 +117,7 @@ public:
   }
 
   void free_reservation(std::uintptr_t base, std::size_t bytes) override {
-    fake_memory_state &s = *state_;
+    fake_memory_state& s = *state_;
     auto it = s.reservations.find(base);
     if (it == s.reservations.end()) {
       ADD_FAILURE() << "free_reservation of unknown base " << std::hex << base;
@@ -129,7 +125,7 @@ public:
     }
     EXPECT_EQ(it->second.bytes, bytes) << "free_reservation with a different size";
     // Nothing may stay committed inside a freed reservation.
-    for (const auto &[address, length] : s.committed) {
+    for (const auto& [address, length] : s.committed) {
       EXPECT_FALSE(address >= base && address < base + bytes)
           << "reservation freed while still committed at " << std::hex << address;
     }
@@ -138,18 +134,18 @@ public:
 
   soma::detail::result<std::uint64_t> commit(std::uintptr_t address, std::size_t bytes) override {
     using soma::detail::error_code;
-    fake_memory_state &s = *state_;
+    fake_memory_state& s = *state_;
     ++s.commit_calls;
     if (s.commit_calls == s.fail_commit_number) {
-      return soma::detail::status(error_code::out_of_memory,
-                                  "fake device out of memory committing " + std::to_string(bytes) +
-                                      " B");
+      return soma::detail::status(
+          error_code::out_of_memory,
+          "fake device out of memory committing " + std::to_string(bytes) + " B");
     }
     EXPECT_GT(bytes, 0u);
     EXPECT_EQ(address % s.granularity_bytes, 0u) << "commit address not granule aligned";
     EXPECT_EQ(bytes % s.granularity_bytes, 0u) << "commit size not granule aligned";
     bool inside = false;
-    for (const auto &[base, r] : s.reservations) {
+    for (const auto& [base, r] : s.reservations) {
       inside = inside || (address >= base && address + bytes <= base + r.bytes);
     }
     EXPECT_TRUE(inside) << "commit outside every reservation at " << std::hex << address;
@@ -171,7 +167,7 @@ public:
 
   void decommit(std::uintptr_t address, std::size_t bytes, std::uint64_t token,
                 std::size_t offset_bytes) override {
-    fake_memory_state &s = *state_;
+    fake_memory_state& s = *state_;
     auto t = s.tokens.find(token);
     if (t == s.tokens.end()) {
       ADD_FAILURE() << "decommit with unknown token " << token;
@@ -189,7 +185,8 @@ public:
     EXPECT_EQ(bytes % s.granularity_bytes, 0u) << "decommit size not granule aligned";
     // The range must be committed now; what is left of its committed range stays committed.
     auto it = s.committed.upper_bound(address);
-    if (it == s.committed.begin() || std::prev(it)->first + std::prev(it)->second < address + bytes) {
+    if (it == s.committed.begin() ||
+        std::prev(it)->first + std::prev(it)->second < address + bytes) {
       ADD_FAILURE() << "decommit of a range not committed at " << std::hex << address;
       return;
     }
@@ -209,8 +206,8 @@ public:
 
   bool can_decommit_part(std::uint64_t) const override { return state_->allow_partial_decommit; }
 
-private:
+ private:
   std::shared_ptr<fake_memory_state> state_;
 };
 
-} // namespace soma_test
+}  // namespace soma_test

@@ -18,20 +18,18 @@ using soma::detail::stream_timeline;
 constexpr std::uintptr_t kBase = 0x200000000000;
 
 class FreeIndex : public ::testing::Test {
-protected:
+ protected:
   ~FreeIndex() override {
-    for (auto &[address, b] : all_blocks_)
-      delete b;
+    for (auto& [address, b] : all_blocks_) delete b;
   }
 
   /// Adjacent blocks starting at kBase (or after the previous run), linked in address order,
   /// registered in the block map, all detached (as a pool hands them to the index).
-  std::vector<block *> make_run(const std::vector<std::size_t> &sizes,
-                                std::uintptr_t base = kBase) {
-    std::vector<block *> run;
+  std::vector<block*> make_run(const std::vector<std::size_t>& sizes, std::uintptr_t base = kBase) {
+    std::vector<block*> run;
     std::uintptr_t address = base;
     for (std::size_t size : sizes) {
-      auto *b = new block();
+      auto* b = new block();
       b->address = address;
       b->size_bytes = size;
       if (!run.empty()) {
@@ -45,7 +43,7 @@ protected:
     return run;
   }
 
-  std::map<std::uintptr_t, block *> all_blocks_;
+  std::map<std::uintptr_t, block*> all_blocks_;
   free_index index_{all_blocks_};
   stream_timeline a_{0};
   stream_timeline b_{1};
@@ -57,7 +55,7 @@ TEST_F(FreeIndex, S3_InsertMergesWithIndexedNeighbours) {
   index_.insert(run[2]);
   EXPECT_EQ(index_.block_count(), 2u);
   EXPECT_EQ(index_.free_bytes(), 1280u);
-  block *merged = index_.insert(run[1]); // run[1] and run[2] are absorbed
+  block* merged = index_.insert(run[1]);  // run[1] and run[2] are absorbed
   EXPECT_EQ(merged->address, kBase);
   EXPECT_EQ(merged->size_bytes, 1792u);
   EXPECT_EQ(merged->current_state(), block_state::indexed);
@@ -72,7 +70,7 @@ TEST_F(FreeIndex, S3_NoMergeWithLiveOrDetachedNeighbours) {
   auto run = make_run({256, 256, 256});
   run[0]->set_state(block_state::live);
   // run[2] stays detached (being carved): not mergeable.
-  block *b = index_.insert(run[1]);
+  block* b = index_.insert(run[1]);
   EXPECT_EQ(b, run[1]);
   EXPECT_EQ(b->size_bytes, 256u);
   EXPECT_EQ(index_.block_count(), 1u);
@@ -85,7 +83,7 @@ TEST_F(FreeIndex, S11_PendingFreesOfDifferentStreamsDoNotMerge) {
   auto run = make_run({256, 256, 256});
   run[0]->stamp = free_stamp{&a_, 1};
   run[1]->stamp = free_stamp{&b_, 1};
-  run[2]->stamp = {}; // proven free memory
+  run[2]->stamp = {};  // proven free memory
   index_.insert(run[0]);
   index_.insert(run[1]);
   index_.insert(run[2]);
@@ -96,8 +94,7 @@ TEST_F(FreeIndex, S11_PendingFreesOfDifferentStreamsDoNotMerge) {
 // Pending frees of one stream at different positions stay apart: one stamp for both would
 // hide the earlier free from a stream that may already use it (its clock covers 3, say).
 TEST_F(FreeIndex, S11_PendingFreesOfOneStreamAtDifferentPositionsStayApart) {
-  for (int i = 0; i < 7; ++i)
-    a_.note_enqueued();
+  for (int i = 0; i < 7; ++i) a_.note_enqueued();
   auto run = make_run({256, 256});
   run[0]->stamp = free_stamp{&a_, 7};
   run[1]->stamp = free_stamp{&a_, 3};
@@ -115,13 +112,12 @@ TEST_F(FreeIndex, S11_PendingFreesOfOneStreamAtDifferentPositionsStayApart) {
 
 // Frees made at the same point of a stream (no work between them) merge.
 TEST_F(FreeIndex, S11_PendingFreesAtTheSamePositionMerge) {
-  for (int i = 0; i < 3; ++i)
-    a_.note_enqueued();
+  for (int i = 0; i < 3; ++i) a_.note_enqueued();
   auto run = make_run({256, 256});
   run[0]->stamp = free_stamp{&a_, 3};
   run[1]->stamp = free_stamp{&a_, 3};
   index_.insert(run[0]);
-  block *merged = index_.insert(run[1]);
+  block* merged = index_.insert(run[1]);
   EXPECT_EQ(index_.block_count(), 1u);
   EXPECT_EQ(merged->size_bytes, 512u);
   EXPECT_EQ(merged->stamp.position, 3u);
@@ -134,9 +130,9 @@ TEST_F(FreeIndex, S11_ProvenStampIsClearedOnInsertAndMerges) {
   a_.note_enqueued();
   a_.prove_completed(1);
   auto run = make_run({256, 256});
-  run[0]->stamp = free_stamp{&a_, 1}; // already proven
+  run[0]->stamp = free_stamp{&a_, 1};  // already proven
   index_.insert(run[1]);
-  block *merged = index_.insert(run[0]);
+  block* merged = index_.insert(run[0]);
   EXPECT_EQ(merged->stamp.timeline, nullptr);
   EXPECT_EQ(merged->size_bytes, 512u);
   EXPECT_EQ(index_.block_count(), 1u);
@@ -144,12 +140,11 @@ TEST_F(FreeIndex, S11_ProvenStampIsClearedOnInsertAndMerges) {
 
 TEST_F(FreeIndex, S3_BestFitTakesSmallestFittingThenLowestAddress) {
   // Separate runs so nothing merges.
-  block *big = make_run({4096}, kBase)[0];
-  block *mid_high = make_run({1024}, kBase + 0x100000)[0];
-  block *mid_low = make_run({1024}, kBase + 0x80000)[0];
-  block *small = make_run({256}, kBase + 0x200000)[0];
-  for (block *b : {big, mid_high, mid_low, small})
-    index_.insert(b);
+  block* big = make_run({4096}, kBase)[0];
+  block* mid_high = make_run({1024}, kBase + 0x100000)[0];
+  block* mid_low = make_run({1024}, kBase + 0x80000)[0];
+  block* small = make_run({256}, kBase + 0x200000)[0];
+  for (block* b : {big, mid_high, mid_low, small}) index_.insert(b);
   EXPECT_EQ(index_.take_best_fit(512, &a_), mid_low);
   EXPECT_EQ(mid_low->current_state(), block_state::detached);
   EXPECT_EQ(index_.take_best_fit(512, &a_), mid_high);
@@ -162,11 +157,11 @@ TEST_F(FreeIndex, S3_BestFitTakesSmallestFittingThenLowestAddress) {
 
 TEST_F(FreeIndex, S11_PendingFreeServesItsOwnStreamOnly) {
   a_.note_enqueued();
-  block *freed = make_run({1024})[0];
+  block* freed = make_run({1024})[0];
   freed->stamp = free_stamp{&a_, 1};
   index_.insert(freed);
   EXPECT_EQ(index_.take_best_fit(1024, &b_), nullptr);
-  a_.note_completed(1); // completed but not proven to the user: still not for b
+  a_.note_completed(1);  // completed but not proven to the user: still not for b
   EXPECT_EQ(index_.take_best_fit(1024, &b_), nullptr);
   EXPECT_EQ(index_.take_best_fit(1024, &a_), freed);
 }
@@ -180,10 +175,10 @@ TEST_F(FreeIndex, S9_PromoteMergesWhatBecameProven) {
   index_.insert(run[2]);
   EXPECT_EQ(index_.block_count(), 3u);
   index_.promote(/*only_proven=*/true);
-  EXPECT_EQ(index_.block_count(), 3u); // nothing proven yet
+  EXPECT_EQ(index_.block_count(), 3u);  // nothing proven yet
   a_.note_completed(1);
   index_.promote(/*only_proven=*/true);
-  EXPECT_EQ(index_.block_count(), 3u); // completed is not proven
+  EXPECT_EQ(index_.block_count(), 3u);  // completed is not proven
   a_.prove_completed(1);
   index_.promote(/*only_proven=*/true);
   EXPECT_EQ(index_.block_count(), 1u);
@@ -203,7 +198,7 @@ TEST_F(FreeIndex, S9_PromoteWithCompletedMergesAtTeardown) {
   index_.insert(run[1]);
   a_.note_completed(1);
   index_.promote(/*only_proven=*/false);
-  EXPECT_EQ(index_.block_count(), 2u); // b's free has not completed
+  EXPECT_EQ(index_.block_count(), 2u);  // b's free has not completed
   b_.note_completed(1);
   index_.promote(/*only_proven=*/false);
   EXPECT_EQ(index_.block_count(), 1u);
@@ -211,8 +206,8 @@ TEST_F(FreeIndex, S9_PromoteWithCompletedMergesAtTeardown) {
 }
 
 TEST_F(FreeIndex, S3_RemoveTakesASpecificBlock) {
-  block *one = make_run({256}, kBase)[0];
-  block *two = make_run({256}, kBase + 0x10000)[0];
+  block* one = make_run({256}, kBase)[0];
+  block* two = make_run({256}, kBase + 0x10000)[0];
   index_.insert(one);
   index_.insert(two);
   index_.remove(one);
@@ -223,4 +218,4 @@ TEST_F(FreeIndex, S3_RemoveTakesASpecificBlock) {
   EXPECT_EQ(index_.take_best_fit(256, &a_), nullptr);
 }
 
-} // namespace
+}  // namespace

@@ -47,7 +47,7 @@ TEST(S2_PointerTable, InsertFindRemove) {
   EXPECT_EQ(table.remove(kBase), &b);
   EXPECT_EQ(table.size(), 0u);
   EXPECT_EQ(table.find(kBase), nullptr);
-  EXPECT_EQ(table.remove(kBase), nullptr); // a second free of the same pointer misses
+  EXPECT_EQ(table.remove(kBase), nullptr);  // a second free of the same pointer misses
 }
 
 TEST(S14_PointerTable, InteriorAddressesMiss) {
@@ -67,15 +67,12 @@ TEST(S2_PointerTable, ManyEntriesSurviveGrowthAndRandomRemoval) {
   pointer_table table;
   // Dense, 256-byte aligned addresses: the hash must spread them over shards and slots.
   auto blocks = make_blocks(20000, kBase, 256);
-  for (auto &b : blocks)
-    table.insert(b.get());
+  for (auto& b : blocks) table.insert(b.get());
   ASSERT_EQ(table.size(), blocks.size());
-  for (auto &b : blocks)
-    ASSERT_EQ(table.find(b->address), b.get());
+  for (auto& b : blocks) ASSERT_EQ(table.find(b->address), b.get());
 
   std::vector<std::size_t> order(blocks.size());
-  for (std::size_t i = 0; i < order.size(); ++i)
-    order[i] = i;
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::mt19937 rng(1234);
   std::shuffle(order.begin(), order.end(), rng);
   std::vector<bool> removed(blocks.size(), false);
@@ -97,24 +94,19 @@ TEST(S2_PointerTable, ManyEntriesSurviveGrowthAndRandomRemoval) {
   }
   // Re-insert what was removed: the table accepts them again.
   for (std::size_t j = 0; j < blocks.size(); ++j) {
-    if (removed[j])
-      table.insert(blocks[j].get());
+    if (removed[j]) table.insert(blocks[j].get());
   }
   EXPECT_EQ(table.size(), blocks.size());
-  for (auto &b : blocks)
-    EXPECT_EQ(table.find(b->address), b.get());
+  for (auto& b : blocks) EXPECT_EQ(table.find(b->address), b.get());
 }
 
 TEST(S2_PointerTable, WidelySpacedAddresses) {
   pointer_table table;
   // Granule-spaced starts (2 MiB apart) stress a hash that drops only the low 8 bits.
   auto blocks = make_blocks(5000, kBase, std::size_t{2} << 20);
-  for (auto &b : blocks)
-    table.insert(b.get());
-  for (auto &b : blocks)
-    ASSERT_EQ(table.find(b->address), b.get());
-  for (auto &b : blocks)
-    ASSERT_EQ(table.remove(b->address), b.get());
+  for (auto& b : blocks) table.insert(b.get());
+  for (auto& b : blocks) ASSERT_EQ(table.find(b->address), b.get());
+  for (auto& b : blocks) ASSERT_EQ(table.remove(b->address), b.get());
   EXPECT_EQ(table.size(), 0u);
 }
 
@@ -130,22 +122,17 @@ TEST(S2_PointerTable, ConcurrentInsertFindRemoveOnDisjointAddresses) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      auto &mine = per_thread[static_cast<std::size_t>(t)];
+      auto& mine = per_thread[static_cast<std::size_t>(t)];
       for (int round = 0; round < 3; ++round) {
-        for (auto &b : mine)
-          table.insert(b.get());
-        for (auto &b : mine)
-          failures[t] += table.find(b->address) != b.get();
-        for (auto &b : mine)
-          failures[t] += table.remove(b->address) != b.get();
+        for (auto& b : mine) table.insert(b.get());
+        for (auto& b : mine) failures[t] += table.find(b->address) != b.get();
+        for (auto& b : mine) failures[t] += table.remove(b->address) != b.get();
       }
     });
   }
-  for (auto &th : threads)
-    th.join();
-  for (int t = 0; t < kThreads; ++t)
-    EXPECT_EQ(failures[t], 0) << "thread " << t;
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
   EXPECT_EQ(table.size(), 0u);
 }
 
-} // namespace
+}  // namespace

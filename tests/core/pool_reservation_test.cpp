@@ -27,14 +27,14 @@ enum class placement { right_above, right_below, apart_above, apart_below };
 
 std::uintptr_t second_base(placement where, std::uintptr_t first) {
   switch (where) {
-  case placement::right_above:
-    return first + kReservation;
-  case placement::right_below:
-    return first - kReservation;
-  case placement::apart_above:
-    return first + kReservation + 4 * kGranule;
-  case placement::apart_below:
-    return first - kReservation - 4 * kGranule;
+    case placement::right_above:
+      return first + kReservation;
+    case placement::right_below:
+      return first - kReservation;
+    case placement::apart_above:
+      return first + kReservation + 4 * kGranule;
+    case placement::apart_below:
+      return first - kReservation - 4 * kGranule;
   }
   return 0;
 }
@@ -70,10 +70,10 @@ void grow_into_a_second_reservation(placement where) {
     auto tail = p.allocate(512 * KiB, stream);
     ASSERT_TRUE(tail.ok()) << tail.error().message();
     EXPECT_EQ(memory->reserve_calls, 2u) << "the free tail of the first reservation was lost";
-    p.free(tail.value(), stream); // nothing enqueued: proven at once
+    p.free(tail.value(), stream);  // nothing enqueued: proven at once
 
     p.free(big.value(), stream);
-    p.trim_to(0); // the first reservation is now wholly unmapped; small stays
+    p.trim_to(0);  // the first reservation is now wholly unmapped; small stays
     ASSERT_EQ(memory->committed_bytes(), 1 * MiB);
 
     // 12 MiB fits neither reservation alone (8 MiB and 7 MiB free), only both together.
@@ -151,4 +151,4 @@ TEST(S9_PoolReservation, TrimmedAdjacentReservationsAreReusedOneAtATime) {
   p.free(again_b.value(), stream);
 }
 
-} // namespace
+}  // namespace

@@ -43,14 +43,14 @@ struct pool_under_test {
     the_pool = std::make_unique<pool>(config, std::make_unique<fake_pool_memory>(memory));
   }
 
-  block *allocate(std::size_t bytes, const stream_timeline &stream) {
+  block* allocate(std::size_t bytes, const stream_timeline& stream) {
     auto taken = the_pool->allocate(bytes, stream);
     EXPECT_TRUE(taken.ok()) << taken.error().message();
     return taken.ok() ? taken.value() : nullptr;
   }
   /// Frees after one operation was enqueued on stream, so the free is pending until that
   /// position is proven.
-  void free_pending(block *b, stream_timeline &stream) {
+  void free_pending(block* b, stream_timeline& stream) {
     stream.note_enqueued();
     the_pool->free(b, stream);
   }
@@ -65,17 +65,17 @@ struct pool_under_test {
 TEST(S11_Pool, SameStreamReuseReturnsTheSameBlockAtOnce) {
   pool_under_test p;
   stream_timeline a(0);
-  block *first = p.allocate(1000, a);
+  block* first = p.allocate(1000, a);
   ASSERT_NE(first, nullptr);
   const std::uintptr_t address = first->address;
-  p.free_pending(first, a); // pending: the stream has not even completed it
-  block *again = p.allocate(1000, a);
+  p.free_pending(first, a);  // pending: the stream has not even completed it
+  block* again = p.allocate(1000, a);
   EXPECT_EQ(again, first);
   EXPECT_EQ(again->address, address);
   EXPECT_EQ(again->requested_bytes, 1000u);
   // A different request of the same rounded size hits the same cache bin.
   p.free_pending(again, a);
-  block *rounded = p.allocate(1024, a);
+  block* rounded = p.allocate(1024, a);
   EXPECT_EQ(rounded->address, address);
   EXPECT_EQ(p.memory->commit_calls, 1u);
   p.the_pool->free(rounded, a);
@@ -88,26 +88,25 @@ TEST(S11_Pool, WithoutOpportunisticOtherStreamWaitsUntilTheFreeIsProven) {
   p.the_pool->set_reuse_policy(2, false);
   stream_timeline a(0);
   stream_timeline b(1);
-  block *on_a = p.allocate(kGranule, a); // fills one chunk exactly
+  block* on_a = p.allocate(kGranule, a);  // fills one chunk exactly
   const std::uintptr_t freed_address = on_a->address;
   p.free_pending(on_a, a);
   const std::uint64_t free_position = a.enqueued_position();
 
-  block *on_b = p.allocate(kGranule, b);
+  block* on_b = p.allocate(kGranule, b);
   ASSERT_NE(on_b, nullptr);
   EXPECT_NE(on_b->address, freed_address) << "b got memory whose free on a is not proven";
   EXPECT_FALSE(on_b->address < freed_address + kGranule && freed_address < on_b->end());
 
-  a.note_completed(free_position); // completed but not shown to the user: still not b's
-  block *still_not = p.allocate(kGranule, b);
+  a.note_completed(free_position);  // completed but not shown to the user: still not b's
+  block* still_not = p.allocate(kGranule, b);
   EXPECT_NE(still_not->address, freed_address);
 
   a.prove_completed(free_position);
-  block *reused = p.allocate(kGranule, b);
+  block* reused = p.allocate(kGranule, b);
   EXPECT_EQ(reused->address, freed_address) << "a proven free must serve another stream";
-  EXPECT_EQ(p.memory->commit_calls, 3u); // no fourth chunk was needed
-  for (block *x : {on_b, still_not, reused})
-    p.the_pool->free(x, b);
+  EXPECT_EQ(p.memory->commit_calls, 3u);  // no fourth chunk was needed
+  for (block* x : {on_b, still_not, reused}) p.the_pool->free(x, b);
 }
 
 // Opportunistic (on by default): a free the backend reports complete serves another stream
@@ -116,30 +115,29 @@ TEST(S11_Pool, OpportunisticReusesACompletedFree) {
   pool_under_test p;
   stream_timeline a(0);
   stream_timeline b(1);
-  block *on_a = p.allocate(kGranule, a);
+  block* on_a = p.allocate(kGranule, a);
   const std::uintptr_t freed_address = on_a->address;
   p.free_pending(on_a, a);
   const std::uint64_t free_position = a.enqueued_position();
-  block *before = p.allocate(kGranule, b);
+  block* before = p.allocate(kGranule, b);
   EXPECT_NE(before->address, freed_address) << "pending free reused without any ordering";
   a.note_completed(free_position);
-  block *reused = p.allocate(kGranule, b);
+  block* reused = p.allocate(kGranule, b);
   EXPECT_EQ(reused->address, freed_address);
-  for (block *x : {before, reused})
-    p.the_pool->free(x, b);
+  for (block* x : {before, reused}) p.the_pool->free(x, b);
 }
 
 TEST(S11_Pool, ProvenFreeInAnotherStreamsCacheIsDrainedForReuse) {
   pool_under_test p;
   stream_timeline a(0);
   stream_timeline b(1);
-  block *x = p.allocate(4 * KiB, a);
+  block* x = p.allocate(4 * KiB, a);
   const std::uintptr_t address = x->address;
-  p.free_pending(x, a); // goes to a's cache
+  p.free_pending(x, a);  // goes to a's cache
   a.prove_completed(a.enqueued_position());
   // b asks for more than the rest of the chunk: only the drained block plus the rest fit
   // without growth.
-  block *y = p.allocate(kGranule, b);
+  block* y = p.allocate(kGranule, b);
   EXPECT_EQ(y->address, address);
   EXPECT_EQ(p.memory->commit_calls, 1u);
   p.the_pool->free(y, b);
@@ -150,23 +148,23 @@ TEST(S11_Pool, ProvenFreeInAnotherStreamsCacheIsDrainedForReuse) {
 TEST(S3_Pool, GrowthCommitsInGranularityUnits) {
   pool_under_test p;
   stream_timeline a(0);
-  block *tiny = p.allocate(1, a);
+  block* tiny = p.allocate(1, a);
   ASSERT_EQ(p.memory->commits.size(), 1u);
   EXPECT_EQ(p.memory->commits[0].bytes, kGranule);
   EXPECT_EQ(tiny->address, p.memory->commits[0].address);
-  EXPECT_EQ(tiny->size_bytes, 256u); // allocation alignment, not a granule
+  EXPECT_EQ(tiny->size_bytes, 256u);  // allocation alignment, not a granule
   EXPECT_EQ(p.stats().reserved_bytes, kGranule);
 
-  block *odd = p.allocate(3 * kGranule + 1, a); // cannot use the 63.75 KiB tail alone
+  block* odd = p.allocate(3 * kGranule + 1, a);  // cannot use the 63.75 KiB tail alone
   ASSERT_NE(odd, nullptr);
-  for (const auto &c : p.memory->commits) {
+  for (const auto& c : p.memory->commits) {
     EXPECT_EQ(c.bytes % kGranule, 0u);
     EXPECT_EQ(c.address % kGranule, 0u);
   }
   EXPECT_EQ(p.stats().reserved_bytes, p.memory->committed_bytes());
   EXPECT_EQ(p.stats().reserved_bytes % kGranule, 0u);
   EXPECT_TRUE(p.memory->is_committed(odd->address, odd->size_bytes));
-  EXPECT_EQ(p.memory->reserve_calls, 1u); // one 8 MiB reservation serves both
+  EXPECT_EQ(p.memory->reserve_calls, 1u);  // one 8 MiB reservation serves both
   p.the_pool->free(tiny, a);
   p.the_pool->free(odd, a);
 }
@@ -174,12 +172,12 @@ TEST(S3_Pool, GrowthCommitsInGranularityUnits) {
 TEST(S3_Pool, TailFreeBlockIsExtendedByTheShortfallOnly) {
   pool_under_test p;
   stream_timeline a(0);
-  block *head = p.allocate(256, a); // the chunk's tail (64 KiB - 256 B) stays free
+  block* head = p.allocate(256, a);  // the chunk's tail (64 KiB - 256 B) stays free
   ASSERT_EQ(p.memory->commits.size(), 1u);
   const std::uintptr_t chunk = p.memory->commits[0].address;
   const std::size_t tail_bytes = kGranule - 256;
   // Slightly bigger than the tail: one more granule makes up the shortfall.
-  block *extended = p.allocate(tail_bytes + 4 * KiB, a);
+  block* extended = p.allocate(tail_bytes + 4 * KiB, a);
   ASSERT_NE(extended, nullptr);
   EXPECT_EQ(extended->address, chunk + 256) << "the tail block was not extended";
   ASSERT_EQ(p.memory->commits.size(), 2u);
@@ -194,11 +192,11 @@ TEST(S3_Pool, PendingTailBlockIsNotExtendedForAnotherStream) {
   pool_under_test p;
   stream_timeline a(0);
   stream_timeline b(1);
-  block *x = p.allocate(kGranule, a);
+  block* x = p.allocate(kGranule, a);
   const std::uintptr_t chunk = x->address;
   p.free_pending(x, a);
   // b may not use x's memory, so extending it would hand b unproven memory.
-  block *y = p.allocate(kGranule + 4 * KiB, b);
+  block* y = p.allocate(kGranule + 4 * KiB, b);
   ASSERT_NE(y, nullptr);
   EXPECT_FALSE(y->address < chunk + kGranule && chunk < y->end());
   p.the_pool->free(y, b);
@@ -211,9 +209,9 @@ TEST(S9_Pool, SynchronizeWithThresholdZeroReleasesOnlyProvenFreeChunks) {
   pool_under_test p;
   stream_timeline a(0);
   ASSERT_EQ(p.the_pool->release_threshold_bytes(), 0u);
-  block *kept = p.allocate(kGranule, a);  // chunk 1, stays live
-  block *freed = p.allocate(kGranule, a); // chunk 2
-  block *partial = p.allocate(256, a);    // chunk 3, partly live
+  block* kept = p.allocate(kGranule, a);   // chunk 1, stays live
+  block* freed = p.allocate(kGranule, a);  // chunk 2
+  block* partial = p.allocate(256, a);     // chunk 3, partly live
   ASSERT_EQ(p.memory->commits.size(), 3u);
   p.free_pending(freed, a);
   const std::uint64_t position = a.enqueued_position();
@@ -241,7 +239,7 @@ TEST(S9_Pool, ThresholdMaxKeepsFreeMemoryUntilTrimmed) {
   pool_under_test p;
   stream_timeline a(0);
   p.the_pool->set_release_threshold_bytes(std::numeric_limits<std::uint64_t>::max());
-  block *x = p.allocate(2 * kGranule, a);
+  block* x = p.allocate(2 * kGranule, a);
   p.free_pending(x, a);
   a.prove_completed(a.enqueued_position());
   p.the_pool->on_synchronize();
@@ -256,11 +254,9 @@ TEST(S9_Pool, ThresholdMaxKeepsFreeMemoryUntilTrimmed) {
 TEST(S9_Pool, ThresholdKeepsThatMuchReserved) {
   pool_under_test p;
   stream_timeline a(0);
-  std::vector<block *> blocks;
-  for (int i = 0; i < 4; ++i)
-    blocks.push_back(p.allocate(kGranule, a));
-  for (block *b : blocks)
-    p.the_pool->free(b, a); // nothing enqueued: proven at once
+  std::vector<block*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(p.allocate(kGranule, a));
+  for (block* b : blocks) p.the_pool->free(b, a);  // nothing enqueued: proven at once
   p.the_pool->set_release_threshold_bytes(2 * kGranule);
   p.the_pool->on_synchronize();
   EXPECT_EQ(p.stats().reserved_bytes, 2 * kGranule);
@@ -270,14 +266,12 @@ TEST(S9_Pool, ThresholdKeepsThatMuchReserved) {
 TEST(S9_Pool, TrimToKeepsAtLeastKeepBytes) {
   pool_under_test p;
   stream_timeline a(0);
-  std::vector<block *> blocks;
-  for (int i = 0; i < 4; ++i)
-    blocks.push_back(p.allocate(kGranule, a));
-  for (block *b : blocks)
-    p.the_pool->free(b, a);
+  std::vector<block*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(p.allocate(kGranule, a));
+  for (block* b : blocks) p.the_pool->free(b, a);
   ASSERT_EQ(p.stats().reserved_bytes, 4 * kGranule);
 
-  p.the_pool->trim_to(3 * kGranule); // a granule multiple: exactly one chunk goes
+  p.the_pool->trim_to(3 * kGranule);  // a granule multiple: exactly one chunk goes
   EXPECT_EQ(p.stats().reserved_bytes, 3 * kGranule);
 
   // Regression (found by this test on fba5925, src/core/pool.cpp release_locked: `reserved <=
@@ -301,11 +295,11 @@ TEST(S9_Pool, TrimToKeepsAtLeastKeepBytes) {
 TEST(S9_Pool, ReleasingAChunkInsideAFreeBlockKeepsBothSides) {
   pool_under_test p;
   stream_timeline a(0);
-  block *head = p.allocate(256, a); // chunk 1 starts with a live block
+  block* head = p.allocate(256, a);  // chunk 1 starts with a live block
   // Two tail extensions (one granule each) make chunks 2 and 3 contiguous with chunk 1.
-  block *first = p.allocate(2 * kGranule - 512, a);
-  block *second = p.allocate(kGranule, a);
-  block *tail = p.allocate(256, a); // the last 256 B of chunk 3 stay live
+  block* first = p.allocate(2 * kGranule - 512, a);
+  block* second = p.allocate(kGranule, a);
+  block* tail = p.allocate(256, a);  // the last 256 B of chunk 3 stay live
   ASSERT_EQ(p.memory->commits.size(), 3u);
   const std::uintptr_t chunk1 = p.memory->commits[0].address;
   const std::uintptr_t chunk3 = chunk1 + 2 * kGranule;
@@ -315,15 +309,15 @@ TEST(S9_Pool, ReleasingAChunkInsideAFreeBlockKeepsBothSides) {
   // to the end of chunk 3 - 256 B.
   p.the_pool->free(first, a);
   p.the_pool->free(second, a);
-  p.the_pool->trim_to(0); // only chunk 2 lies wholly inside the free run
+  p.the_pool->trim_to(0);  // only chunk 2 lies wholly inside the free run
   ASSERT_EQ(p.memory->decommits.size(), 1u);
   EXPECT_EQ(p.stats().reserved_bytes, 2 * kGranule);
   const address_diagnosis d = p.the_pool->diagnose(chunk3);
   EXPECT_EQ(d.what, address_diagnosis::kind::freed)
       << "the free memory after the released chunk lost its block";
   // Both free pieces (64 KiB - 256 B each) are usable without committing anything new.
-  block *refill_low = p.allocate(kGranule - 256, a);
-  block *refill_high = p.allocate(kGranule - 256, a);
+  block* refill_low = p.allocate(kGranule - 256, a);
+  block* refill_high = p.allocate(kGranule - 256, a);
   ASSERT_NE(refill_low, nullptr);
   ASSERT_NE(refill_high, nullptr);
   EXPECT_EQ(p.memory->commits.size(), 3u) << "had to commit memory the pool already holds";
@@ -393,8 +387,8 @@ TEST(S9_Pool, PartialDecommitHonoursTheThreshold) {
 TEST(S9_Pool, TrimToKeepsLiveMemory) {
   pool_under_test p;
   stream_timeline a(0);
-  block *live = p.allocate(kGranule, a);
-  block *freed = p.allocate(kGranule, a);
+  block* live = p.allocate(kGranule, a);
+  block* freed = p.allocate(kGranule, a);
   p.the_pool->free(freed, a);
   p.the_pool->trim_to(0);
   EXPECT_EQ(p.stats().reserved_bytes, kGranule);
@@ -405,13 +399,13 @@ TEST(S9_Pool, TrimToKeepsLiveMemory) {
 TEST(S9_Pool, ReleasedRangeIsReusedByLaterGrowth) {
   pool_under_test p;
   stream_timeline a(0);
-  block *x = p.allocate(kGranule, a);
+  block* x = p.allocate(kGranule, a);
   const std::uintptr_t address = x->address;
   p.the_pool->free(x, a);
   p.the_pool->on_synchronize();
   ASSERT_EQ(p.stats().reserved_bytes, 0u);
-  block *y = p.allocate(kGranule, a);
-  EXPECT_EQ(y->address, address); // the reservation's unmapped space is used again
+  block* y = p.allocate(kGranule, a);
+  EXPECT_EQ(y->address, address);  // the reservation's unmapped space is used again
   EXPECT_EQ(p.memory->reserve_calls, 1u);
   p.the_pool->free(y, a);
 }
@@ -421,9 +415,9 @@ TEST(S9_Pool, ReleasedRangeIsReusedByLaterGrowth) {
 TEST(S10_Pool, UsedIsTheSumOfRequestedBytes) {
   pool_under_test p;
   stream_timeline a(0);
-  block *x = p.allocate(1000, a);
-  block *y = p.allocate(3, a);
-  block *z = p.allocate(70000, a);
+  block* x = p.allocate(1000, a);
+  block* y = p.allocate(3, a);
+  block* z = p.allocate(70000, a);
   EXPECT_EQ(p.stats().used_bytes, 71003u);
   EXPECT_EQ(p.stats().used_high_bytes, 71003u);
   EXPECT_TRUE(p.the_pool->has_live_allocations());
@@ -442,17 +436,17 @@ TEST(S10_Pool, UsedIsTheSumOfRequestedBytes) {
 TEST(S10_Pool, ReservedHighWatermarkAndReset) {
   pool_under_test p;
   stream_timeline a(0);
-  block *x = p.allocate(3 * kGranule, a);
-  block *y = p.allocate(kGranule, a);
+  block* x = p.allocate(3 * kGranule, a);
+  block* y = p.allocate(kGranule, a);
   EXPECT_EQ(p.stats().reserved_bytes, 4 * kGranule);
   EXPECT_EQ(p.stats().reserved_high_bytes, 4 * kGranule);
   p.the_pool->free(x, a);
   p.the_pool->on_synchronize();
   EXPECT_EQ(p.stats().reserved_bytes, kGranule);
   EXPECT_EQ(p.stats().reserved_high_bytes, 4 * kGranule);
-  p.the_pool->reset_reserved_high(); // sets the high mark to the current figure
+  p.the_pool->reset_reserved_high();  // sets the high mark to the current figure
   EXPECT_EQ(p.stats().reserved_high_bytes, kGranule);
-  block *z = p.allocate(2 * kGranule, a);
+  block* z = p.allocate(2 * kGranule, a);
   EXPECT_EQ(p.stats().reserved_bytes, 3 * kGranule);
   EXPECT_EQ(p.stats().reserved_high_bytes, 3 * kGranule);
   p.the_pool->free(y, a);
@@ -479,17 +473,17 @@ TEST(S3_Pool, RequestAboveMaxSizeFailsWithTheSizes) {
 TEST(S3_Pool, GrowthBeyondMaxSizeFailsWithTheSizes) {
   pool_under_test p(/*max_size=*/4 * kGranule);
   stream_timeline a(0);
-  block *x = p.allocate(3 * kGranule, a);
+  block* x = p.allocate(3 * kGranule, a);
   auto taken = p.the_pool->allocate(2 * kGranule, a);
   ASSERT_FALSE(taken.ok());
   EXPECT_EQ(taken.error().code(), error_code::out_of_memory);
-  const std::string &message = taken.error().message();
+  const std::string& message = taken.error().message();
   EXPECT_NE(message.find(format_bytes(2 * kGranule)), std::string::npos) << message;
   EXPECT_NE(message.find(format_bytes(4 * kGranule)), std::string::npos) << message;
   EXPECT_NE(message.find(format_bytes(3 * kGranule)), std::string::npos) << message;
   EXPECT_EQ(p.stats().reserved_bytes, 3 * kGranule);
   // What still fits is served.
-  block *y = p.allocate(kGranule, a);
+  block* y = p.allocate(kGranule, a);
   EXPECT_NE(y, nullptr);
   p.the_pool->free(x, a);
   p.the_pool->free(y, a);
@@ -498,7 +492,7 @@ TEST(S3_Pool, GrowthBeyondMaxSizeFailsWithTheSizes) {
 TEST(S3_Pool, FailedCommitLeavesThePoolUsableAndStatsUnchanged) {
   pool_under_test p;
   stream_timeline a(0);
-  block *x = p.allocate(1000, a);
+  block* x = p.allocate(1000, a);
   const pool_statistics before = p.stats();
   const auto commits_before = p.memory->committed;
   p.memory->fail_commit_number = 2;
@@ -514,7 +508,7 @@ TEST(S3_Pool, FailedCommitLeavesThePoolUsableAndStatsUnchanged) {
   EXPECT_EQ(after.used_high_bytes, before.used_high_bytes);
   EXPECT_EQ(p.memory->committed, commits_before);
   // The next commit succeeds: the same request is served now.
-  block *y = p.allocate(2 * kGranule, a);
+  block* y = p.allocate(2 * kGranule, a);
   ASSERT_NE(y, nullptr);
   EXPECT_TRUE(p.memory->is_committed(y->address, y->size_bytes));
   EXPECT_EQ(p.stats().used_bytes, 1000 + 2 * kGranule);
@@ -533,7 +527,7 @@ TEST(S16_Pool, ReservationFailureIsAddressSpaceExhausted) {
       << taken.error().message();
   EXPECT_EQ(p.stats().reserved_bytes, 0u);
   p.memory->fail_reservations = false;
-  block *x = p.allocate(1000, a);
+  block* x = p.allocate(1000, a);
   ASSERT_NE(x, nullptr);
   p.the_pool->free(x, a);
 }
@@ -541,8 +535,8 @@ TEST(S16_Pool, ReservationFailureIsAddressSpaceExhausted) {
 TEST(S16_Pool, TightAddressSpaceFallsBackToARangeForTheRequest) {
   pool_under_test p(/*max_size=*/64 * MiB, /*reservation=*/8 * MiB);
   stream_timeline a(0);
-  p.memory->max_reservation_bytes = 1 * MiB; // the 8 MiB reservation does not fit
-  block *x = p.allocate(100 * KiB, a);
+  p.memory->max_reservation_bytes = 1 * MiB;  // the 8 MiB reservation does not fit
+  block* x = p.allocate(100 * KiB, a);
   ASSERT_NE(x, nullptr);
   EXPECT_TRUE(p.memory->is_committed(x->address, x->size_bytes));
   ASSERT_EQ(p.memory->reservations.size(), 1u);
@@ -556,16 +550,16 @@ TEST(S16_Pool, TightAddressSpaceFallsBackToARangeForTheRequest) {
 TEST(S5_Pool, ReleaseEverythingWaitsForLiveAndIncompleteFrees) {
   pool_under_test p;
   stream_timeline a(0);
-  block *x = p.allocate(1000, a);
-  block *y = p.allocate(5000, a);
-  EXPECT_FALSE(p.the_pool->try_release_everything()); // live allocations
+  block* x = p.allocate(1000, a);
+  block* y = p.allocate(5000, a);
+  EXPECT_FALSE(p.the_pool->try_release_everything());  // live allocations
   p.the_pool->free(x, a);
-  EXPECT_FALSE(p.the_pool->try_release_everything()); // y still live
+  EXPECT_FALSE(p.the_pool->try_release_everything());  // y still live
   p.free_pending(y, a);
   const std::uint64_t position = a.enqueued_position();
-  EXPECT_FALSE(p.the_pool->try_release_everything()); // y's free has not completed
+  EXPECT_FALSE(p.the_pool->try_release_everything());  // y's free has not completed
   EXPECT_EQ(p.stats().reserved_bytes, kGranule);
-  a.note_completed(position); // completed suffices at teardown; no proof needed
+  a.note_completed(position);  // completed suffices at teardown; no proof needed
   EXPECT_TRUE(p.the_pool->try_release_everything());
   EXPECT_EQ(p.stats().reserved_bytes, 0u);
   EXPECT_TRUE(p.memory->committed.empty());
@@ -578,8 +572,8 @@ TEST(S5_Pool, DestructionReturnsEveryCommitAndReservation) {
     memory = p.memory;
     stream_timeline a(0);
     stream_timeline b(1);
-    block *x = p.allocate(3 * kGranule, a);
-    block *y = p.allocate(1000, b);
+    block* x = p.allocate(3 * kGranule, a);
+    block* y = p.allocate(1000, b);
     p.the_pool->free(x, a);
     p.the_pool->free(y, b);
   }
@@ -593,8 +587,8 @@ TEST(S5_Pool, DestructionReturnsEveryCommitAndReservation) {
 TEST(S14_Pool, DiagnoseClassifiesAddresses) {
   pool_under_test p;
   stream_timeline a(0);
-  block *live = p.allocate(1000, a);
-  block *freed = p.allocate(2000, a);
+  block* live = p.allocate(1000, a);
+  block* freed = p.allocate(2000, a);
   const std::uintptr_t freed_address = freed->address;
   p.the_pool->free(freed, a);
   ASSERT_EQ(p.memory->reservations.size(), 1u);
@@ -610,7 +604,7 @@ TEST(S14_Pool, DiagnoseClassifiesAddresses) {
   EXPECT_EQ(d.what, address_diagnosis::kind::freed);
   EXPECT_EQ(d.block_address, freed_address);
 
-  d = p.the_pool->diagnose(base + reserved - 256); // reserved, never committed
+  d = p.the_pool->diagnose(base + reserved - 256);  // reserved, never committed
   EXPECT_EQ(d.what, address_diagnosis::kind::unallocated);
 
   d = p.the_pool->diagnose(base + reserved + 4096);
@@ -628,7 +622,7 @@ TEST(S14_Pool, DiagnoseClassifiesAddresses) {
 TEST(S2_Pool, FreeMakesTheBlockNoLongerLive) {
   pool_under_test p;
   stream_timeline a(0);
-  block *x = p.allocate(512, a);
+  block* x = p.allocate(512, a);
   EXPECT_EQ(x->current_state(), soma::detail::block_state::live);
   EXPECT_EQ(x->alloc_stream, &a);
   EXPECT_EQ(x->owner, p.the_pool.get());
@@ -642,18 +636,18 @@ TEST(S2_Pool, FreeMakesTheBlockNoLongerLive) {
 TEST(S3_Pool, ForgetStreamMovesItsCacheToTheIndex) {
   pool_under_test p;
   stream_timeline a(0);
-  block *x = p.allocate(kGranule, a);
+  block* x = p.allocate(kGranule, a);
   const std::uintptr_t address = x->address;
-  p.free_pending(x, a); // pending, cached on a (slot 0)
+  p.free_pending(x, a);  // pending, cached on a (slot 0)
   p.the_pool->forget_stream(a);
   // A new stream that takes a's cache slot must not pop a's pending free from that slot.
   stream_timeline successor(0);
-  block *y = p.allocate(kGranule, successor);
+  block* y = p.allocate(kGranule, successor);
   ASSERT_NE(y, nullptr);
   EXPECT_NE(y->address, address) << "a stream reusing a cache slot got an unproven free";
   // Once a's free is proven the memory serves the successor from the index.
   a.prove_completed(a.enqueued_position());
-  block *z = p.allocate(kGranule, successor);
+  block* z = p.allocate(kGranule, successor);
   EXPECT_EQ(z->address, address);
   EXPECT_EQ(p.memory->commit_calls, 2u);
   p.the_pool->free(y, successor);
@@ -664,7 +658,7 @@ TEST(S3_Pool, ForgetStreamMovesItsCacheToTheIndex) {
 // --------------------------------------------
 
 struct live_allocation {
-  block *b;
+  block* b;
   std::size_t requested;
   int stream;
 };
@@ -682,31 +676,29 @@ void run_random_model(std::uint32_t seed, int steps, bool partial_decommit = fal
   pool_under_test p(/*max_size=*/64 * MiB, /*reservation=*/4 * MiB);
   p.memory->allow_partial_decommit = partial_decommit;
   std::vector<std::unique_ptr<stream_timeline>> streams;
-  for (std::uint32_t i = 0; i < 3; ++i)
-    streams.push_back(std::make_unique<stream_timeline>(i));
+  for (std::uint32_t i = 0; i < 3; ++i) streams.push_back(std::make_unique<stream_timeline>(i));
   std::mt19937 rng(seed);
   std::vector<live_allocation> live;
-  std::vector<pending_free> pending; // frees not yet proven, for the cross-stream check
+  std::vector<pending_free> pending;  // frees not yet proven, for the cross-stream check
   const std::size_t common_sizes[] = {256, 1000, 4096, 65536, 100000};
 
   for (int step = 0; step < steps; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     const int action = static_cast<int>(rng() % 100);
     const int s = static_cast<int>(rng() % 3);
-    stream_timeline &stream = *streams[static_cast<std::size_t>(s)];
+    stream_timeline& stream = *streams[static_cast<std::size_t>(s)];
     if (action < 45) {
       std::size_t bytes = (rng() % 2 == 0) ? common_sizes[rng() % 5] : 1 + rng() % (300 * KiB);
       auto taken = p.the_pool->allocate(bytes, stream);
       if (!taken.ok()) {
         ASSERT_EQ(taken.error().code(), error_code::out_of_memory) << taken.error().message();
       } else {
-        block *b = taken.value();
+        block* b = taken.value();
         ASSERT_GE(b->size_bytes, bytes);
         ASSERT_EQ(b->address % 256, 0u);
         // Memory freed on another stream is handed out only once that free is proven.
-        for (const pending_free &f : pending) {
-          if (f.stream == s)
-            continue;
+        for (const pending_free& f : pending) {
+          if (f.stream == s) continue;
           const bool overlaps = b->address < f.end && f.address < b->end();
           ASSERT_FALSE(overlaps &&
                        streams[static_cast<std::size_t>(f.stream)]->proven_position() < f.position)
@@ -720,7 +712,7 @@ void run_random_model(std::uint32_t seed, int steps, bool partial_decommit = fal
         // frees of this memory are ordered after it, so the old pending free no longer
         // applies to the part reallocated (what remains of it still does).
         std::vector<pending_free> still_pending;
-        for (const pending_free &f : pending) {
+        for (const pending_free& f : pending) {
           const bool overlaps = b->address < f.end && f.address < b->end();
           if (f.stream != s || !overlaps) {
             still_pending.push_back(f);
@@ -728,23 +720,20 @@ void run_random_model(std::uint32_t seed, int steps, bool partial_decommit = fal
           }
           if (f.address < b->address)
             still_pending.push_back({f.address, b->address, f.stream, f.position});
-          if (b->end() < f.end)
-            still_pending.push_back({b->end(), f.end, f.stream, f.position});
+          if (b->end() < f.end) still_pending.push_back({b->end(), f.end, f.stream, f.position});
         }
         pending.swap(still_pending);
         live.push_back({b, bytes, s});
       }
     } else if (action < 85) {
-      if (live.empty())
-        continue;
+      if (live.empty()) continue;
       const std::size_t i = rng() % live.size();
       live_allocation gone = live[i];
       live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
       // Free on the allocating stream mostly, sometimes on another one.
       const int free_stream = (rng() % 4 == 0) ? static_cast<int>(rng() % 3) : gone.stream;
-      stream_timeline &fs = *streams[static_cast<std::size_t>(free_stream)];
-      if (rng() % 2 == 0)
-        fs.note_enqueued(); // some kernel used it before the free
+      stream_timeline& fs = *streams[static_cast<std::size_t>(free_stream)];
+      if (rng() % 2 == 0) fs.note_enqueued();  // some kernel used it before the free
       pending.push_back({gone.b->address, gone.b->end(), free_stream, fs.enqueued_position()});
       p.the_pool->free(gone.b, fs);
     } else if (action < 95) {
@@ -753,21 +742,20 @@ void run_random_model(std::uint32_t seed, int steps, bool partial_decommit = fal
       const std::uint64_t target = enqueued == 0 ? 0 : enqueued - rng() % 2;
       stream.note_completed(target);
       stream.prove_completed(target);
-      if (rng() % 2 == 0)
-        p.the_pool->on_synchronize();
+      if (rng() % 2 == 0) p.the_pool->on_synchronize();
     } else if (action < 98) {
       stream.note_enqueued();
     } else {
       p.the_pool->trim_to((rng() % 8) * kGranule);
     }
-    std::erase_if(pending, [&](const pending_free &f) {
+    std::erase_if(pending, [&](const pending_free& f) {
       return streams[static_cast<std::size_t>(f.stream)]->proven_position() >= f.position;
     });
 
     // Invariants after every step.
     std::vector<live_allocation> sorted = live;
     std::sort(sorted.begin(), sorted.end(),
-              [](const auto &x, const auto &y) { return x.b->address < y.b->address; });
+              [](const auto& x, const auto& y) { return x.b->address < y.b->address; });
     std::uint64_t used = 0;
     for (std::size_t i = 0; i < sorted.size(); ++i) {
       used += sorted[i].requested;
@@ -780,7 +768,7 @@ void run_random_model(std::uint32_t seed, int steps, bool partial_decommit = fal
           << "live block outside committed memory";
     }
     // Every committed granule belongs to some block, live or free (none is lost).
-    for (const auto &[address, bytes] : p.memory->committed) {
+    for (const auto& [address, bytes] : p.memory->committed) {
       for (std::uintptr_t x = address; x < address + bytes; x += kGranule) {
         ASSERT_NE(p.the_pool->diagnose(x).what, address_diagnosis::kind::unallocated)
             << "committed memory at " << std::hex << x << " has no block";
@@ -793,15 +781,13 @@ void run_random_model(std::uint32_t seed, int steps, bool partial_decommit = fal
     ASSERT_GE(stats.reserved_high_bytes, stats.reserved_bytes);
     ASSERT_GE(stats.used_high_bytes, stats.used_bytes);
     ASSERT_LE(stats.reserved_bytes, 64 * MiB);
-    if (::testing::Test::HasFatalFailure())
-      return;
+    if (::testing::Test::HasFatalFailure()) return;
   }
   // Teardown: free everything, let every stream finish, release.
-  for (const live_allocation &l : live) {
+  for (const live_allocation& l : live) {
     p.the_pool->free(l.b, *streams[static_cast<std::size_t>(l.stream)]);
   }
-  for (auto &s : streams)
-    s->note_completed(s->enqueued_position());
+  for (auto& s : streams) s->note_completed(s->enqueued_position());
   EXPECT_TRUE(p.the_pool->try_release_everything());
   EXPECT_EQ(p.stats().reserved_bytes, 0u);
   EXPECT_EQ(p.stats().used_bytes, 0u);
@@ -814,7 +800,7 @@ TEST(S3_PoolModel, RandomAllocateFreeOnThreeStreamsSeed3) { run_random_model(0xC
 TEST(S9_PoolModel, RandomWithPartialDecommitSeed4) { run_random_model(4, 4000, true); }
 TEST(S9_PoolModel, RandomWithPartialDecommitSeed5) { run_random_model(5, 4000, true); }
 
-} // namespace
+}  // namespace
 
 // ---- S9: compaction before growth -------------------------------------------------------------
 
@@ -826,15 +812,14 @@ using soma::detail::result;
 
 /// Four blocks of four granules, each followed by a live one-granule pin; the blocks freed
 /// (pending on stream a). Returns the pins.
-std::vector<block *> fragment(pool_under_test &p, stream_timeline &a) {
-  std::vector<block *> blocks;
-  std::vector<block *> pins;
+std::vector<block*> fragment(pool_under_test& p, stream_timeline& a) {
+  std::vector<block*> blocks;
+  std::vector<block*> pins;
   for (int i = 0; i < 4; ++i) {
     blocks.push_back(p.allocate(4 * kGranule, a));
     pins.push_back(p.allocate(kGranule, a));
   }
-  for (block *b : blocks)
-    p.free_pending(b, a);
+  for (block* b : blocks) p.free_pending(b, a);
   return pins;
 }
 
@@ -842,11 +827,11 @@ TEST(S9_Pool, CompactionIsAskedForInsteadOfGrowingOverFragmentedFreeMemory) {
   pool_under_test p;
   p.memory->allow_partial_decommit = true;
   stream_timeline a(0);
-  std::vector<block *> pins = fragment(p, a);
+  std::vector<block*> pins = fragment(p, a);
   p.the_pool->set_compact_before_growth(true);
   const pool_statistics before = p.stats();
   required_wait wait;
-  result<block *> refused = p.the_pool->allocate(8 * kGranule, a, &wait);
+  result<block*> refused = p.the_pool->allocate(8 * kGranule, a, &wait);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().code(), error_code::not_ready);
   EXPECT_TRUE(wait.synchronize_and_compact);
@@ -860,21 +845,20 @@ TEST(S9_Pool, CompactionIsAskedForInsteadOfGrowingOverFragmentedFreeMemory) {
   EXPECT_EQ(p.stats().reserved_bytes, 4 * kGranule) << "only the pins' granules stay";
   wait = required_wait{};
   wait.allow_compaction = false;
-  result<block *> served = p.the_pool->allocate(8 * kGranule, a, &wait);
+  result<block*> served = p.the_pool->allocate(8 * kGranule, a, &wait);
   ASSERT_TRUE(served.ok()) << served.error().message();
   EXPECT_FALSE(wait.synchronize_and_compact);
   EXPECT_EQ(p.stats().reserved_bytes, 12 * kGranule) << "pins plus the new block, no more";
   p.the_pool->free(served.value(), a);
-  for (block *pin : pins)
-    p.the_pool->free(pin, a);
+  for (block* pin : pins) p.the_pool->free(pin, a);
 }
 
 TEST(S9_Pool, WithoutCompactionOrWithoutFreeMemoryThePoolGrows) {
   pool_under_test p;
   stream_timeline a(0);
-  std::vector<block *> pins = fragment(p, a);
+  std::vector<block*> pins = fragment(p, a);
   required_wait wait;
-  result<block *> grown = p.the_pool->allocate(8 * kGranule, a, &wait);  // attribute off
+  result<block*> grown = p.the_pool->allocate(8 * kGranule, a, &wait);  // attribute off
   ASSERT_TRUE(grown.ok());
   EXPECT_FALSE(wait.synchronize_and_compact);
   p.the_pool->free(grown.value(), a);
@@ -883,12 +867,11 @@ TEST(S9_Pool, WithoutCompactionOrWithoutFreeMemoryThePoolGrows) {
   q.the_pool->set_compact_before_growth(true);
   stream_timeline b(1);
   required_wait fresh;
-  result<block *> first = q.the_pool->allocate(8 * kGranule, b, &fresh);  // nothing free
+  result<block*> first = q.the_pool->allocate(8 * kGranule, b, &fresh);  // nothing free
   ASSERT_TRUE(first.ok());
   EXPECT_FALSE(fresh.synchronize_and_compact);
   q.the_pool->free(first.value(), b);
-  for (block *pin : pins)
-    p.the_pool->free(pin, a);
+  for (block* pin : pins) p.the_pool->free(pin, a);
 }
 
-} // namespace
+}  // namespace

@@ -34,7 +34,7 @@ TEST(S11_StreamCache, PopReturnsExactSizeOnly) {
   ASSERT_TRUE(cache.push(small.get()));
   ASSERT_TRUE(cache.push(large.get()));
   EXPECT_EQ(cache.cached_bytes(), 1536u);
-  EXPECT_EQ(cache.pop(768), nullptr); // no best fit here: exact sizes only
+  EXPECT_EQ(cache.pop(768), nullptr);  // no best fit here: exact sizes only
   EXPECT_EQ(cache.pop(256), nullptr);
   EXPECT_EQ(cache.pop(1024), large.get());
   EXPECT_EQ(cache.pop(1024), nullptr);
@@ -49,8 +49,7 @@ TEST(S11_StreamCache, SameSizeIsLastInFirstOut) {
   auto a = make_block(0x10000, 256);
   auto b = make_block(0x20000, 256);
   auto c = make_block(0x30000, 256);
-  for (block *x : {a.get(), b.get(), c.get()})
-    ASSERT_TRUE(cache.push(x));
+  for (block* x : {a.get(), b.get(), c.get()}) ASSERT_TRUE(cache.push(x));
   EXPECT_EQ(cache.pop(256), c.get());
   EXPECT_EQ(cache.pop(256), b.get());
   EXPECT_EQ(cache.pop(256), a.get());
@@ -66,38 +65,36 @@ TEST(S9_StreamCache, PushBeyondCapacityIsRefused) {
   EXPECT_TRUE(cache.push(b.get()));
   EXPECT_FALSE(cache.push(c.get()));
   EXPECT_EQ(cache.cached_bytes(), 2048u);
-  EXPECT_EQ(cache.pop(256), nullptr); // the refused block was not cached
+  EXPECT_EQ(cache.pop(256), nullptr);  // the refused block was not cached
   ASSERT_EQ(cache.pop(1024), b.get());
-  EXPECT_TRUE(cache.push(c.get())); // room again
+  EXPECT_TRUE(cache.push(c.get()));  // room again
   EXPECT_EQ(cache.cached_bytes(), 1280u);
 }
 
 TEST(S9_StreamCache, DrainTakesEverything) {
   stream_cache cache;
   std::vector<std::unique_ptr<block>> blocks;
-  std::set<block *> pushed;
+  std::set<block*> pushed;
   for (std::size_t i = 0; i < 50; ++i) {
     blocks.push_back(make_block(0x100000 + i * 0x10000, 256 * (1 + i % 7)));
     ASSERT_TRUE(cache.push(blocks.back().get()));
     pushed.insert(blocks.back().get());
   }
-  std::vector<block *> out;
-  out.push_back(nullptr); // drain appends
+  std::vector<block*> out;
+  out.push_back(nullptr);  // drain appends
   cache.drain(out);
   ASSERT_EQ(out.size(), 51u);
   EXPECT_EQ(out.front(), nullptr);
-  EXPECT_EQ(std::set<block *>(out.begin() + 1, out.end()), pushed);
-  for (block *b : pushed)
-    EXPECT_EQ(b->next_in_bin, nullptr);
+  EXPECT_EQ(std::set<block*>(out.begin() + 1, out.end()), pushed);
+  for (block* b : pushed) EXPECT_EQ(b->next_in_bin, nullptr);
   EXPECT_EQ(cache.cached_bytes(), 0u);
-  for (std::size_t i = 1; i <= 7; ++i)
-    EXPECT_EQ(cache.pop(256 * i), nullptr);
+  for (std::size_t i = 1; i <= 7; ++i) EXPECT_EQ(cache.pop(256 * i), nullptr);
 }
 
 TEST(S11_StreamCache, ManyDistinctSizesSurviveBinGrowth) {
   stream_cache cache;
   std::vector<std::unique_ptr<block>> blocks;
-  constexpr std::size_t kSizes = 500; // far beyond the initial 32 bins
+  constexpr std::size_t kSizes = 500;  // far beyond the initial 32 bins
   for (std::size_t i = 1; i <= kSizes; ++i) {
     for (int copy = 0; copy < 2; ++copy) {
       blocks.push_back(make_block(0x1000000 + blocks.size() * 0x100000, 256 * i));
@@ -105,8 +102,8 @@ TEST(S11_StreamCache, ManyDistinctSizesSurviveBinGrowth) {
     }
   }
   for (std::size_t i = kSizes; i >= 1; --i) {
-    block *first = cache.pop(256 * i);
-    block *second = cache.pop(256 * i);
+    block* first = cache.pop(256 * i);
+    block* second = cache.pop(256 * i);
     ASSERT_NE(first, nullptr) << "size " << 256 * i;
     ASSERT_NE(second, nullptr) << "size " << 256 * i;
     EXPECT_EQ(first->size_bytes, 256 * i);
@@ -122,7 +119,7 @@ TEST(S11_StreamCache, ConcurrentPushPopKeepsEveryBlock) {
   constexpr int kThreads = 4;
   constexpr std::size_t kPerThread = 200;
   std::vector<std::unique_ptr<block>> storage;
-  std::vector<std::vector<block *>> held(kThreads); // a thread pushes only what it holds
+  std::vector<std::vector<block*>> held(kThreads);  // a thread pushes only what it holds
   for (int t = 0; t < kThreads; ++t) {
     for (std::size_t i = 0; i < kPerThread; ++i) {
       storage.push_back(make_block(0x1000000 + (t * kPerThread + i) * 0x10000, 256 * (1 + i % 4)));
@@ -135,14 +132,14 @@ TEST(S11_StreamCache, ConcurrentPushPopKeepsEveryBlock) {
     threads.emplace_back([&, t] {
       for (int round = 0; round < 50; ++round) {
         std::vector<std::size_t> sizes;
-        for (block *b : held[t]) {
+        for (block* b : held[t]) {
           sizes.push_back(b->size_bytes);
           cache.push(b);
         }
         held[t].clear();
         // Each pop follows this thread's own push of that size: it can never miss.
         for (std::size_t size : sizes) {
-          block *b = cache.pop(size);
+          block* b = cache.pop(size);
           if (b == nullptr || b->size_bytes != size) {
             ++misses[t];
             continue;
@@ -152,15 +149,12 @@ TEST(S11_StreamCache, ConcurrentPushPopKeepsEveryBlock) {
       }
     });
   }
-  for (auto &th : threads)
-    th.join();
-  for (int t = 0; t < kThreads; ++t)
-    EXPECT_EQ(misses[t], 0) << "thread " << t;
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(misses[t], 0) << "thread " << t;
   EXPECT_EQ(cache.cached_bytes(), 0u);
-  std::set<block *> all;
-  for (auto &h : held)
-    all.insert(h.begin(), h.end());
-  EXPECT_EQ(all.size(), storage.size()); // no block lost or handed out twice
+  std::set<block*> all;
+  for (auto& h : held) all.insert(h.begin(), h.end());
+  EXPECT_EQ(all.size(), storage.size());  // no block lost or handed out twice
 }
 
-} // namespace
+}  // namespace

@@ -35,9 +35,9 @@ soma::pool make_pool(std::uint64_t release_threshold_bytes = 0, std::string name
 }
 
 somaError_t g_skipped_task_ran = somaSuccess;
-void mark_ran(void *) { g_skipped_task_ran = somaErrorUnknown; }
+void mark_ran(void*) { g_skipped_task_ran = somaErrorUnknown; }
 
-} // namespace
+}  // namespace
 
 // ---- S1: allocation --------------------------------------------------------------------------
 
@@ -63,7 +63,7 @@ TEST(S1_CxxApi, MovedStreamAndEventKeepWorking) {
   const somaStream_t handle = first.handle();
   soma::stream second(std::move(first));
   EXPECT_EQ(second.handle(), handle);
-  EXPECT_EQ(first.handle(), nullptr); // NOLINT: moved-from state is specified
+  EXPECT_EQ(first.handle(), nullptr);  // NOLINT: moved-from state is specified
   soma::stream third;
   third = std::move(second);
   EXPECT_EQ(third.handle(), handle);
@@ -76,7 +76,7 @@ TEST(S1_CxxApi, MovedStreamAndEventKeepWorking) {
   soma::event moved(std::move(e));
   moved.record(third);
   moved.synchronize();
-  EXPECT_EQ(e.handle(), nullptr); // NOLINT
+  EXPECT_EQ(e.handle(), nullptr);  // NOLINT
 
   auto maybe = soma::stream::try_create();
   ASSERT_TRUE(maybe.has_value());
@@ -89,7 +89,7 @@ TEST(S1_CxxApi, HugeAllocationThrowsSomaBadAllocWithCodeAndMessage) {
   try {
     (void)soma::malloc_async(huge, s);
     FAIL() << "a 1 PiB allocation succeeded";
-  } catch (const soma::bad_alloc &e) {
+  } catch (const soma::bad_alloc& e) {
     EXPECT_EQ(e.code(), somaErrorMemoryAllocation);
     EXPECT_NE(std::string(e.what()).find("somaErrorMemoryAllocation"), std::string::npos)
         << e.what();
@@ -118,7 +118,7 @@ TEST(S1_CxxApi, MemoryResourceRoundTrip) {
   soma::memory_resource resource(p);
   soma::stream s;
   constexpr std::size_t bytes = 4096;
-  void *ptr = resource.allocate(s, bytes);
+  void* ptr = resource.allocate(s, bytes);
   ASSERT_NE(ptr, nullptr);
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(ptr) % soma::memory_resource::default_alignment, 0u);
 
@@ -143,7 +143,7 @@ TEST(S1_CxxApi, MemoryResourceRoundTrip) {
   EXPECT_EQ(soma::pointer_attributes(ptr).isLiveAllocation, 0);
 
   // Synchronous forms: usable by any stream at return.
-  void *sync_ptr = resource.allocate_sync(bytes, 128);
+  void* sync_ptr = resource.allocate_sync(bytes, 128);
   ASSERT_NE(sync_ptr, nullptr);
   EXPECT_EQ(p.used_bytes(), bytes);
   resource.deallocate_sync(sync_ptr, bytes, 128);
@@ -203,7 +203,7 @@ TEST(S1_CxxApi, MemoryResourceRejectsAlignmentItCannotGive) {
   try {
     (void)resource.allocate(s, 64, 512);
     FAIL() << "alignment 512 accepted";
-  } catch (const soma::error &e) {
+  } catch (const soma::error& e) {
     EXPECT_EQ(e.code(), somaErrorInvalidValue);
   }
   EXPECT_THROW((void)resource.allocate(s, 64, 3), soma::error);
@@ -215,22 +215,22 @@ TEST(S1_CxxApi, MemoryResourceRejectsAlignmentItCannotGive) {
 
 TEST(S2_CxxApi, DoubleFreeThroughCAndCxxThrowsInvalidValue) {
   soma::stream s;
-  void *ptr = soma::malloc_async(1024, s);
+  void* ptr = soma::malloc_async(1024, s);
   ASSERT_NE(ptr, nullptr);
-  ASSERT_EQ(somaFreeAsync(ptr, s.handle()), somaSuccess); // the raw C call frees it
+  ASSERT_EQ(somaFreeAsync(ptr, s.handle()), somaSuccess);  // the raw C call frees it
   try {
     soma::free_async(ptr, s);
     FAIL() << "second free accepted";
-  } catch (const soma::bad_alloc &e) {
+  } catch (const soma::bad_alloc& e) {
     FAIL() << "double free reported as out of memory: " << e.what();
-  } catch (const soma::error &e) {
+  } catch (const soma::error& e) {
     EXPECT_EQ(e.code(), somaErrorInvalidValue);
     EXPECT_STREQ(e.name(), "somaErrorInvalidValue");
     EXPECT_GT(std::strlen(e.detail()), 0u) << "the message should say what was freed twice";
   }
   // check() on the raw C result throws the same way.
   EXPECT_THROW(soma::check(somaFreeAsync(ptr, s.handle())), soma::error);
-  s.synchronize(); // a bad free is not an asynchronous error: the stream stays healthy
+  s.synchronize();  // a bad free is not an asynchronous error: the stream stays healthy
 }
 
 TEST(S2_CxxApi, UniqueAsyncPtrFreesOnItsStream) {
@@ -250,11 +250,11 @@ TEST(S2_CxxApi, UniqueAsyncPtrFreesOnItsStream) {
 
   // Move transfers ownership: one free only.
   auto a = soma::make_unique_async<char>(256, s, p);
-  char *raw = a.get();
+  char* raw = a.get();
   soma::unique_async_ptr<char> b(std::move(a));
-  EXPECT_FALSE(a); // NOLINT
+  EXPECT_FALSE(a);  // NOLINT
   EXPECT_EQ(b.get(), raw);
-  b = soma::make_unique_async<char>(512, s, p); // frees the first
+  b = soma::make_unique_async<char>(512, s, p);  // frees the first
   s.synchronize();
   EXPECT_EQ(p.used_bytes(), 512u);
   EXPECT_EQ(soma::pointer_attributes(raw).isLiveAllocation, 0);
@@ -271,7 +271,7 @@ TEST(S2_CxxApi, UniqueAsyncPtrFreesOnItsStream) {
 
   // release() hands the pointer back: the owner no longer frees.
   auto c = soma::make_unique_async<char>(64, s, p);
-  char *released = c.release();
+  char* released = c.release();
   c.reset();
   s.synchronize();
   EXPECT_EQ(p.used_bytes(), 64u);
@@ -283,7 +283,7 @@ TEST(S2_CxxApi, UniqueAsyncPtrFreesOnItsStream) {
 // ---- S4, S5: pools -----------------------------------------------------------------------
 
 TEST(S4_CxxApi, DefaultPoolViewDoesNotDestroyAndCurrentPoolFollowsMakeCurrent) {
-  const somaMemPool_t default_handle = soma::pool::default_for(0).handle(); // view dies here
+  const somaMemPool_t default_handle = soma::pool::default_for(0).handle();  // view dies here
   EXPECT_NE(default_handle, nullptr);
   EXPECT_EQ(soma::device(0).default_pool().handle(), default_handle);
   EXPECT_FALSE(soma::pool::default_for(0).is_owning());
@@ -293,14 +293,14 @@ TEST(S4_CxxApi, DefaultPoolViewDoesNotDestroyAndCurrentPoolFollowsMakeCurrent) {
     soma::pool p = make_pool();
     p.make_current();
     EXPECT_EQ(soma::pool::current_for(0).handle(), p.handle());
-    void *ptr = soma::malloc_async(100, s);
+    void* ptr = soma::malloc_async(100, s);
     EXPECT_EQ(soma::pointer_attributes(ptr).pool, p.handle());
     soma::free_async(ptr, s);
     s.synchronize();
     soma::pool::default_for(0).make_current();
   }
   EXPECT_EQ(soma::pool::current_for(0).handle(), default_handle);
-  void *ptr = soma::malloc_async(100, s); // the default pool still works
+  void* ptr = soma::malloc_async(100, s);  // the default pool still works
   EXPECT_EQ(soma::pointer_attributes(ptr).pool, default_handle);
   soma::free_async(ptr, s);
   s.synchronize();
@@ -322,7 +322,7 @@ TEST(S5_CxxApi, PoolOptionsBecomeAttributes) {
   p.set_reuse_allow_opportunistic(true);
 
   soma::pool moved(std::move(p));
-  EXPECT_FALSE(p.is_owning()); // NOLINT
+  EXPECT_FALSE(p.is_owning());  // NOLINT
   EXPECT_EQ(moved.release_threshold(), UINT64_MAX);
 }
 
@@ -332,8 +332,8 @@ TEST(S5_CxxApi, BadPoolOptionsThrowOrGiveNothing) {
   try {
     soma::pool p(options);
     FAIL() << "a pool on device 1000 was created";
-  } catch (const soma::error &e) {
-    EXPECT_EQ(e.code(), somaErrorInvalidValue); // as CUDA, for a nonexistent device id
+  } catch (const soma::error& e) {
+    EXPECT_EQ(e.code(), somaErrorInvalidValue);  // as CUDA, for a nonexistent device id
   }
   EXPECT_FALSE(soma::pool::try_create(options).has_value());
   options.device = 0;
@@ -345,9 +345,9 @@ TEST(S5_CxxApi, BadPoolOptionsThrowOrGiveNothing) {
 TEST(S5_CxxApi, DestroyingPoolWithLiveAllocationDefersRelease) {
   soma::stream s;
   auto p = std::make_unique<soma::pool>(make_pool());
-  void *ptr = soma::malloc_async(4096, *p, s);
-  p.reset();                // returns at once (S5)
-  soma::free_async(ptr, s); // the live allocation can still be freed
+  void* ptr = soma::malloc_async(4096, *p, s);
+  p.reset();                 // returns at once (S5)
+  soma::free_async(ptr, s);  // the live allocation can still be freed
   s.synchronize();
 }
 
@@ -373,7 +373,7 @@ TEST(S8_CxxApi, DeviceQueriesMatchConfiguration) {
   try {
     (void)soma::device(1000).attribute(somaDevAttrMemoryPoolsSupported);
     FAIL() << "device 1000 answered";
-  } catch (const soma::error &e) {
+  } catch (const soma::error& e) {
     EXPECT_EQ(e.code(), somaErrorInvalidDevice);
   }
   EXPECT_EQ(soma::device::current().ordinal(), 0);
@@ -402,8 +402,8 @@ TEST(S9_CxxApi, ThresholdDecidesWhatSynchronizeReleasesAndTrimReleasesTheRest) {
 TEST(S10_CxxApi, StatisticsAndHighWatermarks) {
   soma::stream s;
   soma::pool p = make_pool(UINT64_MAX);
-  void *a = soma::malloc_async(3 * kMiB, p, s);
-  void *b = soma::malloc_async(1000, p, s);
+  void* a = soma::malloc_async(3 * kMiB, p, s);
+  void* b = soma::malloc_async(1000, p, s);
   EXPECT_EQ(p.used_bytes(), 3 * kMiB + 1000);
   EXPECT_GE(p.reserved_bytes(), p.used_bytes());
   EXPECT_EQ(p.reserved_bytes() % soma::device(0).granularity_bytes(), 0u);
@@ -431,7 +431,7 @@ TEST(Errors_CxxApi, ThrowingHostTaskBecomesStickyStreamError) {
   try {
     s.synchronize();
     FAIL() << "synchronize did not report the failed task";
-  } catch (const soma::error &e) {
+  } catch (const soma::error& e) {
     EXPECT_EQ(e.code(), somaErrorLaunchFailure) << e.what();
   }
   EXPECT_EQ(g_skipped_task_ran, somaSuccess) << "work after the failure ran";
@@ -442,13 +442,13 @@ TEST(Errors_CxxApi, ThrowingHostTaskBecomesStickyStreamError) {
   try {
     s.launch([&ran] { ran = 1; });
     FAIL() << "launch on a failed stream succeeded";
-  } catch (const soma::error &e) {
+  } catch (const soma::error& e) {
     EXPECT_EQ(e.code(), somaErrorLaunchFailure);
   }
   EXPECT_EQ(s.try_launch([&ran] { ran = 1; }), somaErrorLaunchFailure);
   EXPECT_EQ(ran, 0);
   // Allocation and free still work, so memory can be given back.
-  void *ptr = soma::malloc_async(128, s);
+  void* ptr = soma::malloc_async(128, s);
   EXPECT_NE(ptr, nullptr);
   soma::free_async(ptr, s);
 
@@ -477,7 +477,7 @@ TEST(Errors_CxxApi, TaskStatusesAndSomaExceptionsAlsoFailTheStream) {
   bool record_failed = false;
   try {
     recorded_after_failure.record(s);
-  } catch (const soma::error &e) {
+  } catch (const soma::error& e) {
     EXPECT_EQ(e.code(), somaErrorLaunchFailure);
     record_failed = true;
   }

@@ -64,14 +64,22 @@ struct operation {
 inline std::size_t decode_size(std::uint16_t raw) {
   const std::size_t value = raw & 0x1fffu;
   switch (raw >> 13) {
-    case 0: return value % 64;  // includes 0: somaMallocAsync gives NULL
-    case 1: return 1 + value % 256;
-    case 2: return 1 + value % 4096;
-    case 3: return 1 + (value * 8) % (64 * KiB);
-    case 4: return 1 + (value * 32) % (256 * KiB);
-    case 5: return (1 + value % 64) * kGranularityBytes;
-    case 6: return 1 + (value * 128) % kDeviceMemoryBytes;
-    default: return kDeviceMemoryBytes / 2 + value * 128;  // up to a device and past it
+    case 0:
+      return value % 64;  // includes 0: somaMallocAsync gives NULL
+    case 1:
+      return 1 + value % 256;
+    case 2:
+      return 1 + value % 4096;
+    case 3:
+      return 1 + (value * 8) % (64 * KiB);
+    case 4:
+      return 1 + (value * 32) % (256 * KiB);
+    case 5:
+      return (1 + value % 64) * kGranularityBytes;
+    case 6:
+      return 1 + (value * 128) % kDeviceMemoryBytes;
+    default:
+      return kDeviceMemoryBytes / 2 + value * 128;  // up to a device and past it
   }
 }
 

@@ -41,41 +41,70 @@ session::session() {
 
 void session::apply(const operation& op) {
   switch (op.code) {
-    case op_code::stream_create: return stream_create(op);
-    case op_code::stream_destroy: return stream_destroy(op);
-    case op_code::stream_synchronize: return stream_synchronize(op);
-    case op_code::stream_query: return stream_query(op);
-    case op_code::event_create: return event_create(op);
-    case op_code::event_record: return event_record(op);
-    case op_code::stream_wait_event: return stream_wait_event(op);
-    case op_code::event_query: return event_query(op);
-    case op_code::event_synchronize: return event_synchronize(op);
-    case op_code::event_destroy: return event_destroy(op);
-    case op_code::malloc_async: return malloc_async(op, false);
-    case op_code::malloc_from_pool: return malloc_async(op, true);
+    case op_code::stream_create:
+      return stream_create(op);
+    case op_code::stream_destroy:
+      return stream_destroy(op);
+    case op_code::stream_synchronize:
+      return stream_synchronize(op);
+    case op_code::stream_query:
+      return stream_query(op);
+    case op_code::event_create:
+      return event_create(op);
+    case op_code::event_record:
+      return event_record(op);
+    case op_code::stream_wait_event:
+      return stream_wait_event(op);
+    case op_code::event_query:
+      return event_query(op);
+    case op_code::event_synchronize:
+      return event_synchronize(op);
+    case op_code::event_destroy:
+      return event_destroy(op);
+    case op_code::malloc_async:
+      return malloc_async(op, false);
+    case op_code::malloc_from_pool:
+      return malloc_async(op, true);
     case op_code::free_same_stream:
       if (state_.live.empty()) return;
       return free_allocation(op.a % state_.live.size(), -1);
     case op_code::free_other_stream:
       if (state_.live.empty()) return;
       return free_allocation(op.a % state_.live.size(), state_.pick_stream(op.b));
-    case op_code::memset: return memset(op);
-    case op_code::copy: return copy(op);
-    case op_code::check_in_stream: return check_in_stream(op);
-    case op_code::pool_create: return pool_create(op);
-    case op_code::pool_destroy: return pool_destroy(op);
-    case op_code::set_reuse_policy: return set_reuse_policy(op);
-    case op_code::set_release_threshold: return set_release_threshold(op);
-    case op_code::set_compaction: return set_compaction(op);
-    case op_code::trim_to: return trim_to(op);
-    case op_code::reset_high: return reset_high(op);
-    case op_code::set_current_pool: return set_current_pool(op);
-    case op_code::set_access: return set_access(op);
-    case op_code::device_synchronize: return device_synchronize(op.a % kDeviceCount);
-    case op_code::synchronize_all: return synchronize_all();
-    case op_code::pointer_attributes: return pointer_attributes(op);
-    case op_code::bad_call: return bad_call(op);
-    case op_code::count: break;
+    case op_code::memset:
+      return memset(op);
+    case op_code::copy:
+      return copy(op);
+    case op_code::check_in_stream:
+      return check_in_stream(op);
+    case op_code::pool_create:
+      return pool_create(op);
+    case op_code::pool_destroy:
+      return pool_destroy(op);
+    case op_code::set_reuse_policy:
+      return set_reuse_policy(op);
+    case op_code::set_release_threshold:
+      return set_release_threshold(op);
+    case op_code::set_compaction:
+      return set_compaction(op);
+    case op_code::trim_to:
+      return trim_to(op);
+    case op_code::reset_high:
+      return reset_high(op);
+    case op_code::set_current_pool:
+      return set_current_pool(op);
+    case op_code::set_access:
+      return set_access(op);
+    case op_code::device_synchronize:
+      return device_synchronize(op.a % kDeviceCount);
+    case op_code::synchronize_all:
+      return synchronize_all();
+    case op_code::pointer_attributes:
+      return pointer_attributes(op);
+    case op_code::bad_call:
+      return bad_call(op);
+    case op_code::count:
+      break;
   }
 }
 

@@ -62,7 +62,8 @@ void thread_worker::apply(const operation& op) {
     case 3:
       if (!live_.empty()) free_allocation(op.a % live_.size(), pick_stream(op.b));
       return;
-    case 4: return memset(op);
+    case 4:
+      return memset(op);
     case 5:
       if (!live_.empty()) {
         const allocation& entry = live_[op.a % live_.size()];
@@ -74,7 +75,8 @@ void thread_worker::apply(const operation& op) {
       FUZZ_OK(somaStreamSynchronize(use(stream(s))));
       return verify_owned_on(-1, s);
     }
-    case 7: return replace_stream(op);
+    case 7:
+      return replace_stream(op);
     case 8:  // events cross threads: one records, others wait
       FUZZ_OK(somaEventRecord(shared_.event(op.a % kSharedEvents), use(stream(pick_stream(op.b)))));
       return;
@@ -98,7 +100,8 @@ void thread_worker::apply(const operation& op) {
       if (status == somaSuccess) verify_owned_on(-1, s);
       return;
     }
-    case 12: return with_pool(op.a, [&](const pool_view& pool) { pool_setting(pool, op); });
+    case 12:
+      return with_pool(op.a, [&](const pool_view& pool) { pool_setting(pool, op); });
     case 13:
       return with_pool(
           op.a, [&](const pool_view& pool) { FUZZ_OK(somaMemPoolTrimTo(pool.handle, op.size)); });
@@ -119,7 +122,8 @@ void thread_worker::apply(const operation& op) {
                               op.raw % entry.size);
       }
       return;
-    case 17: return with_pool(op.a, [&](const pool_view& pool) { check_pool_figures(pool); });
+    case 17:
+      return with_pool(op.a, [&](const pool_view& pool) { check_pool_figures(pool); });
     default: {
       const int device = op.a % kDeviceCount;
       FUZZ_OK(somaSetDevice(device));

@@ -28,7 +28,8 @@ std::uint64_t graph_attr(somaGraphMemAttributeType attr) {
 // and freed before the next is made, the last one's words copied to out (pinned, may be null).
 somaGraph_t capture_chain(somaStream_t stream, int count, std::size_t bytes, std::uint64_t spin_ns,
                           std::uint32_t* out, std::uint32_t seed) {
-  EXPECT_EQ(somaStreamBeginCapture(stream, somaStreamCaptureModeGlobal), somaSuccess) << last_message();
+  EXPECT_EQ(somaStreamBeginCapture(stream, somaStreamCaptureModeGlobal), somaSuccess)
+      << last_message();
   const std::size_t words = bytes / 4;
   for (int i = 0; i < count; ++i) {
     void* p = nullptr;
@@ -37,7 +38,8 @@ somaGraph_t capture_chain(somaStream_t stream, int count, std::size_t bytes, std
         static_cast<std::uint32_t*>(p), words, seed + static_cast<std::uint32_t>(i), spin_ns);
     EXPECT_EQ(cudaGetLastError(), cudaSuccess);
     if (out != nullptr && i == count - 1)
-      EXPECT_EQ(somaMemcpyAsync(out, p, bytes, somaMemcpyDeviceToHost, stream), somaSuccess) << last_message();
+      EXPECT_EQ(somaMemcpyAsync(out, p, bytes, somaMemcpyDeviceToHost, stream), somaSuccess)
+          << last_message();
     EXPECT_EQ(somaFreeAsync(p, stream), somaSuccess) << last_message();
   }
   somaGraph_t graph = nullptr;
@@ -108,9 +110,10 @@ TEST_F(S15_GpuGraphs, GraphsOnOneStreamSharePhysicalMemoryOnTwoStreamsTheyDoNot)
 
   std::uint64_t zero = 0;
   SOMA_ASSERT_OK(somaDeviceSetGraphMemAttribute(0, somaGraphMemAttrReservedMemHigh, &zero));
-  SOMA_ASSERT_OK(somaGraphLaunch(eb, first));   // slow: still running when a starts
+  SOMA_ASSERT_OK(somaGraphLaunch(eb, first));  // slow: still running when a starts
   SOMA_ASSERT_OK(somaGraphLaunch(ea, second));
-  EXPECT_GE(graph_attr(somaGraphMemAttrReservedMemCurrent), 2 * bytes) << "two streams at once: apart";
+  EXPECT_GE(graph_attr(somaGraphMemAttrReservedMemCurrent), 2 * bytes)
+      << "two streams at once: apart";
   SOMA_ASSERT_OK(somaStreamSynchronize(first));
   SOMA_ASSERT_OK(somaStreamSynchronize(second));
 
@@ -154,11 +157,12 @@ TEST_F(S15_GpuGraphs, CapturedGraphEqualsTheSameGraphBuiltExplicitly) {
   CUDA_ASSERT_OK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
   cudaGraph_t child = nullptr;
   CUDA_ASSERT_OK(cudaStreamBeginCapture(side, cudaStreamCaptureModeRelaxed));
-  fill_pattern_kernel<<<grid_for(words), 256, 0, side>>>(static_cast<std::uint32_t*>(ap.dptr), words, 99, 0);
+  fill_pattern_kernel<<<grid_for(words), 256, 0, side>>>(static_cast<std::uint32_t*>(ap.dptr),
+                                                         words, 99, 0);
   CUDA_ASSERT_OK(cudaStreamEndCapture(side, &child));
   SOMA_ASSERT_OK(somaGraphAddNativeChildGraphNode(&kernel, built, &alloc, 1, child));
-  SOMA_ASSERT_OK(somaGraphAddMemcpyNode1D(&copy, built, &kernel, 1, explicit_out.get(), ap.dptr, bytes,
-                                          somaMemcpyDeviceToHost));
+  SOMA_ASSERT_OK(somaGraphAddMemcpyNode1D(&copy, built, &kernel, 1, explicit_out.get(), ap.dptr,
+                                          bytes, somaMemcpyDeviceToHost));
   SOMA_ASSERT_OK(somaGraphAddMemFreeNode(&release, built, &copy, 1, ap.dptr));
 
   for (somaGraph_t g : {captured, built}) {
@@ -186,7 +190,8 @@ TEST_F(S15_GpuGraphs, UnfreedAllocationIsUsableAfterTheLaunchAndNotShared) {
   SOMA_ASSERT_OK(somaStreamBeginCapture(stream, somaStreamCaptureModeGlobal));
   void* kept = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&kept, bytes, stream));
-  fill_pattern_kernel<<<grid_for(words), 256, 0, native_stream(stream)>>>(static_cast<std::uint32_t*>(kept), words, 5, 0);
+  fill_pattern_kernel<<<grid_for(words), 256, 0, native_stream(stream)>>>(
+      static_cast<std::uint32_t*>(kept), words, 5, 0);
   somaGraph_t a = nullptr;
   SOMA_ASSERT_OK(somaStreamEndCapture(stream, &a));
   somaGraph_t b = capture_chain(stream, 1, bytes, 0, nullptr, 6);

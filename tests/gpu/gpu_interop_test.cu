@@ -20,7 +20,7 @@ using namespace soma_gpu_test;
 class S1_S2_GpuNativeStream : public gpu_test {};
 class S13_GpuCopies : public gpu_test {};
 
-constexpr std::uint64_t kSlowKernelNs = 30'000'000; // 30 ms
+constexpr std::uint64_t kSlowKernelNs = 30'000'000;  // 30 ms
 
 TEST_F(S1_S2_GpuNativeStream, StreamOverACudaStreamAllocatesFreesAndRunsHostFunctions) {
   cudaStream_t native = nullptr;
@@ -28,31 +28,31 @@ TEST_F(S1_S2_GpuNativeStream, StreamOverACudaStreamAllocatesFreesAndRunsHostFunc
   somaStream_t stream = nullptr;
   SOMA_ASSERT_OK(somaStreamCreateFromNative(&stream, native, 0));
   ASSERT_NE(stream, nullptr);
-  void *back = nullptr;
+  void* back = nullptr;
   SOMA_ASSERT_OK(somaStreamGetNative(stream, &back));
-  EXPECT_EQ(back, static_cast<void *>(native)) << "somaStreamGetNative gives the adopted stream";
+  EXPECT_EQ(back, static_cast<void*>(native)) << "somaStreamGetNative gives the adopted stream";
   int device = -1;
   SOMA_ASSERT_OK(somaStreamGetDevice(stream, &device));
   EXPECT_EQ(device, 0);
 
   constexpr std::size_t words = 1 * MiB;
-  void *pointer = nullptr;
+  void* pointer = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&pointer, words * 4, stream));
   // Work the application enqueues on its own stream, slow so that ordering matters.
   fill_pattern_kernel<<<grid_for(words, kSlowKernelNs), 256, 0, native>>>(
-      static_cast<std::uint32_t *>(pointer), words, 0xcafe, kSlowKernelNs);
+      static_cast<std::uint32_t*>(pointer), words, 0xcafe, kSlowKernelNs);
   CUDA_ASSERT_LAUNCHED();
   pinned_host<int> flag;
   spin_then_store_kernel<<<1, 1, 0, native>>>(flag.get(), 5, 0);
   CUDA_ASSERT_LAUNCHED();
   struct seen_t {
-    volatile int *flag;
+    volatile int* flag;
     int value = -1;
   } seen{flag.get()};
   SOMA_ASSERT_OK(somaLaunchHostFunc(
       stream,
-      [](void *data) {
-        auto *state = static_cast<seen_t *>(data);
+      [](void* data) {
+        auto* state = static_cast<seen_t*>(data);
         state->value = *state->flag;
       },
       &seen));
@@ -60,7 +60,7 @@ TEST_F(S1_S2_GpuNativeStream, StreamOverACudaStreamAllocatesFreesAndRunsHostFunc
   SOMA_ASSERT_OK(somaMemcpyAsync(host.data(), pointer, words * 4, somaMemcpyDeviceToHost, stream));
   SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
   // Same-stream reuse on an adopted stream, before anything synchronizes.
-  void *again = nullptr;
+  void* again = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&again, words * 4, stream));
   EXPECT_EQ(again, pointer);
   SOMA_ASSERT_OK(somaMemsetAsync(again, 0, words * 4, stream));
@@ -100,13 +100,13 @@ TEST_F(S1_S2_GpuNativeStream, EventsOrderAnAdoptedStreamAndASomaStream) {
     unique_stream own;
     unique_event written;
     constexpr std::size_t words = 2 * MiB;
-    void *pointer = nullptr;
+    void* pointer = nullptr;
     SOMA_ASSERT_OK(somaMallocAsync(&pointer, words * 4, adopted));
     fill(adopted, pointer, words, 0x77, kSlowKernelNs);
     CUDA_ASSERT_LAUNCHED();
     SOMA_ASSERT_OK(somaEventRecord(written, adopted));
     SOMA_ASSERT_OK(somaStreamWaitEvent(own, written, 0));
-    void *counter = new_counter(own);
+    void* counter = new_counter(own);
     check(own, pointer, words, 0x77, counter);
     CUDA_ASSERT_LAUNCHED();
     SOMA_ASSERT_OK(somaFreeAsync(pointer, own));
@@ -119,29 +119,28 @@ TEST_F(S1_S2_GpuNativeStream, EventsOrderAnAdoptedStreamAndASomaStream) {
 
 TEST_F(S13_GpuCopies, MemsetAndMemcpyRoundTripThroughPoolMemory) {
   unique_stream stream;
-  constexpr std::size_t size = 4 * MiB + 3; // not a multiple of anything
-  void *first = nullptr;
-  void *second = nullptr;
+  constexpr std::size_t size = 4 * MiB + 3;  // not a multiple of anything
+  void* first = nullptr;
+  void* second = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&first, size, stream));
   SOMA_ASSERT_OK(somaMallocAsync(&second, size, stream));
 
   // memset, checked on the device by a kernel.
   SOMA_ASSERT_OK(somaMemsetAsync(first, 0xab, size, stream));
-  void *counter = new_counter(stream);
+  void* counter = new_counter(stream);
   check_bytes_kernel<<<grid_for(size), 256, 0, stream.native()>>>(
-      static_cast<const unsigned char *>(first), size, 0xab,
-      static_cast<unsigned long long *>(counter));
+      static_cast<const unsigned char*>(first), size, 0xab,
+      static_cast<unsigned long long*>(counter));
   CUDA_ASSERT_LAUNCHED();
   EXPECT_EQ(read_and_free_counter(stream, counter), 0u) << "somaMemsetAsync on device memory";
 
   // host -> device (explicit kind), device -> device (somaMemcpyDefault), device -> host.
   std::vector<unsigned char> source(size);
-  for (std::size_t i = 0; i < size; ++i)
-    source[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (std::size_t i = 0; i < size; ++i) source[i] = static_cast<unsigned char>(i * 131 + 7);
   SOMA_ASSERT_OK(somaMemcpyAsync(first, source.data(), size, somaMemcpyHostToDevice, stream));
   SOMA_ASSERT_OK(somaMemcpyAsync(second, first, size, somaMemcpyDefault, stream));
   // A memset of an odd range in the middle, at an odd offset.
-  auto *middle = static_cast<unsigned char *>(second) + 1000001;
+  auto* middle = static_cast<unsigned char*>(second) + 1000001;
   SOMA_ASSERT_OK(somaMemsetAsync(middle, 0x5c, 4097, stream));
   std::vector<unsigned char> result(size, 0);
   SOMA_ASSERT_OK(somaMemcpyAsync(result.data(), second, size, somaMemcpyDeviceToHost, stream));
@@ -153,8 +152,7 @@ TEST_F(S13_GpuCopies, MemsetAndMemcpyRoundTripThroughPoolMemory) {
     const unsigned char expected = in_memset ? 0x5c : source[i];
     if (result[i] != expected) {
       ++wrong;
-      if (first_wrong == size)
-        first_wrong = i;
+      if (first_wrong == size) first_wrong = i;
     }
   }
   EXPECT_EQ(wrong, 0u) << "first wrong byte at " << first_wrong;
@@ -168,8 +166,8 @@ TEST_F(S13_GpuCopies, MemsetAndMemcpyRoundTripThroughPoolMemory) {
   SOMA_ASSERT_OK(somaMemcpyAsync(first, pinned.get(), size, somaMemcpyDefault, stream));
   counter = new_counter(stream);
   check_bytes_kernel<<<grid_for(size), 256, 0, stream.native()>>>(
-      static_cast<const unsigned char *>(first), size, 0x3e,
-      static_cast<unsigned long long *>(counter));
+      static_cast<const unsigned char*>(first), size, 0x3e,
+      static_cast<unsigned long long*>(counter));
   CUDA_ASSERT_LAUNCHED();
   EXPECT_EQ(read_and_free_counter(stream, counter), 0u);
 
@@ -184,7 +182,7 @@ TEST_F(S13_GpuCopies, CopyBetweenStreamsFollowsTheEvent) {
   unique_stream b;
   unique_event written;
   constexpr std::size_t words = 1 * MiB;
-  void *pointer = nullptr;
+  void* pointer = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&pointer, words * 4, a));
   fill(a, pointer, words, 0x1234, kSlowKernelNs);
   CUDA_ASSERT_LAUNCHED();
@@ -198,4 +196,4 @@ TEST_F(S13_GpuCopies, CopyBetweenStreamsFollowsTheEvent) {
     ASSERT_EQ(host[i], pattern_value(i, 0x1234)) << "word " << i;
 }
 
-} // namespace
+}  // namespace

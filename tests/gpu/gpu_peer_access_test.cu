@@ -17,13 +17,13 @@
 // A named namespace: nvcc's generated stub cannot name a kernel inside an anonymous
 // namespace when another anonymous namespace is visible through a using-directive.
 namespace peer_kernels {
-__global__ void add_one_kernel(const std::uint32_t *in, std::uint32_t *out, std::size_t count) {
+__global__ void add_one_kernel(const std::uint32_t* in, std::uint32_t* out, std::size_t count) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
        i += stride)
     out[i] = in[i] + 1;
 }
-} // namespace peer_kernels
+}  // namespace peer_kernels
 
 namespace {
 
@@ -31,19 +31,16 @@ using namespace soma_gpu_test;
 using peer_kernels::add_one_kernel;
 
 class S6_GpuPeerAccess : public gpu_test {
-protected:
+ protected:
   void SetUp() override {
     ASSERT_NO_FATAL_FAILURE(gpu_test::SetUp());
-    if (IsSkipped())
-      return;
+    if (IsSkipped()) return;
     int devices = 0;
     SOMA_ASSERT_OK(somaGetDeviceCount(&devices));
-    if (devices < 2)
-      GTEST_SKIP() << "needs 2 GPUs, " << devices << " here";
+    if (devices < 2) GTEST_SKIP() << "needs 2 GPUs, " << devices << " here";
     int can = 0;
     SOMA_ASSERT_OK(somaDeviceCanAccessPeer(&can, 1, 0));
-    if (can == 0)
-      GTEST_SKIP() << "device 1 cannot access device 0 (somaDeviceCanAccessPeer)";
+    if (can == 0) GTEST_SKIP() << "device 1 cannot access device 0 (somaDeviceCanAccessPeer)";
   }
 
   /// A soma stream of `device`, its native stream usable for kernels with that device current.
@@ -62,12 +59,12 @@ protected:
 };
 
 TEST_F(S6_GpuPeerAccess, KernelOnDevice1ReadsAndWritesADevice0PoolOnceGranted) {
-  unique_pool pool; // device 0
+  unique_pool pool;  // device 0
   somaStream_t owner = stream_on(0);
   somaStream_t peer = stream_on(1);
   constexpr std::size_t words = 4 * MiB;
-  void *input = nullptr;
-  void *output = nullptr;
+  void* input = nullptr;
+  void* output = nullptr;
   SOMA_ASSERT_OK(somaMallocFromPoolAsync(&input, words * 4, pool, owner));
   SOMA_ASSERT_OK(somaMallocFromPoolAsync(&output, words * 4, pool, owner));
   fill(owner, input, words, 0x5eed);
@@ -85,8 +82,8 @@ TEST_F(S6_GpuPeerAccess, KernelOnDevice1ReadsAndWritesADevice0PoolOnceGranted) {
 
   SOMA_ASSERT_OK(somaStreamWaitEvent(peer, filled, 0));
   CUDA_ASSERT_OK(cudaSetDevice(1));
-  add_one_kernel<<<1024, 256, 0, native_stream(peer)>>>(static_cast<std::uint32_t *>(input),
-                                                        static_cast<std::uint32_t *>(output), words);
+  add_one_kernel<<<1024, 256, 0, native_stream(peer)>>>(static_cast<std::uint32_t*>(input),
+                                                        static_cast<std::uint32_t*>(output), words);
   CUDA_ASSERT_LAUNCHED();
   CUDA_ASSERT_OK(cudaSetDevice(0));
   unique_event added;
@@ -96,23 +93,22 @@ TEST_F(S6_GpuPeerAccess, KernelOnDevice1ReadsAndWritesADevice0PoolOnceGranted) {
   SOMA_ASSERT_OK(somaMemcpyAsync(host.data(), output, words * 4, somaMemcpyDeviceToHost, owner));
   SOMA_ASSERT_OK(somaStreamSynchronize(owner));
   std::size_t wrong = 0;
-  for (std::size_t i = 0; i < words; ++i)
-    wrong += host[i] != pattern_value(i, 0x5eed) + 1 ? 1 : 0;
+  for (std::size_t i = 0; i < words; ++i) wrong += host[i] != pattern_value(i, 0x5eed) + 1 ? 1 : 0;
   EXPECT_EQ(wrong, 0u) << "device 1 read device 0's words and wrote them back plus one";
 
   // Growth after the grant is accessible too: a fresh commit, written by device 1.
-  void *later = nullptr;
+  void* later = nullptr;
   const std::size_t later_bytes = 256 * MiB;
   SOMA_ASSERT_OK(somaMallocFromPoolAsync(&later, later_bytes, pool, owner));
   SOMA_ASSERT_OK(somaStreamSynchronize(owner));
   SOMA_ASSERT_OK(somaMemsetAsync(later, 0x3c, later_bytes, peer));
-  unsigned long long *mismatches = nullptr;
+  unsigned long long* mismatches = nullptr;
   CUDA_ASSERT_OK(cudaMallocManaged(&mismatches, sizeof *mismatches));
   *mismatches = 0;
   SOMA_ASSERT_OK(somaStreamSynchronize(peer));
   CUDA_ASSERT_OK(cudaSetDevice(0));
-  check_bytes_kernel<<<1024, 256, 0, native_stream(owner)>>>(static_cast<unsigned char *>(later),
-                                                              later_bytes, 0x3c, mismatches);
+  check_bytes_kernel<<<1024, 256, 0, native_stream(owner)>>>(static_cast<unsigned char*>(later),
+                                                             later_bytes, 0x3c, mismatches);
   CUDA_ASSERT_LAUNCHED();
   SOMA_ASSERT_OK(somaStreamSynchronize(owner));
   EXPECT_EQ(*mismatches, 0u);
@@ -128,33 +124,33 @@ TEST_F(S6_GpuPeerAccess, KernelOnDevice1ReadsAndWritesADevice0PoolOnceGranted) {
 
 // ---- NCCL, declared here: the few entry points the test calls (nccl.h's ABI) ---------------
 
-using nccl_comm = struct nccl_comm_opaque *;
+using nccl_comm = struct nccl_comm_opaque*;
 using nccl_result = int;
-constexpr int nccl_float32 = 7; // ncclFloat32
-constexpr int nccl_sum = 0;     // ncclSum
+constexpr int nccl_float32 = 7;  // ncclFloat32
+constexpr int nccl_sum = 0;      // ncclSum
 
 struct nccl_api {
-  nccl_result (*comm_init_all)(nccl_comm *, int, const int *) = nullptr;
-  nccl_result (*all_reduce)(const void *, void *, std::size_t, int, int, nccl_comm,
+  nccl_result (*comm_init_all)(nccl_comm*, int, const int*) = nullptr;
+  nccl_result (*all_reduce)(const void*, void*, std::size_t, int, int, nccl_comm,
                             cudaStream_t) = nullptr;
   nccl_result (*group_start)() = nullptr;
   nccl_result (*group_end)() = nullptr;
   nccl_result (*comm_destroy)(nccl_comm) = nullptr;
-  const char *(*error_string)(nccl_result) = nullptr;
+  const char* (*error_string)(nccl_result) = nullptr;
   std::string why_missing;
 
   static nccl_api load() {
     nccl_api api;
-    const char *named = std::getenv("SOMA_NCCL_LIBRARY");
-    const char *file = named != nullptr && *named != '\0' ? named : "libnccl.so.2";
-    void *library = dlopen(file, RTLD_NOW | RTLD_LOCAL);
+    const char* named = std::getenv("SOMA_NCCL_LIBRARY");
+    const char* file = named != nullptr && *named != '\0' ? named : "libnccl.so.2";
+    void* library = dlopen(file, RTLD_NOW | RTLD_LOCAL);
     if (library == nullptr) {
-      const char *error = dlerror();
+      const char* error = dlerror();
       api.why_missing = std::string(file) + ": " + (error != nullptr ? error : "dlopen failed");
       return api;
     }
-    auto bind = [&](auto &member, const char *symbol) {
-      void *found = dlsym(library, symbol);
+    auto bind = [&](auto& member, const char* symbol) {
+      void* found = dlsym(library, symbol);
       if (found == nullptr)
         api.why_missing += std::string(api.why_missing.empty() ? "" : ", ") + symbol + " missing";
       std::memcpy(&member, &found, sizeof found);
@@ -165,7 +161,7 @@ struct nccl_api {
     bind(api.group_end, "ncclGroupEnd");
     bind(api.comm_destroy, "ncclCommDestroy");
     bind(api.error_string, "ncclGetErrorString");
-    return api; // the library stays loaded: NCCL's threads may outlive the test
+    return api;  // the library stays loaded: NCCL's threads may outlive the test
   }
 };
 
@@ -178,18 +174,17 @@ TEST_F(S6_GpuPeerAccess, NcclAllReduceOverBuffersFromSomaPools) {
   const int device_list[kDevices] = {0, 1};
   nccl_comm comms[kDevices] = {};
   ASSERT_EQ(nccl.comm_init_all(comms, kDevices, device_list), 0) << "ncclCommInitAll";
-  constexpr std::size_t count = 8 * MiB; // floats per rank
+  constexpr std::size_t count = 8 * MiB;  // floats per rank
   somaStream_t streams[kDevices] = {};
-  void *send[kDevices] = {};
-  void *receive[kDevices] = {};
+  void* send[kDevices] = {};
+  void* receive[kDevices] = {};
   for (int d = 0; d < kDevices; ++d) {
     streams[d] = stream_on(d);
     // Each rank's buffers come from its device's default pool (somaMallocAsync on its stream).
     SOMA_ASSERT_OK(somaMallocAsync(&send[d], count * sizeof(float), streams[d]));
     SOMA_ASSERT_OK(somaMallocAsync(&receive[d], count * sizeof(float), streams[d]));
     std::vector<float> values(count);
-    for (std::size_t i = 0; i < count; ++i)
-      values[i] = static_cast<float>((d + 1) * (i % 1000));
+    for (std::size_t i = 0; i < count; ++i) values[i] = static_cast<float>((d + 1) * (i % 1000));
     SOMA_ASSERT_OK(somaMemcpyAsync(send[d], values.data(), count * sizeof(float),
                                    somaMemcpyHostToDevice, streams[d]));
     SOMA_ASSERT_OK(somaStreamSynchronize(streams[d]));
@@ -210,7 +205,7 @@ TEST_F(S6_GpuPeerAccess, NcclAllReduceOverBuffersFromSomaPools) {
     SOMA_ASSERT_OK(somaStreamSynchronize(streams[d]));
     std::size_t wrong = 0;
     for (std::size_t i = 0; i < count; ++i)
-      wrong += result[i] != static_cast<float>(3 * (i % 1000)) ? 1 : 0; // 1x + 2x
+      wrong += result[i] != static_cast<float>(3 * (i % 1000)) ? 1 : 0;  // 1x + 2x
     EXPECT_EQ(wrong, 0u) << "rank " << d << ": the sum over both GPUs";
     SOMA_ASSERT_OK(somaFreeAsync(send[d], streams[d]));
     SOMA_ASSERT_OK(somaFreeAsync(receive[d], streams[d]));
@@ -222,4 +217,4 @@ TEST_F(S6_GpuPeerAccess, NcclAllReduceOverBuffersFromSomaPools) {
   }
 }
 
-} // namespace
+}  // namespace

@@ -18,11 +18,10 @@ namespace {
 using namespace soma_gpu_test;
 
 class S9_S12_GpuRelease : public gpu_test {
-protected:
+ protected:
   void SetUp() override {
     gpu_test::SetUp();
-    if (IsSkipped() || HasFatalFailure())
-      return;
+    if (IsSkipped() || HasFatalFailure()) return;
     // Load the test kernels and let the runtime make its own allocations before the first
     // cudaMemGetInfo baseline: a kernel on a small allocation, then a synchronize.
     {
@@ -46,7 +45,7 @@ TEST_F(S9_S12_GpuRelease, ThresholdZeroGivesMemoryBackAtSynchronizeAsCudaMemGetI
   unique_stream stream;
   const driver_memory before = driver_memory_info();
 
-  void *pointer = nullptr;
+  void* pointer = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&pointer, size, stream));
   fill(stream, pointer, size / 4, 9);
   CUDA_ASSERT_LAUNCHED();
@@ -79,7 +78,7 @@ TEST_F(S9_S12_GpuRelease, ThresholdMaxKeepsMemoryReservedAcrossSynchronize) {
   unique_stream stream;
   const driver_memory before = driver_memory_info();
 
-  void *pointer = nullptr;
+  void* pointer = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&pointer, size, stream));
   fill(stream, pointer, size / 4, 10);
   CUDA_ASSERT_LAUNCHED();
@@ -94,7 +93,7 @@ TEST_F(S9_S12_GpuRelease, ThresholdMaxKeepsMemoryReservedAcrossSynchronize) {
       << "the driver says the memory went back although the pool still reserves " << reserved;
 
   // The cached memory serves the next allocation: no growth, same address on the same stream.
-  void *again = nullptr;
+  void* again = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&again, size, stream));
   EXPECT_EQ(again, pointer);
   EXPECT_EQ(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), reserved);
@@ -120,11 +119,10 @@ TEST_F(S9_S12_GpuRelease, TrimToKeepsAtMostTheRequestedBytesAndTheDriverSeesTheR
   unique_stream stream;
   const std::size_t granule = granularity_bytes();
   const std::size_t slack = meminfo_slack_bytes();
-  std::vector<void *> pointers(8, nullptr);
-  for (void *&pointer : pointers)
+  std::vector<void*> pointers(8, nullptr);
+  for (void*& pointer : pointers)
     SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, 32 * MiB, pool, stream));
-  for (void *pointer : pointers)
-    SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
+  for (void* pointer : pointers) SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
   const std::uint64_t cached = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
   ASSERT_GE(cached, 256 * MiB);
@@ -151,10 +149,10 @@ TEST_F(S10_GpuStatistics, ReservedAndUsedFollowAllocationsAndFrees) {
   EXPECT_EQ(read_pool_stats(pool), pool_stats{}) << "a new pool holds nothing";
 
   const std::vector<std::size_t> sizes = {1, 100, 4097, 3 * MiB + 5, 64 * MiB};
-  std::vector<void *> pointers;
+  std::vector<void*> pointers;
   std::uint64_t sum = 0;
   for (std::size_t size : sizes) {
-    void *pointer = nullptr;
+    void* pointer = nullptr;
     SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, size, pool, stream));
     pointers.push_back(pointer);
     sum += size;
@@ -166,10 +164,9 @@ TEST_F(S10_GpuStatistics, ReservedAndUsedFollowAllocationsAndFrees) {
     EXPECT_GE(stats.reserved_high, stats.reserved_current);
   }
   // Kernels use every allocation: the memory the statistics count is real device memory.
-  void *counter = new_counter(stream);
+  void* counter = new_counter(stream);
   for (std::size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] < 4)
-      continue;
+    if (sizes[i] < 4) continue;
     fill(stream, pointers[i], sizes[i] / 4, static_cast<std::uint32_t>(i));
     check(stream, pointers[i], sizes[i] / 4, static_cast<std::uint32_t>(i), counter);
   }
@@ -200,7 +197,7 @@ TEST_F(S10_GpuStatistics, PoolMemoryIsDeviceMemoryTheDriverCounts) {
   unique_stream stream;
   const std::size_t slack = meminfo_slack_bytes();
   const driver_memory before = driver_memory_info();
-  void *pointer = nullptr;
+  void* pointer = nullptr;
   SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, 512 * MiB, pool, stream));
   const std::uint64_t reserved = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
   const driver_memory live = driver_memory_info();
@@ -224,7 +221,7 @@ TEST_F(S1_S10_GpuOutOfMemory, MoreThanTheDeviceHasFailsWithNumbersAndThePoolStay
   for (const std::size_t request :
        {device.total_bytes + device.total_bytes / 2, 4 * device.total_bytes}) {
     const std::size_t rounded = request / MiB * MiB;
-    void *pointer = nullptr;
+    void* pointer = nullptr;
     ASSERT_EQ(somaMallocAsync(&pointer, rounded, stream), somaErrorMemoryAllocation)
         << "request " << rounded << " bytes, device total " << device.total_bytes;
     EXPECT_EQ(pointer, nullptr);
@@ -243,13 +240,13 @@ TEST_F(S1_S10_GpuOutOfMemory, MoreThanTheDeviceHasFailsWithNumbersAndThePoolStay
 TEST_F(S1_S10_GpuOutOfMemory, PoolMaxSizeIsALimitWithNumbersAndThePoolStaysUsable) {
   unique_pool pool(64 * MiB);
   unique_stream stream;
-  void *first = nullptr;
+  void* first = nullptr;
   SOMA_ASSERT_OK(somaMallocFromPoolAsync(&first, 40 * MiB, pool, stream));
-  void *second = nullptr;
+  void* second = nullptr;
   SOMA_ASSERT_OK(somaMallocFromPoolAsync(&second, 24 * MiB, pool, stream))
       << "40 + 24 MiB fit in a 64 MiB pool (as in CUDA)";
   const pool_stats full = read_pool_stats(pool);
-  void *refused = nullptr;
+  void* refused = nullptr;
   ASSERT_EQ(somaMallocFromPoolAsync(&refused, 40 * MiB, pool, stream), somaErrorMemoryAllocation);
   const std::string message = last_message();
   EXPECT_TRUE(mentions_bytes_near(message, 40.0 * MiB, 0.001)) << message;
@@ -267,12 +264,11 @@ TEST_F(S1_S10_GpuOutOfMemory, PoolMaxSizeIsALimitWithNumbersAndThePoolStaysUsabl
 TEST_F(S14_GpuPointerAttributes, LiveAllocationNamesDevice0AndAgreesWithTheDriver) {
   unique_stream stream;
   constexpr std::size_t size = 1 * MiB + 100;
-  void *pointer = nullptr;
+  void* pointer = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&pointer, size, stream));
-  auto *inside = static_cast<unsigned char *>(pointer) + 4096 + 3;
+  auto* inside = static_cast<unsigned char*>(pointer) + 4096 + 3;
 
-  for (const void *query :
-       {static_cast<const void *>(pointer), static_cast<const void *>(inside)}) {
+  for (const void* query : {static_cast<const void*>(pointer), static_cast<const void*>(inside)}) {
     somaPointerAttributes attributes{};
     SOMA_ASSERT_OK(somaPointerGetAttributes(&attributes, query));
     EXPECT_EQ(attributes.type, somaMemoryTypeDevice);
@@ -339,4 +335,4 @@ TEST_F(S8_GpuDevice, DeviceFiguresAgreeWithTheRuntime) {
   EXPECT_LE(soma_free, soma_total);
 }
 
-} // namespace
+}  // namespace

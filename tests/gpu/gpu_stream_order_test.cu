@@ -20,8 +20,8 @@ namespace {
 
 using namespace soma_gpu_test;
 
-constexpr std::uint64_t kSlowKernelNs = 50'000'000; // 50 ms
-constexpr std::size_t kWords = 4 * MiB;             // 16 MiB of 32-bit words
+constexpr std::uint64_t kSlowKernelNs = 50'000'000;  // 50 ms
+constexpr std::size_t kWords = 4 * MiB;              // 16 MiB of 32-bit words
 
 class S1_S2_GpuCrossStream : public gpu_test {};
 class S1_S11_GpuSameStream : public gpu_test {};
@@ -32,15 +32,15 @@ TEST_F(S1_S2_GpuCrossStream, KernelWritesOnAEventThenBReadsChecksAndFrees) {
   unique_stream a;
   unique_stream b;
   unique_event written;
-  void *words = nullptr;
+  void* words = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&words, kWords * 4, a));
   ASSERT_NE(words, nullptr);
-  fill(a, words, kWords, 0xa11ce, kSlowKernelNs); // slow writer on A
+  fill(a, words, kWords, 0xa11ce, kSlowKernelNs);  // slow writer on A
   CUDA_ASSERT_LAUNCHED();
   SOMA_ASSERT_OK(somaEventRecord(written, a));
   SOMA_ASSERT_OK(somaStreamWaitEvent(b, written, 0));
 
-  void *counter = new_counter(b);
+  void* counter = new_counter(b);
   check(b, words, kWords, 0xa11ce, counter);
   CUDA_ASSERT_LAUNCHED();
   std::vector<std::uint32_t> head(4096, 0);
@@ -62,11 +62,11 @@ TEST_F(S1_S2_GpuCrossStream, ManyRoundsOfAllocWriteOnAReadFreeOnB) {
   unique_stream a;
   unique_stream b;
   unique_event written;
-  void *counter = new_counter(b);
+  void* counter = new_counter(b);
   SOMA_ASSERT_OK(somaStreamSynchronize(b));
   constexpr std::size_t words = 256 * KiB;
   for (std::uint32_t round = 0; round < 64; ++round) {
-    void *pointer = nullptr;
+    void* pointer = nullptr;
     SOMA_ASSERT_OK(somaMallocAsync(&pointer, words * 4, a));
     fill(a, pointer, words, round, round % 8 == 0 ? 2'000'000 : 0);
     SOMA_ASSERT_OK(somaEventRecord(written, a));
@@ -82,18 +82,18 @@ TEST_F(S1_S2_GpuCrossStream, ManyRoundsOfAllocWriteOnAReadFreeOnB) {
 TEST_F(S1_S11_GpuSameStream, FreeThenAllocOfTheSameSizeReturnsTheSameAddress) {
   unique_stream stream;
   for (std::size_t bytes : {std::size_t{256}, 4 * KiB, 64 * KiB, 1 * MiB, 64 * MiB}) {
-    void *first = nullptr;
+    void* first = nullptr;
     SOMA_ASSERT_OK(somaMallocAsync(&first, bytes, stream));
     fill(stream, first, bytes / 4, 1);
     CUDA_ASSERT_LAUNCHED();
     SOMA_ASSERT_OK(somaFreeAsync(first, stream));
-    void *second = nullptr;
+    void* second = nullptr;
     SOMA_ASSERT_OK(somaMallocAsync(&second, bytes, stream));
     EXPECT_EQ(second, first) << bytes
                              << " bytes: reuse within one stream is always allowed "
                                 "and needs no synchronize (S11)";
     // The new owner's work is ordered after the old owner's on the same stream.
-    void *counter = new_counter(stream);
+    void* counter = new_counter(stream);
     fill(stream, second, bytes / 4, 2);
     check(stream, second, bytes / 4, 2, counter);
     CUDA_ASSERT_LAUNCHED();
@@ -115,17 +115,17 @@ void expect_no_reuse_before_pending_reads(bool policies_on) {
   {
     unique_stream a;
     unique_stream b;
-    void *counter = new_counter(a);
-    void *words = nullptr;
+    void* counter = new_counter(a);
+    void* words = nullptr;
     SOMA_ASSERT_OK(somaMallocAsync(&words, kWords * 4, a));
     fill(a, words, kWords, 0xbeef);
-    check(a, words, kWords, 0xbeef, counter, kSlowKernelNs); // slow reader
+    check(a, words, kWords, 0xbeef, counter, kSlowKernelNs);  // slow reader
     CUDA_ASSERT_LAUNCHED();
     SOMA_ASSERT_OK(somaFreeAsync(words, a));
 
-    void *other = nullptr;
+    void* other = nullptr;
     SOMA_ASSERT_OK(somaMallocAsync(&other, kWords * 4, b));
-    fill(b, other, kWords, 0xdead); // overwrites if other == words too early
+    fill(b, other, kWords, 0xdead);  // overwrites if other == words too early
     CUDA_ASSERT_LAUNCHED();
     SOMA_ASSERT_OK(somaFreeAsync(other, b));
     SOMA_ASSERT_OK(somaStreamSynchronize(b));
@@ -157,19 +157,19 @@ TEST_F(S11_GpuReusePolicies, ReuseThroughAnEventDependencyIsOrderedAfterTheFree)
   unique_stream b;
   unique_event written;
   unique_event freed;
-  void *counter = new_counter(b);
-  void *words = nullptr;
+  void* counter = new_counter(b);
+  void* words = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&words, kWords * 4, a));
   fill(a, words, kWords, 0x5eed);
   SOMA_ASSERT_OK(somaEventRecord(written, a));
   SOMA_ASSERT_OK(somaStreamWaitEvent(b, written, 0));
-  check(b, words, kWords, 0x5eed, counter, kSlowKernelNs); // slow reader on B
+  check(b, words, kWords, 0x5eed, counter, kSlowKernelNs);  // slow reader on B
   CUDA_ASSERT_LAUNCHED();
   SOMA_ASSERT_OK(somaFreeAsync(words, b));
   SOMA_ASSERT_OK(somaEventRecord(freed, b));
   SOMA_ASSERT_OK(somaStreamWaitEvent(a, freed, 0));
 
-  void *again = nullptr;
+  void* again = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&again, kWords * 4, a));
   fill(a, again, kWords, 0xf00d);
   CUDA_ASSERT_LAUNCHED();
@@ -187,10 +187,10 @@ struct host_log {
   std::atomic<int> next{0};
   int order[8] = {};
   int flag_seen = -1;
-  volatile int *flag = nullptr;
+  volatile int* flag = nullptr;
 };
 
-void append(host_log *log, int id) { log->order[log->next.fetch_add(1)] = id; }
+void append(host_log* log, int id) { log->order[log->next.fetch_add(1)] = id; }
 
 TEST_F(S1_S12_GpuHostFunc, HostFunctionsRunInStreamOrderAroundKernelsAndAllocations) {
   unique_stream stream;
@@ -198,23 +198,23 @@ TEST_F(S1_S12_GpuHostFunc, HostFunctionsRunInStreamOrderAroundKernelsAndAllocati
   host_log log;
   log.flag = flag.get();
   SOMA_ASSERT_OK(somaLaunchHostFunc(
-      stream, [](void *data) { append(static_cast<host_log *>(data), 1); }, &log));
+      stream, [](void* data) { append(static_cast<host_log*>(data), 1); }, &log));
   spin_then_store_kernel<<<1, 1, 0, stream.native()>>>(flag.get(), 42, kSlowKernelNs);
   CUDA_ASSERT_LAUNCHED();
   SOMA_ASSERT_OK(somaLaunchHostFunc(
       stream,
-      [](void *data) {
-        auto *state = static_cast<host_log *>(data);
-        state->flag_seen = *state->flag; // the kernel before this function has finished
+      [](void* data) {
+        auto* state = static_cast<host_log*>(data);
+        state->flag_seen = *state->flag;  // the kernel before this function has finished
         append(state, 2);
       },
       &log));
-  void *pointer = nullptr;
+  void* pointer = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&pointer, 1 * MiB, stream));
   SOMA_ASSERT_OK(somaMemsetAsync(pointer, 0x11, 1 * MiB, stream));
   SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
   SOMA_ASSERT_OK(somaLaunchHostFunc(
-      stream, [](void *data) { append(static_cast<host_log *>(data), 3); }, &log));
+      stream, [](void* data) { append(static_cast<host_log*>(data), 3); }, &log));
   SOMA_ASSERT_OK(somaStreamSynchronize(stream)) << "the synchronize waits for host functions";
   ASSERT_EQ(log.next.load(), 3);
   EXPECT_EQ(log.order[0], 1);
@@ -236,8 +236,8 @@ TEST_F(S1_S12_GpuHostFunc, HostFunctionOnAnotherStreamWaitsForTheEvent) {
   SOMA_ASSERT_OK(somaStreamWaitEvent(b, done, 0));
   SOMA_ASSERT_OK(somaLaunchHostFunc(
       b,
-      [](void *data) {
-        auto *state = static_cast<host_log *>(data);
+      [](void* data) {
+        auto* state = static_cast<host_log*>(data);
         state->flag_seen = *state->flag;
         append(state, 1);
       },
@@ -247,4 +247,4 @@ TEST_F(S1_S12_GpuHostFunc, HostFunctionOnAnotherStreamWaitsForTheEvent) {
   EXPECT_EQ(log.flag_seen, 7) << "the host function on B ran before A's kernel finished";
 }
 
-} // namespace
+}  // namespace

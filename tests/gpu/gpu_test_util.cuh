@@ -35,8 +35,8 @@
 // ---- status assertions -------------------------------------------------------------------
 
 /// gtest prints somaError_t values by name.
-inline void PrintTo(somaError_t error, std::ostream *out) {
-  const char *name = somaGetErrorName(error);
+inline void PrintTo(somaError_t error, std::ostream* out) {
+  const char* name = somaGetErrorName(error);
   *out << (name != nullptr ? name : "(null name)") << " (" << static_cast<int>(error) << ")";
 }
 
@@ -47,27 +47,25 @@ inline constexpr std::size_t MiB = std::size_t{1} << 20;
 inline constexpr std::size_t GiB = std::size_t{1} << 30;
 
 inline std::string last_message() {
-  const char *message = somaGetLastErrorMessage();
+  const char* message = somaGetLastErrorMessage();
   return message != nullptr ? std::string(message) : std::string("(null message)");
 }
 
-inline ::testing::AssertionResult is_soma_success(const char *expression, somaError_t status) {
-  if (status == somaSuccess)
-    return ::testing::AssertionSuccess();
-  const char *name = somaGetErrorName(status);
+inline ::testing::AssertionResult is_soma_success(const char* expression, somaError_t status) {
+  if (status == somaSuccess) return ::testing::AssertionSuccess();
+  const char* name = somaGetErrorName(status);
   return ::testing::AssertionFailure()
          << expression << " returned " << (name != nullptr ? name : "(null name)") << " ("
          << static_cast<int>(status) << ")\n  message: " << last_message();
 }
 
-inline ::testing::AssertionResult is_cuda_success(const char *expression, cudaError_t status) {
-  if (status == cudaSuccess)
-    return ::testing::AssertionSuccess();
+inline ::testing::AssertionResult is_cuda_success(const char* expression, cudaError_t status) {
+  if (status == cudaSuccess) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << expression << " returned " << cudaGetErrorName(status)
                                        << ": " << cudaGetErrorString(status);
 }
 
-} // namespace soma_gpu_test
+}  // namespace soma_gpu_test
 
 #define SOMA_ASSERT_OK(expr) ASSERT_PRED_FORMAT1(::soma_gpu_test::is_soma_success, expr)
 #define SOMA_EXPECT_OK(expr) EXPECT_PRED_FORMAT1(::soma_gpu_test::is_soma_success, expr)
@@ -85,19 +83,18 @@ inline const bool backend_defaulted = [] {
   ::setenv("SOMA_BACKEND", "cuda", /*overwrite=*/0);
   return true;
 }();
-} // namespace detail
+}  // namespace detail
 
-inline bool env_flag(const char *name) {
-  const char *text = std::getenv(name);
+inline bool env_flag(const char* name) {
+  const char* text = std::getenv(name);
   return text != nullptr && *text != '\0' && std::string_view(text) != "0";
 }
 
 /// Tolerance of comparisons with cudaMemGetInfo: other allocations of the process (module
 /// loading, the CUDA runtime, compute-sanitizer) move the driver's figure a little.
 inline std::size_t meminfo_slack_bytes() {
-  const char *text = std::getenv("SOMA_GPU_TESTS_MEMINFO_SLACK_MIB");
-  if (text != nullptr && *text != '\0')
-    return std::strtoull(text, nullptr, 10) * MiB;
+  const char* text = std::getenv("SOMA_GPU_TESTS_MEMINFO_SLACK_MIB");
+  if (text != nullptr && *text != '\0') return std::strtoull(text, nullptr, 10) * MiB;
   return 64 * MiB;
 }
 
@@ -114,8 +111,7 @@ __device__ inline std::uint64_t global_timer_ns() {
 /// Every thread waits spin_ns first: a slow kernel keeps its stream busy, so a missing
 /// dependency shows up as a wrong value instead of passing by luck.
 __device__ inline void spin_for(std::uint64_t spin_ns) {
-  if (spin_ns == 0)
-    return;
+  if (spin_ns == 0) return;
   const std::uint64_t start = global_timer_ns();
   while (global_timer_ns() - start < spin_ns) {
   }
@@ -126,7 +122,7 @@ __host__ __device__ inline std::uint32_t pattern_value(std::size_t index, std::u
          static_cast<std::uint32_t>(index >> 32);
 }
 
-__global__ void fill_pattern_kernel(std::uint32_t *words, std::size_t count, std::uint32_t seed,
+__global__ void fill_pattern_kernel(std::uint32_t* words, std::size_t count, std::uint32_t seed,
                                     std::uint64_t spin_ns) {
   spin_for(spin_ns);
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
@@ -136,36 +132,32 @@ __global__ void fill_pattern_kernel(std::uint32_t *words, std::size_t count, std
   }
 }
 
-__global__ void check_pattern_kernel(const std::uint32_t *words, std::size_t count,
+__global__ void check_pattern_kernel(const std::uint32_t* words, std::size_t count,
                                      std::uint32_t seed, std::uint64_t spin_ns,
-                                     unsigned long long *mismatches) {
+                                     unsigned long long* mismatches) {
   spin_for(spin_ns);
   unsigned long long local = 0;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
        i += stride) {
-    if (words[i] != pattern_value(i, seed))
-      ++local;
+    if (words[i] != pattern_value(i, seed)) ++local;
   }
-  if (local != 0)
-    atomicAdd(mismatches, local);
+  if (local != 0) atomicAdd(mismatches, local);
 }
 
-__global__ void check_bytes_kernel(const unsigned char *bytes, std::size_t count,
-                                   unsigned char expected, unsigned long long *mismatches) {
+__global__ void check_bytes_kernel(const unsigned char* bytes, std::size_t count,
+                                   unsigned char expected, unsigned long long* mismatches) {
   unsigned long long local = 0;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
        i += stride) {
-    if (bytes[i] != expected)
-      ++local;
+    if (bytes[i] != expected) ++local;
   }
-  if (local != 0)
-    atomicAdd(mismatches, local);
+  if (local != 0) atomicAdd(mismatches, local);
 }
 
 /// One thread: waits spin_ns, then stores value to (mapped, pinned) host memory.
-__global__ void spin_then_store_kernel(volatile int *flag, int value, std::uint64_t spin_ns) {
+__global__ void spin_then_store_kernel(volatile int* flag, int value, std::uint64_t spin_ns) {
   spin_for(spin_ns);
   *flag = value;
   __threadfence_system();
@@ -180,11 +172,11 @@ inline dim3 grid_for(std::size_t count, std::uint64_t spin_ns = 0) {
   return dim3(static_cast<unsigned>(blocks < limit ? (blocks == 0 ? 1 : blocks) : limit));
 }
 
-} // namespace
+}  // namespace
 
 /// cudaStream_t behind a soma stream (somaStreamGetNative); nullptr if soma has none.
 inline cudaStream_t native_stream(somaStream_t stream) {
-  void *native = nullptr;
+  void* native = nullptr;
   const somaError_t status = somaStreamGetNative(stream, &native);
   EXPECT_EQ(status, somaSuccess) << "somaStreamGetNative: " << last_message();
   EXPECT_NE(native, nullptr) << "the cuda backend must expose a native stream";
@@ -198,10 +190,10 @@ struct pool_stats {
   std::uint64_t reserved_high = 0;
   std::uint64_t used_current = 0;
   std::uint64_t used_high = 0;
-  bool operator==(const pool_stats &) const = default;
+  bool operator==(const pool_stats&) const = default;
 };
 
-inline void PrintTo(const pool_stats &stats, std::ostream *out) {
+inline void PrintTo(const pool_stats& stats, std::ostream* out) {
   *out << "{reserved " << stats.reserved_current << " (high " << stats.reserved_high << "), used "
        << stats.used_current << " (high " << stats.used_high << ")}";
 }
@@ -288,13 +280,11 @@ inline bool mentions_bytes_near(std::string_view message, double bytes, double r
     while (end < message.size() &&
            (is_digit(message[end]) || message[end] == '.' ||
             (message[end] == ',' && end + 1 < message.size() && is_digit(message[end + 1])))) {
-      if (message[end] != ',')
-        digits.push_back(message[end]);
+      if (message[end] != ',') digits.push_back(message[end]);
       ++end;
     }
     std::size_t unit_at = end;
-    while (unit_at < message.size() && message[unit_at] == ' ')
-      ++unit_at;
+    while (unit_at < message.size() && message[unit_at] == ' ') ++unit_at;
     double scale = 1;
     const std::string_view rest = message.substr(unit_at);
     const struct {
@@ -309,7 +299,7 @@ inline bool mentions_bytes_near(std::string_view message, double bytes, double r
                  {"MB", 1e6},
                  {"GB", 1e9},
                  {"TB", 1e12}};
-    for (const auto &unit : units) {
+    for (const auto& unit : units) {
       if (rest.substr(0, unit.name.size()) == unit.name) {
         scale = unit.scale;
         break;
@@ -326,7 +316,7 @@ inline bool mentions_bytes_near(std::string_view message, double bytes, double r
 // ---- RAII handles -------------------------------------------------------------------------
 
 class unique_stream {
-public:
+ public:
   unique_stream() {
     const somaError_t status = somaStreamCreate(&stream_);
     EXPECT_EQ(status, somaSuccess) << "somaStreamCreate: " << last_message();
@@ -337,98 +327,95 @@ public:
       (void)somaStreamDestroy(stream_);
     }
   }
-  unique_stream(const unique_stream &) = delete;
-  unique_stream &operator=(const unique_stream &) = delete;
+  unique_stream(const unique_stream&) = delete;
+  unique_stream& operator=(const unique_stream&) = delete;
   somaStream_t get() const { return stream_; }
-  operator somaStream_t() const { return stream_; } // NOLINT(google-explicit-constructor)
+  operator somaStream_t() const { return stream_; }  // NOLINT(google-explicit-constructor)
   cudaStream_t native() const { return native_stream(stream_); }
 
-private:
+ private:
   somaStream_t stream_ = nullptr;
 };
 
 class unique_event {
-public:
+ public:
   unique_event() {
     const somaError_t status = somaEventCreateWithFlags(&event_, somaEventDisableTiming);
     EXPECT_EQ(status, somaSuccess) << "somaEventCreate: " << last_message();
   }
   ~unique_event() {
-    if (event_ != nullptr)
-      (void)somaEventDestroy(event_);
+    if (event_ != nullptr) (void)somaEventDestroy(event_);
   }
-  unique_event(const unique_event &) = delete;
-  unique_event &operator=(const unique_event &) = delete;
-  operator somaEvent_t() const { return event_; } // NOLINT(google-explicit-constructor)
+  unique_event(const unique_event&) = delete;
+  unique_event& operator=(const unique_event&) = delete;
+  operator somaEvent_t() const { return event_; }  // NOLINT(google-explicit-constructor)
 
-private:
+ private:
   somaEvent_t event_ = nullptr;
 };
 
 class unique_pool {
-public:
+ public:
   explicit unique_pool(std::size_t max_size_bytes = 0) {
     const somaMemPoolProps props = pool_props(max_size_bytes);
     const somaError_t status = somaMemPoolCreate(&pool_, &props);
     EXPECT_EQ(status, somaSuccess) << "somaMemPoolCreate: " << last_message();
   }
   ~unique_pool() {
-    if (pool_ != nullptr)
-      (void)somaMemPoolDestroy(pool_);
+    if (pool_ != nullptr) (void)somaMemPoolDestroy(pool_);
   }
-  unique_pool(const unique_pool &) = delete;
-  unique_pool &operator=(const unique_pool &) = delete;
+  unique_pool(const unique_pool&) = delete;
+  unique_pool& operator=(const unique_pool&) = delete;
   somaMemPool_t get() const { return pool_; }
-  operator somaMemPool_t() const { return pool_; } // NOLINT(google-explicit-constructor)
+  operator somaMemPool_t() const { return pool_; }  // NOLINT(google-explicit-constructor)
 
-private:
+ private:
   somaMemPool_t pool_ = nullptr;
 };
 
 /// Page-locked host memory mapped into the device (a flag a kernel sets and a host function
 /// reads).
-template <typename T> class pinned_host {
-public:
+template <typename T>
+class pinned_host {
+ public:
   explicit pinned_host(std::size_t count = 1) {
     const cudaError_t status =
-        cudaHostAlloc(reinterpret_cast<void **>(&data_), count * sizeof(T), cudaHostAllocMapped);
+        cudaHostAlloc(reinterpret_cast<void**>(&data_), count * sizeof(T), cudaHostAllocMapped);
     EXPECT_EQ(status, cudaSuccess) << "cudaHostAlloc: " << cudaGetErrorString(status);
-    if (data_ != nullptr)
-      std::memset(static_cast<void *>(data_), 0, count * sizeof(T));
+    if (data_ != nullptr) std::memset(static_cast<void*>(data_), 0, count * sizeof(T));
   }
   ~pinned_host() {
-    if (data_ != nullptr)
-      (void)cudaFreeHost(data_);
+    if (data_ != nullptr) (void)cudaFreeHost(data_);
   }
-  pinned_host(const pinned_host &) = delete;
-  pinned_host &operator=(const pinned_host &) = delete;
-  T *get() const { return data_; }
-  T &operator[](std::size_t i) const { return data_[i]; }
+  pinned_host(const pinned_host&) = delete;
+  pinned_host& operator=(const pinned_host&) = delete;
+  T* get() const { return data_; }
+  T& operator[](std::size_t i) const { return data_[i]; }
 
-private:
-  T *data_ = nullptr;
+ private:
+  T* data_ = nullptr;
 };
 
 // ---- work on streams ----------------------------------------------------------------------
 
 /// Fills `count` 32-bit words at `words` on `stream` (after spin_ns).
-inline void fill(somaStream_t stream, void *words, std::size_t count, std::uint32_t seed,
+inline void fill(somaStream_t stream, void* words, std::size_t count, std::uint32_t seed,
                  std::uint64_t spin_ns = 0) {
   fill_pattern_kernel<<<grid_for(count, spin_ns), 256, 0, native_stream(stream)>>>(
-      static_cast<std::uint32_t *>(words), count, seed, spin_ns);
+      static_cast<std::uint32_t*>(words), count, seed, spin_ns);
 }
 
 /// Counts words that differ from the pattern into *mismatches (device memory), on `stream`.
-inline void check(somaStream_t stream, const void *words, std::size_t count, std::uint32_t seed,
-                  void *mismatches, std::uint64_t spin_ns = 0) {
+inline void check(somaStream_t stream, const void* words, std::size_t count, std::uint32_t seed,
+                  void* mismatches, std::uint64_t spin_ns = 0) {
   check_pattern_kernel<<<grid_for(count, spin_ns), 256, 0, native_stream(stream)>>>(
-      static_cast<const std::uint32_t *>(words), count, seed, spin_ns,
-      static_cast<unsigned long long *>(mismatches));
+      static_cast<const std::uint32_t*>(words), count, seed, spin_ns,
+      static_cast<unsigned long long*>(mismatches));
 }
 
 /// Allocates a zeroed mismatch counter on `stream` from the default pool.
-inline void *new_counter(somaStream_t stream) {
-  void *counter = nullptr;
+inline void* new_counter(somaStream_t stream) {
+  void* counter = nullptr;
   EXPECT_EQ(somaMallocAsync(&counter, sizeof(unsigned long long), stream), somaSuccess)
       << last_message();
   EXPECT_EQ(somaMemsetAsync(counter, 0, sizeof(unsigned long long), stream), somaSuccess)
@@ -438,7 +425,7 @@ inline void *new_counter(somaStream_t stream) {
 
 /// Copies the counter to the host with somaMemcpyAsync, frees it (both on `stream`),
 /// synchronizes `stream` and returns the count.
-inline unsigned long long read_and_free_counter(somaStream_t stream, void *counter) {
+inline unsigned long long read_and_free_counter(somaStream_t stream, void* counter) {
   unsigned long long value = ~0ull;
   EXPECT_EQ(somaMemcpyAsync(&value, counter, sizeof value, somaMemcpyDeviceToHost, stream),
             somaSuccess)
@@ -453,10 +440,10 @@ inline unsigned long long read_and_free_counter(somaStream_t stream, void *count
 inline void expect_pool_usable(somaMemPool_t pool, somaStream_t stream) {
   constexpr std::size_t words = MiB / 4;
   const std::uint64_t used_before = pool_u64(pool, somaMemPoolAttrUsedMemCurrent);
-  void *pointer = nullptr;
+  void* pointer = nullptr;
   SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, words * 4, pool, stream));
   ASSERT_NE(pointer, nullptr);
-  void *counter = new_counter(stream);
+  void* counter = new_counter(stream);
   fill(stream, pointer, words, 0x600d);
   check(stream, pointer, words, 0x600d, counter);
   CUDA_ASSERT_LAUNCHED();
@@ -472,9 +459,9 @@ inline void expect_pool_usable(somaMemPool_t pool, somaStream_t stream) {
 /// both soma and the CUDA runtime. TearDown puts back the default pool's release threshold and
 /// reuse policies and synchronizes, so the next test in the same process starts clean.
 class gpu_test : public ::testing::Test {
-protected:
+ protected:
   void SetUp() override {
-    const char *name = nullptr;
+    const char* name = nullptr;
     const somaError_t status = somaGetBackendName(&name);
     std::string reason;
     if (status != somaSuccess) {
@@ -500,8 +487,7 @@ protected:
   }
 
   void TearDown() override {
-    if (!cuda_active_)
-      return;
+    if (!cuda_active_) return;
     somaMemPool_t pool = nullptr;
     if (somaDeviceGetDefaultMemPool(&pool, 0) == somaSuccess) {
       (void)somaDeviceSetMemPool(0, pool);
@@ -515,8 +501,8 @@ protected:
     CUDA_EXPECT_OK(cudaGetLastError()) << "a kernel of this test failed";
   }
 
-private:
+ private:
   bool cuda_active_ = false;
 };
 
-} // namespace soma_gpu_test
+}  // namespace soma_gpu_test

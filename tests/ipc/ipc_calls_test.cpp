@@ -36,8 +36,8 @@ somaMemPoolProps exportable_props() { return pool_props(0, 0, kPosixFd); }
 
 void* as_handle(int fd) { return reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)); }
 
-somaError_t export_pool(somaMemPool_t pool, int* fd,
-                        somaMemAllocationHandleType type = kPosixFd, unsigned long long flags = 0) {
+somaError_t export_pool(somaMemPool_t pool, int* fd, somaMemAllocationHandleType type = kPosixFd,
+                        unsigned long long flags = 0) {
   return somaMemPoolExportToShareableHandle(fd, pool, type, flags);
 }
 

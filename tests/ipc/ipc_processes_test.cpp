@@ -65,14 +65,12 @@ std::size_t granule() {
 int expect_bytes(const void* pointer, std::size_t offset, std::size_t bytes, unsigned char value,
                  somaStream_t stream, int line) {
   somaError_t status = somaSuccess;
-  const soma_test::host_buffer copy =
-      soma_test::read_back(static_cast<const unsigned char*>(pointer) + offset, bytes, stream,
-                           &status);
+  const soma_test::host_buffer copy = soma_test::read_back(
+      static_cast<const unsigned char*>(pointer) + offset, bytes, stream, &status);
   if (status != somaSuccess) {
-    return soma_test::ipc::role_failed(__FILE__, line, "read back",
-                                       (std::string(somaGetErrorName(status)) + ": " +
-                                        somaGetLastErrorMessage())
-                                           .c_str());
+    return soma_test::ipc::role_failed(
+        __FILE__, line, "read back",
+        (std::string(somaGetErrorName(status)) + ": " + somaGetLastErrorMessage()).c_str());
   }
   const std::size_t wrong = copy.count_not(value);
   if (wrong == 0) return 0;
@@ -216,11 +214,13 @@ int share_importer(role_context& peers) {
     ROLE_OK(somaSetDevice(1));
     ROLE_OK(somaStreamCreate(&other));
     ROLE_OK(somaSetDevice(0));
-    ROLE_EXPECT_ERROR(somaMemsetAsync(b, 0x55, kSmall, other), somaErrorNotPermitted, "may not write");
+    ROLE_EXPECT_ERROR(somaMemsetAsync(b, 0x55, kSmall, other), somaErrorNotPermitted,
+                      "may not write");
     const somaMemAccessDesc grant{{somaMemLocationTypeDevice, 1}, somaMemAccessFlagsProtRead};
     ROLE_OK(somaMemPoolSetAccess(pool, &grant, 1));
     ROLE_EXPECT_BYTES(b, 0, b_data.bytes, 0x22, other);  // read through device 1
-    ROLE_EXPECT_ERROR(somaMemsetAsync(b, 0x55, kSmall, other), somaErrorNotPermitted, "may not write");
+    ROLE_EXPECT_ERROR(somaMemsetAsync(b, 0x55, kSmall, other), somaErrorNotPermitted,
+                      "may not write");
     ROLE_OK(somaStreamDestroy(other));
   }
   const std::size_t half = a_data.bytes / 2;
@@ -600,7 +600,7 @@ int bad_data_exporter(role_context& peers) {
   ROLE_TRY(send_allocation(a, kSmall, importer));
   ROLE_TRY(send_allocation(stale, kSmall, importer));
   ROLE_TRY(send_allocation(c, kSmall, importer));
-  ROLE_OK(somaFreeAsync(stale, stream));  // its export data is stale from now on
+  ROLE_OK(somaFreeAsync(stale, stream));     // its export data is stale from now on
   ROLE_OK(somaMemPoolDestroy(q.release()));  // c stays live, but nothing of q can be imported
   ROLE_CHECK(importer.signal(freed));
   ROLE_CHECK(importer.wait_signal(done));
@@ -640,10 +640,10 @@ int bad_data_importer(role_context& peers) {
     ROLE_CHECK(soma_test::ipc::open_descriptor_count() == descriptors);
     return 0;
   };
-  ROLE_TRY(refused(p, c.data, "another pool"));       // foreign: data of pool q given to p
+  ROLE_TRY(refused(p, c.data, "another pool"));  // foreign: data of pool q given to p
   ROLE_TRY(refused(q, a.data, "another pool"));
   ROLE_TRY(refused(p, stale.data, "stale export data"));  // freed by the exporter
-  ROLE_TRY(refused(q, c.data, "destroyed"));  // the exporter destroyed q
+  ROLE_TRY(refused(q, c.data, "destroyed"));              // the exporter destroyed q
   somaMemPoolPtrExportData forged = a.data;
   forged.reserved[kNonceAt] ^= 0x01;
   ROLE_TRY(refused(p, forged, "nonce"));
@@ -838,14 +838,13 @@ int surviving_exporter(role_context& peers) {
   ROLE_CHECK(dying.wait_closed());
 
   // No descriptor leaks, the pool is as it was and works.
-  const bool back = soma_test::wait_until(
-      [&] { return soma_test::ipc::open_descriptor_count() == baseline; });
+  const bool back =
+      soma_test::wait_until([&] { return soma_test::ipc::open_descriptor_count() == baseline; });
   if (!back) {
-    return soma_test::ipc::role_failed(
-        __FILE__, __LINE__, "descriptors leaked",
-        ("expected " + std::to_string(baseline) + ", open now:\n" +
-         soma_test::ipc::describe_open_descriptors())
-            .c_str());
+    return soma_test::ipc::role_failed(__FILE__, __LINE__, "descriptors leaked",
+                                       ("expected " + std::to_string(baseline) + ", open now:\n" +
+                                        soma_test::ipc::describe_open_descriptors())
+                                           .c_str());
   }
   ROLE_CHECK(soma_test::read_pool_stats(pool) == stats);
   ROLE_EXPECT_BYTES(a, 0, kSmall, 0x31, stream);
@@ -942,8 +941,7 @@ int descriptors_exporter(role_context& peers) {
     // Growing needs new physical memory, a memfd on the cpu backend: refused the same way.
     if (soma_test::on_cpu_backend()) {
       void* grown = nullptr;
-      ROLE_EXPECT_OUT_OF_DESCRIPTORS(
-          somaMallocFromPoolAsync(&grown, 4 * granule(), pool, stream));
+      ROLE_EXPECT_OUT_OF_DESCRIPTORS(somaMallocFromPoolAsync(&grown, 4 * granule(), pool, stream));
       ROLE_CHECK(grown == nullptr);
     }
   }
@@ -1009,8 +1007,8 @@ TEST(S7_IpcFaults, OutOfDescriptorsIsOperatingSystemAndChangesNothing) {
   // not there. The dev and tsan builds run this test.
   GTEST_SKIP() << "UBSan's vptr check needs a free descriptor (it probes memory through a pipe)";
 #endif
-  EXPECT_ROLES_EXIT(soma_test::ipc::run_roles({"descriptors_exporter", "descriptors_importer"}),
-                    0, 0);
+  EXPECT_ROLES_EXIT(soma_test::ipc::run_roles({"descriptors_exporter", "descriptors_importer"}), 0,
+                    0);
 }
 
 // ---- the roles of this binary (must follow every role) ------------------------------------------

@@ -96,7 +96,9 @@ class peer {
     return got == static_cast<ssize_t>(bytes);
   }
   template <typename T>
-  bool send_value(const T& value, int fd = -1) const { return send(&value, sizeof value, fd); }
+  bool send_value(const T& value, int fd = -1) const {
+    return send(&value, sizeof value, fd);
+  }
   template <typename T>
   bool receive_value(T* value, int* fd = nullptr, int wait_ms = kDefaultWaitMs) const {
     return receive(value, sizeof *value, fd, wait_ms);
@@ -322,9 +324,9 @@ inline std::string describe(const std::vector<role_outcome>& outcomes) {
 }  // namespace soma_test::ipc
 
 /// In a role: fails the role (exit 1) with the condition's text unless it holds.
-#define ROLE_CHECK(condition)                                                              \
-  do {                                                                                     \
-    if (!(condition))                                                                      \
+#define ROLE_CHECK(condition)                                                                    \
+  do {                                                                                           \
+    if (!(condition))                                                                            \
       return ::soma_test::ipc::role_failed(__FILE__, __LINE__, "check failed: " #condition, ""); \
   } while (0)
 
@@ -333,40 +335,40 @@ inline std::string describe(const std::vector<role_outcome>& outcomes) {
   do {                                                                                     \
     const somaError_t role_status_ = (call);                                               \
     if (role_status_ != somaSuccess)                                                       \
-      return ::soma_test::ipc::role_failed(__FILE__, __LINE__, #call,                      \
-                                           (std::string(somaGetErrorName(role_status_)) + \
-                                            ": " + somaGetLastErrorMessage())              \
-                                               .c_str());                                  \
+      return ::soma_test::ipc::role_failed(                                                \
+          __FILE__, __LINE__, #call,                                                       \
+          (std::string(somaGetErrorName(role_status_)) + ": " + somaGetLastErrorMessage()) \
+              .c_str());                                                                   \
   } while (0)
 
 /// In a role: fails the role unless the soma call fails with `code` and a message holding
 /// `text` (case-sensitive).
-#define ROLE_EXPECT_ERROR(call, code, text)                                                \
-  do {                                                                                     \
-    const somaError_t role_status_ = (call);                                               \
-    const std::string role_message_ = somaGetLastErrorMessage();                           \
-    if (role_status_ != (code) || role_message_.find(text) == std::string::npos)           \
-      return ::soma_test::ipc::role_failed(                                                \
-          __FILE__, __LINE__, #call,                                                       \
-          (std::string("expected ") + somaGetErrorName(code) + " mentioning '" + (text) +  \
-           "', got " + somaGetErrorName(role_status_) + ": " + role_message_)              \
-              .c_str());                                                                   \
+#define ROLE_EXPECT_ERROR(call, code, text)                                               \
+  do {                                                                                    \
+    const somaError_t role_status_ = (call);                                              \
+    const std::string role_message_ = somaGetLastErrorMessage();                          \
+    if (role_status_ != (code) || role_message_.find(text) == std::string::npos)          \
+      return ::soma_test::ipc::role_failed(                                               \
+          __FILE__, __LINE__, #call,                                                      \
+          (std::string("expected ") + somaGetErrorName(code) + " mentioning '" + (text) + \
+           "', got " + somaGetErrorName(role_status_) + ": " + role_message_)             \
+              .c_str());                                                                  \
   } while (0)
 
 /// In a role: runs a helper that returns a role exit code; returns it if not 0.
-#define ROLE_TRY(expression)                          \
-  do {                                                \
-    const int role_code_ = (expression);              \
-    if (role_code_ != 0) return role_code_;           \
+#define ROLE_TRY(expression)                \
+  do {                                      \
+    const int role_code_ = (expression);    \
+    if (role_code_ != 0) return role_code_; \
   } while (0)
 
 /// In a test: every role exited with the status expected (0 unless given per role).
-#define EXPECT_ROLES_EXIT(outcomes, ...)                                                    \
-  do {                                                                                     \
-    const std::vector<::soma_test::ipc::role_outcome> roles_ = (outcomes);                 \
-    const std::vector<int> expected_ = {__VA_ARGS__};                                      \
-    bool as_expected_ = roles_.size() == expected_.size();                                 \
-    for (std::size_t k = 0; as_expected_ && k < roles_.size(); ++k)                        \
-      as_expected_ = roles_[k].status == expected_[k];                                     \
-    EXPECT_TRUE(as_expected_) << "roles:\n" << ::soma_test::ipc::describe(roles_);         \
+#define EXPECT_ROLES_EXIT(outcomes, ...)                                           \
+  do {                                                                             \
+    const std::vector<::soma_test::ipc::role_outcome> roles_ = (outcomes);         \
+    const std::vector<int> expected_ = {__VA_ARGS__};                              \
+    bool as_expected_ = roles_.size() == expected_.size();                         \
+    for (std::size_t k = 0; as_expected_ && k < roles_.size(); ++k)                \
+      as_expected_ = roles_[k].status == expected_[k];                             \
+    EXPECT_TRUE(as_expected_) << "roles:\n" << ::soma_test::ipc::describe(roles_); \
   } while (0)

@@ -54,8 +54,8 @@ namespace {
 using namespace soma_test;
 
 constexpr int kDefaultSteps = 12000;
-constexpr std::size_t kPoolLiveBudget = 24 * MiB;    // live bytes per pool the model allows
-constexpr std::size_t kDeviceLiveBudget = 56 * MiB;  // live bytes per device
+constexpr std::size_t kPoolLiveBudget = 24 * MiB;     // live bytes per pool the model allows
+constexpr std::size_t kDeviceLiveBudget = 56 * MiB;   // live bytes per device
 constexpr std::size_t kCappedPoolMaxSize = 16 * MiB;  // rounded up to the granularity
 constexpr std::size_t kMaxAllocation = 4 * MiB;       // largest size random_size() gives
 // Pools on the cuda backend grow by this much where the cap allows (more only for a larger
@@ -148,8 +148,8 @@ struct pool_model {
   int device = 0;
   bool is_default = false;
   bool alive = true;
-  std::size_t max_size = 0;        // 0 = uncapped
-  std::uint64_t live_bytes = 0;    // sum of requested sizes of live allocations
+  std::size_t max_size = 0;                  // 0 = uncapped
+  std::uint64_t live_bytes = 0;              // sum of requested sizes of live allocations
   std::uint64_t live_granule_footprint = 0;  // generous physical bound of live allocations
 };
 
@@ -163,8 +163,8 @@ struct allocation {
   std::uint64_t id = 0;
   void* pointer = nullptr;
   std::size_t size = 0;
-  int pool = 0;   // index into pools
-  int owner = 0;  // stream that allocated it; writes happen there
+  int pool = 0;            // index into pools
+  int owner = 0;           // stream that allocated it; writes happen there
   std::vector<int> users;  // other streams that read it since the last write
   std::uint64_t version = 0;
   bool written = false;
@@ -454,13 +454,20 @@ class model {
       void (model::*operation)();
     };
     static constexpr weighted operations[] = {
-        {300, &model::op_allocate},      {220, &model::op_free},
-        {120, &model::op_write},         {120, &model::op_check},
-        {60, &model::op_event_dependency}, {40, &model::op_stream_synchronize},
-        {30, &model::op_stream_query},   {20, &model::op_event_synchronize},
-        {15, &model::op_device_synchronize}, {20, &model::op_trim},
-        {20, &model::op_threshold},      {15, &model::op_set_current_pool},
-        {30, &model::op_pointer_attributes}, {5, &model::op_destroy_and_recreate_pool},
+        {300, &model::op_allocate},
+        {220, &model::op_free},
+        {120, &model::op_write},
+        {120, &model::op_check},
+        {60, &model::op_event_dependency},
+        {40, &model::op_stream_synchronize},
+        {30, &model::op_stream_query},
+        {20, &model::op_event_synchronize},
+        {15, &model::op_device_synchronize},
+        {20, &model::op_trim},
+        {20, &model::op_threshold},
+        {15, &model::op_set_current_pool},
+        {30, &model::op_pointer_attributes},
+        {5, &model::op_destroy_and_recreate_pool},
     };
     int total = 0;
     for (const weighted& entry : operations) total += entry.weight;
@@ -521,8 +528,8 @@ class model {
         SOMA_ASSERT_OK(somaMemPoolTrimTo(pools_[static_cast<std::size_t>(index)].handle, 0));
       status = allocate();
     }
-    ASSERT_EQ(status, somaSuccess) << where() << ": allocating " << size << " B: "
-                                   << last_message();
+    ASSERT_EQ(status, somaSuccess)
+        << where() << ": allocating " << size << " B: " << last_message();
     ASSERT_NE(pointer, nullptr) << where();
     ASSERT_EQ(reinterpret_cast<std::uintptr_t>(pointer) % 256, 0u) << where();
     trace("alloc #%llu: %zu B on S%d from P%d (%s) -> %p",
@@ -601,10 +608,9 @@ class model {
     copy.stream = entry.owner;
     copy.buffer = staging_.take(entry.size);
     write_pattern(copy.buffer->data(), entry.size, seed);
-    ASSERT_NO_FATAL_FAILURE(copy_in_order(entry.owner,
-                                          pools_[static_cast<std::size_t>(entry.pool)].device,
-                                          entry.pointer, copy.buffer->data(), entry.size,
-                                          somaMemcpyHostToDevice));
+    ASSERT_NO_FATAL_FAILURE(
+        copy_in_order(entry.owner, pools_[static_cast<std::size_t>(entry.pool)].device,
+                      entry.pointer, copy.buffer->data(), entry.size, somaMemcpyHostToDevice));
   }
 
   void op_check() {
@@ -631,10 +637,9 @@ class model {
     copy.pointer = entry.pointer;
     copy.size = entry.size;
     copy.context = where();
-    ASSERT_NO_FATAL_FAILURE(copy_in_order(reader,
-                                          pools_[static_cast<std::size_t>(entry.pool)].device,
-                                          copy.buffer->data(), entry.pointer, entry.size,
-                                          somaMemcpyDeviceToHost));
+    ASSERT_NO_FATAL_FAILURE(
+        copy_in_order(reader, pools_[static_cast<std::size_t>(entry.pool)].device,
+                      copy.buffer->data(), entry.pointer, entry.size, somaMemcpyDeviceToHost));
   }
 
   void op_event_dependency() {
@@ -784,9 +789,7 @@ class model {
 
   // ---- invariants -------------------------------------------------------------------------
 
-  void expect_no_pattern_failures() {
-    ASSERT_EQ(checks_.failures, 0u) << checks_.first_failure;
-  }
+  void expect_no_pattern_failures() { ASSERT_EQ(checks_.failures, 0u) << checks_.first_failure; }
 
   void check_invariants() {
     std::vector<std::uint64_t> reserved_by_device(static_cast<std::size_t>(device_count_), 0);
@@ -822,8 +825,8 @@ class model {
   std::size_t next_event_ = 0;
   std::vector<std::size_t> granularity_;
   std::vector<std::size_t> free_at_start_;  // per device
-  std::vector<pool_model> pools_;  // default pools first, by device; never shrinks
-  std::vector<int> current_pool_;  // per device, index into pools_
+  std::vector<pool_model> pools_;           // default pools first, by device; never shrinks
+  std::vector<int> current_pool_;           // per device, index into pools_
   std::vector<stream_model> streams_;
   std::vector<somaEvent_t> events_;
   std::vector<allocation> live_;
@@ -836,7 +839,7 @@ class model {
 };
 
 class S1_S2_S4_S5_S9_S10_S14_Model : public capi_test,
-                              public ::testing::WithParamInterface<std::uint64_t> {};
+                                     public ::testing::WithParamInterface<std::uint64_t> {};
 
 TEST_P(S1_S2_S4_S5_S9_S10_S14_Model, RandomOperationsKeepInvariants) {
   model under_test(GetParam());

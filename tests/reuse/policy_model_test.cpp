@@ -158,11 +158,11 @@ struct policies {
 struct model_stream {
   int id = 0;
   somaStream_t handle = nullptr;
-  std::uint64_t enqueued = 0;            // operations soma counts on it (design: positions)
-  std::uint32_t* progress = nullptr;     // the stream writes its ticket sequence numbers here
-  std::uint32_t sequence = 0;            // the last one enqueued
-  std::map<int, std::uint64_t> clock;    // other stream id -> position known to happen before
-  std::unique_ptr<stream_gate> gate;     // holding it, if any
+  std::uint64_t enqueued = 0;          // operations soma counts on it (design: positions)
+  std::uint32_t* progress = nullptr;   // the stream writes its ticket sequence numbers here
+  std::uint32_t sequence = 0;          // the last one enqueued
+  std::map<int, std::uint64_t> clock;  // other stream id -> position known to happen before
+  std::unique_ptr<stream_gate> gate;   // holding it, if any
   int open_gate_at_step = 0;
 };
 
@@ -208,8 +208,7 @@ class policy_model {
     const somaMemPoolProps props = pool_props(0, max_size_);
     SOMA_ASSERT_OK(somaMemPoolCreate(&pool_, &props));
     SOMA_ASSERT_OK(set_pool_int(pool_, somaMemPoolReuseFollowEventDependencies, policy_.follow));
-    SOMA_ASSERT_OK(
-        set_pool_int(pool_, somaMemPoolReuseAllowOpportunistic, policy_.opportunistic));
+    SOMA_ASSERT_OK(set_pool_int(pool_, somaMemPoolReuseAllowOpportunistic, policy_.opportunistic));
     SOMA_ASSERT_OK(
         set_pool_int(pool_, somaMemPoolReuseAllowInternalDependencies, policy_.internal));
     for (int i = 0; i < kStreams; ++i) ASSERT_NO_FATAL_FAILURE(create_stream(i));
@@ -239,17 +238,16 @@ class policy_model {
     events_.clear();
     SOMA_ASSERT_OK(somaMemPoolDestroy(pool_));
     SOMA_ASSERT_OK(somaDeviceSynchronize());
-    std::printf("policies f%d o%d i%d seed %llu: %d steps, %llu allocations (%llu reused "
-                "another stream's free: %llu proven/covered, %llu otherwise), %llu out of "
-                "memory, %llu pattern checks\n",
-                policy_.follow, policy_.opportunistic, policy_.internal,
-                static_cast<unsigned long long>(seed_), step_,
-                static_cast<unsigned long long>(next_id_),
-                static_cast<unsigned long long>(reused_justified_ + reused_otherwise_),
-                static_cast<unsigned long long>(reused_justified_),
-                static_cast<unsigned long long>(reused_otherwise_),
-                static_cast<unsigned long long>(out_of_memory_),
-                static_cast<unsigned long long>(checks_));
+    std::printf(
+        "policies f%d o%d i%d seed %llu: %d steps, %llu allocations (%llu reused "
+        "another stream's free: %llu proven/covered, %llu otherwise), %llu out of "
+        "memory, %llu pattern checks\n",
+        policy_.follow, policy_.opportunistic, policy_.internal,
+        static_cast<unsigned long long>(seed_), step_, static_cast<unsigned long long>(next_id_),
+        static_cast<unsigned long long>(reused_justified_ + reused_otherwise_),
+        static_cast<unsigned long long>(reused_justified_),
+        static_cast<unsigned long long>(reused_otherwise_),
+        static_cast<unsigned long long>(out_of_memory_), static_cast<unsigned long long>(checks_));
   }
 
  private:
@@ -368,8 +366,8 @@ class policy_model {
   void copy_pattern_in(const allocation& a, ticket& t) {
     t.pattern_in = staging_.take(a.size);
     write_pattern(t.pattern_in->data(), a.size, pattern_seed(a));
-    SOMA_ASSERT_OK(somaMemcpyAsync(a.pointer, t.pattern_in->data(), a.size,
-                                   somaMemcpyHostToDevice, stream_at(a.owner).handle))
+    SOMA_ASSERT_OK(somaMemcpyAsync(a.pointer, t.pattern_in->data(), a.size, somaMemcpyHostToDevice,
+                                   stream_at(a.owner).handle))
         << where();
     ++stream_at(a.owner).enqueued;
   }
@@ -487,8 +485,8 @@ class policy_model {
   }
 
   /// The S11 check the model can make exactly when opportunistic reuse is off.
-  void check_reuse_allowed(std::uintptr_t start, std::uintptr_t end, std::size_t size,
-                           int owner, std::uint64_t reserved_before) {
+  void check_reuse_allowed(std::uintptr_t start, std::uintptr_t end, std::size_t size, int owner,
+                           std::uint64_t reserved_before) {
     std::vector<free_record> kept;
     std::vector<int> other_streams;  // ids of other streams whose frees this range reuses
     bool found_unjustified = false;
@@ -504,7 +502,8 @@ class policy_model {
         unjustified = freed;
       }
       // The rest of the range stays free with its stamp.
-      if (freed.start < start) kept.push_back({freed.start, start, freed.stream_id, freed.position});
+      if (freed.start < start)
+        kept.push_back({freed.start, start, freed.stream_id, freed.position});
       if (freed.end > end) kept.push_back({end, freed.end, freed.stream_id, freed.position});
     }
     freed_ = std::move(kept);
@@ -556,8 +555,8 @@ class policy_model {
   void op_hand_over() {
     if (live_.empty()) return op_allocate();
     allocation& a = live_[below(live_.size())];
-    const int consumer = static_cast<int>((static_cast<std::size_t>(a.owner) + 1 +
-                                           below(kStreams - 1)) % kStreams);
+    const int consumer =
+        static_cast<int>((static_cast<std::size_t>(a.owner) + 1 + below(kStreams - 1)) % kStreams);
     const int event = static_cast<int>(below(kEvents));
     trace("hand %llu from S%d to S%d via E%d", static_cast<unsigned long long>(a.id),
           stream_at(a.owner).id, stream_at(consumer).id, event);
@@ -770,8 +769,7 @@ class S11_ReusePolicyModel : public capi_test, public ::testing::WithParamInterf
 
 TEST_P(S11_ReusePolicyModel, ProducerConsumerChainsNeverSeeUnorderedReuse) {
   const int mask = GetParam().policy_mask;
-  policy_model model(policies{(mask & 1) != 0, (mask & 2) != 0, (mask & 4) != 0},
-                     GetParam().seed);
+  policy_model model(policies{(mask & 1) != 0, (mask & 2) != 0, (mask & 4) != 0}, GetParam().seed);
   ASSERT_NO_FATAL_FAILURE(model.set_up());
   ASSERT_NO_FATAL_FAILURE(model.run(model_steps()));
   ASSERT_NO_FATAL_FAILURE(model.tear_down());
@@ -786,13 +784,13 @@ std::vector<model_case> model_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    PoliciesAndSeeds, S11_ReusePolicyModel, ::testing::ValuesIn(model_cases()),
-    [](const ::testing::TestParamInfo<model_case>& info) {
-      const int mask = info.param.policy_mask;
-      return std::string("Follow") + ((mask & 1) ? "On" : "Off") + "_Opportunistic" +
-             ((mask & 2) ? "On" : "Off") + "_Internal" + ((mask & 4) ? "On" : "Off") +
-             "_seed" + std::to_string(info.param.seed);
-    });
+INSTANTIATE_TEST_SUITE_P(PoliciesAndSeeds, S11_ReusePolicyModel, ::testing::ValuesIn(model_cases()),
+                         [](const ::testing::TestParamInfo<model_case>& info) {
+                           const int mask = info.param.policy_mask;
+                           return std::string("Follow") + ((mask & 1) ? "On" : "Off") +
+                                  "_Opportunistic" + ((mask & 2) ? "On" : "Off") + "_Internal" +
+                                  ((mask & 4) ? "On" : "Off") + "_seed" +
+                                  std::to_string(info.param.seed);
+                         });
 
 }  // namespace

@@ -49,8 +49,7 @@ TEST_P(S11_ReusePolicies, AttributesReadBackAsSet) {
   ASSERT_NO_FATAL_FAILURE(make_pool(1, policy()));
   EXPECT_EQ(pool_int(pool(), somaMemPoolReuseFollowEventDependencies), policy().follow ? 1 : 0);
   EXPECT_EQ(pool_int(pool(), somaMemPoolReuseAllowOpportunistic), policy().opportunistic ? 1 : 0);
-  EXPECT_EQ(pool_int(pool(), somaMemPoolReuseAllowInternalDependencies),
-            policy().internal ? 1 : 0);
+  EXPECT_EQ(pool_int(pool(), somaMemPoolReuseAllowInternalDependencies), policy().internal ? 1 : 0);
 }
 
 TEST_P(S11_ReusePolicies, SameStreamReuseIsAlwaysAllowed) {
@@ -316,11 +315,15 @@ TEST_P(S11_ReusePolicies, CompletedFreeWhenThePoolIsFull) {
 // three off this is the only way across streams). The pool could grow: reuse must win.
 TEST_P(S11_ReusePolicies, ProvenFreeServesAnyStreamBeforeGrowth) {
   ASSERT_NO_FATAL_FAILURE(make_growable_pool(policy()));
-  enum class proof { stream_synchronize, stream_query, event_synchronize, event_query,
-                     device_synchronize };
-  const proof proofs[] = {proof::stream_synchronize, proof::stream_query,
-                          proof::event_synchronize, proof::event_query,
-                          proof::device_synchronize};
+  enum class proof {
+    stream_synchronize,
+    stream_query,
+    event_synchronize,
+    event_query,
+    device_synchronize
+  };
+  const proof proofs[] = {proof::stream_synchronize, proof::stream_query, proof::event_synchronize,
+                          proof::event_query, proof::device_synchronize};
   void* first = nullptr;
   std::uint64_t reserved_first = 0;
   for (proof how : proofs) {
@@ -342,9 +345,15 @@ TEST_P(S11_ReusePolicies, ProvenFreeServesAnyStreamBeforeGrowth) {
     SOMA_ASSERT_OK(somaEventRecord(after_free, a));
     gate.open();
     switch (how) {
-      case proof::stream_synchronize: SOMA_ASSERT_OK(somaStreamSynchronize(a)); break;
-      case proof::stream_query: ASSERT_TRUE(drains(a)); break;
-      case proof::event_synchronize: SOMA_ASSERT_OK(somaEventSynchronize(after_free)); break;
+      case proof::stream_synchronize:
+        SOMA_ASSERT_OK(somaStreamSynchronize(a));
+        break;
+      case proof::stream_query:
+        ASSERT_TRUE(drains(a));
+        break;
+      case proof::event_synchronize:
+        SOMA_ASSERT_OK(somaEventSynchronize(after_free));
+        break;
       case proof::event_query: {
         const auto deadline = std::chrono::steady_clock::now() + 10s;
         somaError_t status = somaErrorNotReady;
@@ -355,7 +364,9 @@ TEST_P(S11_ReusePolicies, ProvenFreeServesAnyStreamBeforeGrowth) {
         SOMA_ASSERT_OK(status);
         break;
       }
-      case proof::device_synchronize: SOMA_ASSERT_OK(somaDeviceSynchronize()); break;
+      case proof::device_synchronize:
+        SOMA_ASSERT_OK(somaDeviceSynchronize());
+        break;
     }
     void* q = nullptr;
     SOMA_ASSERT_OK(allocate(&q, b_));

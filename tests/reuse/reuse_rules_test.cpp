@@ -69,10 +69,9 @@ TEST_F(S11_InternalDependencies, UncappedPoolGrowsInsteadOfWaiting) {
   for (int i = 0; i < 4; ++i) {
     void* q = nullptr;
     SOMA_ASSERT_OK(allocate(&q, b_, granule_));
-    EXPECT_TRUE(reinterpret_cast<std::uintptr_t>(q) + granule_ <=
-                    reinterpret_cast<std::uintptr_t>(p) ||
-                reinterpret_cast<std::uintptr_t>(q) >= reinterpret_cast<std::uintptr_t>(p) +
-                                                            4 * granule_)
+    EXPECT_TRUE(
+        reinterpret_cast<std::uintptr_t>(q) + granule_ <= reinterpret_cast<std::uintptr_t>(p) ||
+        reinterpret_cast<std::uintptr_t>(q) >= reinterpret_cast<std::uintptr_t>(p) + 4 * granule_)
         << "allocation " << i << " took part of A's pending free";
     if (i == 0) {
       expect_grew(reserved_before, "A's free is pending and the pool has no cap");

@@ -97,7 +97,11 @@ inline somaError_t launch_writer(somaStream_t stream, const writer& w) {
 struct probe {
   probe(void* block_, std::size_t bytes_, unsigned char fill_, const std::uint32_t* sentinels_,
         std::size_t sentinel_bytes)
-      : block(block_), bytes(bytes_), fill(fill_), sentinels(sentinels_), seen(bytes_),
+      : block(block_),
+        bytes(bytes_),
+        fill(fill_),
+        sentinels(sentinels_),
+        seen(bytes_),
         sentinels_seen(sentinel_bytes) {}
 
   /// Whether the writer's work had completed when the probe ran: its token in the sentinel
@@ -117,9 +121,8 @@ struct probe {
       wrong += seen[i] != w.fill ? 1 : 0;
     if (first != w.token || wrong != 0) {
       return ::testing::AssertionFailure()
-             << "the probe found the block without the writer's bytes: first word "
-             << hex(first) << " (token " << hex(w.token) << "), " << wrong
-             << " bytes other than " << hex(w.fill);
+             << "the probe found the block without the writer's bytes: first word " << hex(first)
+             << " (token " << hex(w.token) << "), " << wrong << " bytes other than " << hex(w.fill);
     }
     return ::testing::AssertionSuccess();
   }
@@ -176,7 +179,8 @@ inline bool wait_completed(const stream_flag& ran) {
 }
 
 /// Polls somaStreamQuery until it reports success (the stream drained); false on timeout.
-inline bool drains(somaStream_t stream, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+inline bool drains(somaStream_t stream,
+                   std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     const somaError_t status = somaStreamQuery(stream);

@@ -59,17 +59,17 @@ inline std::string backend_unavailable_reason() {
 }  // namespace soma_test
 
 /// Skips the test on any backend but cpu, giving why it holds there only.
-#define SOMA_REQUIRE_CPU_BACKEND(why)                                                       \
-  do {                                                                                      \
-    if (!::soma_test::on_cpu_backend())                                                     \
+#define SOMA_REQUIRE_CPU_BACKEND(why)                                                           \
+  do {                                                                                          \
+    if (!::soma_test::on_cpu_backend())                                                         \
       GTEST_SKIP() << "cpu backend only (" << ::soma_test::backend_name() << " here): " << why; \
   } while (0)
 
 /// Skips the test unless the exact cpu test configuration is in force.
-#define SOMA_REQUIRE_TEST_CONFIG()                                                          \
-  do {                                                                                      \
-    if (!::soma_test::exact_test_config())                                                  \
-      GTEST_SKIP() << "needs the exact figures of the cpu test configuration "              \
-                      "(2 devices, 256 MiB, 64 KiB granules); backend "                     \
-                   << ::soma_test::backend_name();                                          \
+#define SOMA_REQUIRE_TEST_CONFIG()                                             \
+  do {                                                                         \
+    if (!::soma_test::exact_test_config())                                     \
+      GTEST_SKIP() << "needs the exact figures of the cpu test configuration " \
+                      "(2 devices, 256 MiB, 64 KiB granules); backend "        \
+                   << ::soma_test::backend_name();                             \
   } while (0)

@@ -33,7 +33,7 @@ inline somaMemAllocNodeParams alloc_node_params(std::size_t bytes, int device = 
 }
 
 /// Memset node parameters setting bytes (elementSize 1, height 1).
-inline somaMemsetParams memset_node_params(void *destination, unsigned value, std::size_t bytes) {
+inline somaMemsetParams memset_node_params(void* destination, unsigned value, std::size_t bytes) {
   somaMemsetParams params{};
   params.dst = destination;
   params.value = value;
@@ -44,15 +44,15 @@ inline somaMemsetParams memset_node_params(void *destination, unsigned value, st
 }
 
 /// An address as soma's messages print it ("0x7f...").
-inline std::string hex(const void *pointer) {
+inline std::string hex(const void* pointer) {
   char text[32];
   std::snprintf(text, sizeof text, "0x%llx",
                 static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(pointer)));
   return text;
 }
 
-inline void *byte_offset(void *pointer, std::size_t bytes) {
-  return static_cast<unsigned char *>(pointer) + bytes;
+inline void* byte_offset(void* pointer, std::size_t bytes) {
+  return static_cast<unsigned char*>(pointer) + bytes;
 }
 
 /// A somaDeviceGetGraphMemAttribute figure.
@@ -70,8 +70,8 @@ inline std::size_t round_up_to(std::size_t bytes, std::size_t unit) {
 
 // ---- node makers: the status of the add, the node through *node ---------------------------
 
-inline somaError_t add_alloc(somaGraph_t graph, const node_list &after, std::size_t bytes,
-                             somaGraphNode_t *node, void **address) {
+inline somaError_t add_alloc(somaGraph_t graph, const node_list& after, std::size_t bytes,
+                             somaGraphNode_t* node, void** address) {
   somaMemAllocNodeParams params = alloc_node_params(bytes);
   const somaError_t status =
       somaGraphAddMemAllocNode(node, graph, after.data(), after.size(), &params);
@@ -79,19 +79,19 @@ inline somaError_t add_alloc(somaGraph_t graph, const node_list &after, std::siz
   return status;
 }
 
-inline somaError_t add_free(somaGraph_t graph, const node_list &after, void *address,
-                            somaGraphNode_t *node) {
+inline somaError_t add_free(somaGraph_t graph, const node_list& after, void* address,
+                            somaGraphNode_t* node) {
   return somaGraphAddMemFreeNode(node, graph, after.data(), after.size(), address);
 }
 
-inline somaError_t add_memset(somaGraph_t graph, const node_list &after, void *destination,
-                              unsigned value, std::size_t bytes, somaGraphNode_t *node) {
+inline somaError_t add_memset(somaGraph_t graph, const node_list& after, void* destination,
+                              unsigned value, std::size_t bytes, somaGraphNode_t* node) {
   const somaMemsetParams params = memset_node_params(destination, value, bytes);
   return somaGraphAddMemsetNode(node, graph, after.data(), after.size(), &params);
 }
 
-inline somaError_t add_copy(somaGraph_t graph, const node_list &after, void *destination,
-                            const void *source, std::size_t bytes, somaGraphNode_t *node) {
+inline somaError_t add_copy(somaGraph_t graph, const node_list& after, void* destination,
+                            const void* source, std::size_t bytes, somaGraphNode_t* node) {
   return somaGraphAddMemcpyNode1D(node, graph, after.data(), after.size(), destination, source,
                                   bytes, somaMemcpyDefault);
 }
@@ -99,7 +99,7 @@ inline somaError_t add_copy(somaGraph_t graph, const node_list &after, void *des
 // ---- RAII (destroy errors are ignored: the test asserts what it needs) --------------------
 
 class unique_graph {
-public:
+ public:
   unique_graph() {
     const somaError_t status = somaGraphCreate(&graph_, 0);
     EXPECT_EQ(status, somaSuccess) << "somaGraphCreate: " << last_message();
@@ -107,40 +107,38 @@ public:
   /// Takes ownership of a graph made elsewhere (somaStreamEndCapture).
   explicit unique_graph(somaGraph_t graph) : graph_(graph) {}
   ~unique_graph() { reset(); }
-  unique_graph(const unique_graph &) = delete;
-  unique_graph &operator=(const unique_graph &) = delete;
+  unique_graph(const unique_graph&) = delete;
+  unique_graph& operator=(const unique_graph&) = delete;
   somaGraph_t get() const { return graph_; }
-  operator somaGraph_t() const { return graph_; } // NOLINT(google-explicit-constructor)
+  operator somaGraph_t() const { return graph_; }  // NOLINT(google-explicit-constructor)
   somaGraph_t release() { return std::exchange(graph_, nullptr); }
   void reset() {
-    if (graph_ != nullptr)
-      (void)somaGraphDestroy(std::exchange(graph_, nullptr));
+    if (graph_ != nullptr) (void)somaGraphDestroy(std::exchange(graph_, nullptr));
   }
 
-private:
+ private:
   somaGraph_t graph_ = nullptr;
 };
 
 class unique_graph_exec {
-public:
+ public:
   unique_graph_exec() = default;
   ~unique_graph_exec() { reset(); }
-  unique_graph_exec(const unique_graph_exec &) = delete;
-  unique_graph_exec &operator=(const unique_graph_exec &) = delete;
+  unique_graph_exec(const unique_graph_exec&) = delete;
+  unique_graph_exec& operator=(const unique_graph_exec&) = delete;
   somaGraphExec_t get() const { return exec_; }
-  operator somaGraphExec_t() const { return exec_; } // NOLINT(google-explicit-constructor)
+  operator somaGraphExec_t() const { return exec_; }  // NOLINT(google-explicit-constructor)
   /// For somaGraphInstantiate; destroys what it held first.
-  somaGraphExec_t *out() {
+  somaGraphExec_t* out() {
     reset();
     return &exec_;
   }
   somaGraphExec_t release() { return std::exchange(exec_, nullptr); }
   void reset() {
-    if (exec_ != nullptr)
-      (void)somaGraphExecDestroy(std::exchange(exec_, nullptr));
+    if (exec_ != nullptr) (void)somaGraphExecDestroy(std::exchange(exec_, nullptr));
   }
 
-private:
+ private:
   somaGraphExec_t exec_ = nullptr;
 };
 
@@ -148,11 +146,10 @@ private:
 /// its high watermarks reset, before and after each test, so figures start at 0 even when
 /// the binary runs whole.
 class graph_test : public capi_test {
-protected:
+ protected:
   void SetUp() override {
     capi_test::SetUp();
-    if (HasFatalFailure())
-      return;
+    if (HasFatalFailure()) return;
     empty_graph_pool();
   }
   void TearDown() override {
@@ -162,8 +159,7 @@ protected:
 
   static void empty_graph_pool() {
     int count = 0;
-    if (somaGetDeviceCount(&count) != somaSuccess)
-      return;
+    if (somaGetDeviceCount(&count) != somaSuccess) return;
     for (int device = 0; device < count; ++device) {
       (void)synchronize_device(device);
       (void)somaDeviceGraphMemTrim(device);
@@ -177,4 +173,4 @@ protected:
   static std::size_t span_of(std::size_t bytes) { return round_up_to(bytes, granularity_bytes(0)); }
 };
 
-} // namespace soma_test
+}  // namespace soma_test

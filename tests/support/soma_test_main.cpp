@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
     if (!reason.empty()) {
       const char* required = std::getenv("SOMA_GPU_TESTS_REQUIRE_CUDA");
       if (required != nullptr && std::string(required) == "1") {
-        std::printf("[  FAILED  ] every test: %s (SOMA_GPU_TESTS_REQUIRE_CUDA=1)\n", reason.c_str());
+        std::printf("[  FAILED  ] every test: %s (SOMA_GPU_TESTS_REQUIRE_CUDA=1)\n",
+                    reason.c_str());
         return 1;
       }
       std::printf("[  SKIPPED ] every test: %s\n", reason.c_str());

@@ -122,8 +122,8 @@ struct pool_stats {
 };
 
 inline void PrintTo(const pool_stats& stats, std::ostream* out) {
-  *out << "{reserved " << stats.reserved_current << " (high " << stats.reserved_high
-       << "), used " << stats.used_current << " (high " << stats.used_high << ")}";
+  *out << "{reserved " << stats.reserved_current << " (high " << stats.reserved_high << "), used "
+       << stats.used_current << " (high " << stats.used_high << ")}";
 }
 
 inline std::uint64_t pool_u64(somaMemPool_t pool, somaMemPoolAttr attr) {
@@ -174,9 +174,9 @@ inline somaMemPool_t current_pool(int device) {
 }
 
 /// Valid properties of an explicit pool on `device` (Pinned, no export, cap `max_size_bytes`).
-inline somaMemPoolProps pool_props(int device, std::size_t max_size_bytes = 0,
-                                   somaMemAllocationHandleType handle_types =
-                                       somaMemHandleTypeNone) {
+inline somaMemPoolProps pool_props(
+    int device, std::size_t max_size_bytes = 0,
+    somaMemAllocationHandleType handle_types = somaMemHandleTypeNone) {
   somaMemPoolProps props;
   std::memset(&props, 0, sizeof props);
   props.allocType = somaMemAllocationTypePinned;
@@ -199,8 +199,8 @@ inline int device_count() {
 inline int device_attribute(somaDeviceAttr attr, int device) {
   int value = -1;
   const somaError_t status = somaDeviceGetAttribute(&value, attr, device);
-  EXPECT_EQ(status, somaSuccess) << "somaDeviceGetAttribute(" << static_cast<int>(attr)
-                                 << ", " << device << "): " << last_message();
+  EXPECT_EQ(status, somaSuccess) << "somaDeviceGetAttribute(" << static_cast<int>(attr) << ", "
+                                 << device << "): " << last_message();
   return value;
 }
 

@@ -1,6 +1,7 @@
 /**
  * @file soma/cxx/device.hpp
- * @brief Part of soma's C++ API (include <soma/soma.hpp>): Process, devices and pointers (S8, S13, S14).
+ * @brief Part of soma's C++ API (include <soma/soma.hpp>): Process, devices and pointers (S8, S13,
+ * S14).
  */
 #ifndef SOMA_CXX_DEVICE_HPP
 #define SOMA_CXX_DEVICE_HPP
@@ -13,23 +14,23 @@ namespace soma {
 
 /** Host memory streams can reach (somaMallocHost): page-locked on cuda, so copies to and from
  *  pool memory are asynchronous. 0 bytes gives nullptr; throws soma::bad_alloc when refused. */
-inline void *malloc_host(std::size_t bytes) {
-  void *ptr = nullptr;
+inline void* malloc_host(std::size_t bytes) {
+  void* ptr = nullptr;
   check(somaMallocHost(&ptr, bytes));
   return ptr;
 }
 /** Frees malloc_host() memory; nullptr is a no-op. Other pointers are refused (the code stays in
  *  somaGetLastError()); never throws. */
-inline void free_host(void *ptr) noexcept { (void)somaFreeHost(ptr); }
+inline void free_host(void* ptr) noexcept { (void)somaFreeHost(ptr); }
 
 /** Sets the cpu backend's devices, memory and granularity. Only before the runtime starts;
  *  afterwards NotPermitted. */
-inline void set_cpu_backend_config(const somaCpuBackendConfig &config) {
+inline void set_cpu_backend_config(const somaCpuBackendConfig& config) {
   check(somaSetCpuBackendConfig(&config));
 }
 /** "cpu" or "cuda"; starts the runtime. */
-inline const char *backend_name() {
-  const char *name = nullptr;
+inline const char* backend_name() {
+  const char* name = nullptr;
   check(somaGetBackendName(&name));
   return name;
 }
@@ -49,7 +50,7 @@ class pool;
 
 /** A device ordinal with its queries. A value type; it owns nothing. */
 class device {
-public:
+ public:
   explicit constexpr device(int ordinal) noexcept : ordinal_(ordinal) {}
   /** The calling thread's current device (starts at 0). */
   static device current() {
@@ -89,7 +90,7 @@ public:
   pool current_pool() const;
   friend constexpr bool operator==(device, device) noexcept = default;
 
-private:
+ private:
   int ordinal_;
 };
 
@@ -111,12 +112,12 @@ inline void synchronize_device() { check(somaDeviceSynchronize()); }
 
 /** S14: attributes of ptr. For a pointer soma does not know, or a freed one, isLiveAllocation
  *  is 0 and no exception is thrown. */
-inline somaPointerAttributes pointer_attributes(const void *ptr) {
+inline somaPointerAttributes pointer_attributes(const void* ptr) {
   somaPointerAttributes attributes{};
   check(somaPointerGetAttributes(&attributes, ptr));
   return attributes;
 }
 
-} // namespace soma
+}  // namespace soma
 
-#endif // SOMA_CXX_DEVICE_HPP
+#endif  // SOMA_CXX_DEVICE_HPP

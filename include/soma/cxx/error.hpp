@@ -1,6 +1,7 @@
 /**
  * @file soma/cxx/error.hpp
- * @brief Part of soma's C++ API (include <soma/soma.hpp>): Errors: soma::error, soma::bad_alloc and check(), which turns a status into an exception.
+ * @brief Part of soma's C++ API (include <soma/soma.hpp>): Errors: soma::error, soma::bad_alloc and
+ * check(), which turns a status into an exception.
  */
 #ifndef SOMA_CXX_ERROR_HPP
 #define SOMA_CXX_ERROR_HPP
@@ -28,39 +29,40 @@ namespace soma {
 // ---- errors ------------------------------------------------------------------------------
 
 namespace detail {
-inline std::string compose_message(somaError_t code, const std::string &detail) {
-  const char *name = somaGetErrorName(code);
+inline std::string compose_message(somaError_t code, const std::string& detail) {
+  const char* name = somaGetErrorName(code);
   std::string text = name != nullptr ? name : "somaError";
   text += ": ";
   if (!detail.empty()) {
     text += detail;
   } else {
-    const char *description = somaGetErrorString(code);
+    const char* description = somaGetErrorString(code);
     text += description != nullptr ? description : "unknown error";
   }
   return text;
 }
 inline std::size_t detail_offset(somaError_t code) {
-  const char *name = somaGetErrorName(code);
+  const char* name = somaGetErrorName(code);
   return (name != nullptr ? std::char_traits<char>::length(name) : 9) + 2;
 }
-} // namespace detail
+}  // namespace detail
 
 /** A failed soma call. what() reads "<error name>: <detail>", where the detail is the
  *  thread's somaGetLastErrorMessage() at the failure (or the code's description). */
 class error : public std::runtime_error {
-public:
+ public:
   /** Requires: code != somaSuccess. */
-  error(somaError_t code, const std::string &detail)
-      : std::runtime_error(detail::compose_message(code, detail)), code_(code),
+  error(somaError_t code, const std::string& detail)
+      : std::runtime_error(detail::compose_message(code, detail)),
+        code_(code),
         detail_offset_(detail::detail_offset(code)) {}
   somaError_t code() const noexcept { return code_; }
   /** The error's name, e.g. "somaErrorInvalidValue". */
-  const char *name() const noexcept { return somaGetErrorName(code_); }
+  const char* name() const noexcept { return somaGetErrorName(code_); }
   /** The message without the name: what failed, with the numbers. */
-  const char *detail() const noexcept { return what() + detail_offset_; }
+  const char* detail() const noexcept { return what() + detail_offset_; }
 
-private:
+ private:
   somaError_t code_;
   std::size_t detail_offset_;
 };
@@ -68,27 +70,28 @@ private:
 /** Out of physical memory (somaErrorMemoryAllocation) or of address space
  *  (somaErrorAddressSpaceExhausted, S16). Catchable as std::bad_alloc. */
 class bad_alloc : public std::bad_alloc {
-public:
-  bad_alloc(somaError_t code, const std::string &detail)
+ public:
+  bad_alloc(somaError_t code, const std::string& detail)
       : message_(std::make_shared<const std::string>(detail::compose_message(code, detail))),
-        code_(code), detail_offset_(detail::detail_offset(code)) {}
-  const char *what() const noexcept override { return message_->c_str(); }
+        code_(code),
+        detail_offset_(detail::detail_offset(code)) {}
+  const char* what() const noexcept override { return message_->c_str(); }
   somaError_t code() const noexcept { return code_; }
-  const char *name() const noexcept { return somaGetErrorName(code_); }
-  const char *detail() const noexcept { return what() + detail_offset_; }
+  const char* name() const noexcept { return somaGetErrorName(code_); }
+  const char* detail() const noexcept { return what() + detail_offset_; }
   /** True when the address reservation failed, not the physical memory (S16). */
   bool is_address_space_exhausted() const noexcept {
     return code_ == somaErrorAddressSpaceExhausted;
   }
 
-private:
-  std::shared_ptr<const std::string> message_; // shared: exceptions need a noexcept copy
+ private:
+  std::shared_ptr<const std::string> message_;  // shared: exceptions need a noexcept copy
   somaError_t code_;
   std::size_t detail_offset_;
 };
 
 /** Throws the exception for code with the given detail. Requires: code != somaSuccess. */
-[[noreturn]] inline void throw_error(somaError_t code, const std::string &detail) {
+[[noreturn]] inline void throw_error(somaError_t code, const std::string& detail) {
   if (code == somaErrorMemoryAllocation || code == somaErrorAddressSpaceExhausted) {
     throw bad_alloc(code, detail);
   }
@@ -99,11 +102,11 @@ private:
  *  thread's last-error message. Call it right after the failing call, on the same thread. */
 inline void check(somaError_t code) {
   if (code != somaSuccess) [[unlikely]] {
-    const char *message = somaGetLastErrorMessage(); // copied before any other soma call
+    const char* message = somaGetLastErrorMessage();  // copied before any other soma call
     throw_error(code, message != nullptr ? std::string(message) : std::string());
   }
 }
 
-} // namespace soma
+}  // namespace soma
 
-#endif // SOMA_CXX_ERROR_HPP
+#endif  // SOMA_CXX_ERROR_HPP

@@ -14,11 +14,11 @@ namespace soma {
 /** Creation-time choices of an explicit pool, translated into somaMemPoolProps plus the
  *  release threshold attribute and the name. */
 struct pool_options {
-  int device = 0;                            ///< the pool's device (S4, S5)
-  std::size_t max_size_bytes = 0;            ///< cap on reserved memory; 0 = the device's memory
-  std::uint64_t release_threshold_bytes = 0; ///< S9; UINT64_MAX never releases at sync
-  bool exportable = false;                   ///< S7: POSIX file descriptor handles
-  std::string name;                          ///< used in messages; empty = soma's default
+  int device = 0;                             ///< the pool's device (S4, S5)
+  std::size_t max_size_bytes = 0;             ///< cap on reserved memory; 0 = the device's memory
+  std::uint64_t release_threshold_bytes = 0;  ///< S9; UINT64_MAX never releases at sync
+  bool exportable = false;                    ///< S7: POSIX file descriptor handles
+  std::string name;                           ///< used in messages; empty = soma's default
 };
 
 /**
@@ -28,25 +28,23 @@ struct pool_options {
  * Move-only. Attribute calls are thread-safe.
  */
 class pool {
-public:
+ public:
   /** S5: creates a pool on options.device. Throws soma::error for bad options (e.g. a bad
    *  device: somaErrorInvalidValue, as CUDA). */
-  explicit pool(const pool_options &options) : pool(props_for(options)) {
+  explicit pool(const pool_options& options) : pool(props_for(options)) {
     // Delegation completed construction, so a throw below destroys the pool.
     set_release_threshold(options.release_threshold_bytes);
-    if (!options.name.empty())
-      set_name(options.name.c_str());
+    if (!options.name.empty()) set_name(options.name.c_str());
   }
   /** S5: creates a pool from CUDA-style properties (every field is checked). */
-  explicit pool(const somaMemPoolProps &props) {
+  explicit pool(const somaMemPoolProps& props) {
     check(somaMemPoolCreate(&handle_, &props));
     device_ = props.location.id;
     owning_ = true;
   }
-  static std::optional<pool> try_create(const pool_options &options) noexcept {
+  static std::optional<pool> try_create(const pool_options& options) noexcept {
     somaMemPool_t handle = nullptr;
-    if (create(options, handle) != somaSuccess)
-      return std::nullopt;
+    if (create(options, handle) != somaSuccess) return std::nullopt;
     return std::optional<pool>(pool(handle, options.device, true));
   }
   /** S4: the default pool of device (non-owning; it cannot be destroyed). */
@@ -66,12 +64,13 @@ public:
     return pool(handle, device, owning);
   }
 
-  pool(const pool &) = delete;
-  pool &operator=(const pool &) = delete;
-  pool(pool &&other) noexcept
-      : handle_(std::exchange(other.handle_, nullptr)), device_(other.device_),
+  pool(const pool&) = delete;
+  pool& operator=(const pool&) = delete;
+  pool(pool&& other) noexcept
+      : handle_(std::exchange(other.handle_, nullptr)),
+        device_(other.device_),
         owning_(std::exchange(other.owning_, false)) {}
-  pool &operator=(pool &&other) noexcept {
+  pool& operator=(pool&& other) noexcept {
     if (this != &other) {
       destroy();
       handle_ = std::exchange(other.handle_, nullptr);
@@ -93,7 +92,7 @@ public:
   /** S4: makes this pool the one somaMallocAsync uses on its device. */
   void make_current() const { check(somaDeviceSetMemPool(device_, handle_)); }
   /** Gives the pool a name for messages ("pool 'tenant-a' on device 0"). */
-  void set_name(const char *name) const { check(somaMemPoolSetName(handle_, name)); }
+  void set_name(const char* name) const { check(somaMemPoolSetName(handle_, name)); }
 
   /** S9: bytes kept reserved across synchronizations; above it memory goes back. */
   std::uint64_t release_threshold() const { return get_u64(somaMemPoolAttrReleaseThreshold); }
@@ -151,11 +150,11 @@ public:
     set_int(somaMemPoolReuseAllowInternalDependencies, on ? 1 : 0);
   }
 
-private:
+ private:
   pool(somaMemPool_t handle, int device, bool owning) noexcept
       : handle_(handle), device_(device), owning_(owning) {}
 
-  static somaMemPoolProps props_for(const pool_options &options) noexcept {
+  static somaMemPoolProps props_for(const pool_options& options) noexcept {
     somaMemPoolProps props{};
     props.allocType = somaMemAllocationTypePinned;
     props.handleTypes =
@@ -165,12 +164,11 @@ private:
     props.maxSize = options.max_size_bytes;
     return props;
   }
-  static somaError_t create(const pool_options &options, somaMemPool_t &out) noexcept {
+  static somaError_t create(const pool_options& options, somaMemPool_t& out) noexcept {
     const somaMemPoolProps props = props_for(options);
     somaMemPool_t handle = nullptr;
     somaError_t status = somaMemPoolCreate(&handle, &props);
-    if (status != somaSuccess)
-      return status;
+    if (status != somaSuccess) return status;
     std::uint64_t threshold = options.release_threshold_bytes;
     status = somaMemPoolSetAttribute(handle, somaMemPoolAttrReleaseThreshold, &threshold);
     if (status == somaSuccess && !options.name.empty()) {
@@ -200,8 +198,7 @@ private:
     check(somaMemPoolSetAttribute(handle_, attr, &value));
   }
   void destroy() noexcept {
-    if (owning_ && handle_ != nullptr)
-      somaMemPoolDestroy(handle_);
+    if (owning_ && handle_ != nullptr) somaMemPoolDestroy(handle_);
     handle_ = nullptr;
     owning_ = false;
   }
@@ -214,6 +211,6 @@ private:
 inline pool device::default_pool() const { return pool::default_for(ordinal_); }
 inline pool device::current_pool() const { return pool::current_for(ordinal_); }
 
-} // namespace soma
+}  // namespace soma
 
-#endif // SOMA_CXX_POOL_HPP
+#endif  // SOMA_CXX_POOL_HPP

@@ -29,8 +29,8 @@ std::size_t process_virtual_size_bytes() {
 
 // S16: say which limit made a reservation fail.
 std::string explain_reservation_failure(std::size_t bytes, int error) {
-  std::string text = "mmap(PROT_NONE) reserving " + format_bytes(bytes) + " of address space failed (" +
-                     errno_text(error) + ")";
+  std::string text = "mmap(PROT_NONE) reserving " + format_bytes(bytes) +
+                     " of address space failed (" + errno_text(error) + ")";
   rlimit limit{};
   if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
     text += ": RLIMIT_AS (ulimit -v) is " + format_bytes(limit.rlim_cur) +
@@ -120,9 +120,9 @@ result<std::uint64_t> cpu_backend::create_physical(int device, std::size_t bytes
   auto fail = [&](const char* call, int error) -> result<std::uint64_t> {
     committed.fetch_sub(bytes, std::memory_order_acq_rel);
     if (is_out_of_descriptors(error)) {
-      return descriptor_failure(std::string(call) + " of " + format_bytes(bytes) + " on device " +
-                                    std::to_string(device),
-                                error);
+      return descriptor_failure(
+          std::string(call) + " of " + format_bytes(bytes) + " on device " + std::to_string(device),
+          error);
     }
     const bool no_memory = error == ENOSPC || error == ENOMEM || error == EFBIG;
     return status(no_memory ? error_code::out_of_memory : error_code::unknown,
@@ -163,7 +163,8 @@ void cpu_backend::release_physical(std::uint64_t handle) {
   }
 }
 
-void cpu_backend::discard_physical_part(std::uint64_t handle, std::size_t offset, std::size_t bytes) {
+void cpu_backend::discard_physical_part(std::uint64_t handle, std::size_t offset,
+                                        std::size_t bytes) {
   const int fd = static_cast<int>(handle);
   // Punching a hole frees the pages now; the memfd keeps its size for the pieces still mapped.
   fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
@@ -173,7 +174,8 @@ void cpu_backend::discard_physical_part(std::uint64_t handle, std::size_t offset
   if (it == physicals_.end()) return;
   it->second.discarded_bytes += bytes;
   if (it->second.counts_against_device) {
-    committed_[static_cast<std::size_t>(it->second.device)].fetch_sub(bytes, std::memory_order_acq_rel);
+    committed_[static_cast<std::size_t>(it->second.device)].fetch_sub(bytes,
+                                                                      std::memory_order_acq_rel);
   }
 }
 
@@ -189,9 +191,9 @@ status cpu_backend::map_part(std::uintptr_t address, std::size_t bytes, std::uin
   if (mapped == MAP_FAILED) {
     const int error = errno;
     return status(error == ENOMEM ? error_code::address_space_exhausted : error_code::unknown,
-                  "mmap(MAP_FIXED) of " + format_bytes(bytes) + " at " +
-                      format_address(address) + " for device " + std::to_string(device) +
-                      " failed (" + errno_text(error) + ")");
+                  "mmap(MAP_FIXED) of " + format_bytes(bytes) + " at " + format_address(address) +
+                      " for device " + std::to_string(device) + " failed (" + errno_text(error) +
+                      ")");
   }
   return status::success();
 }
@@ -225,9 +227,9 @@ result<int> cpu_backend::export_physical(std::uint64_t handle) {
 result<std::uint64_t> cpu_backend::import_physical(int device, int fd, std::size_t bytes) {
   struct stat info {};
   if (fstat(fd, &info) != 0 || static_cast<std::size_t>(info.st_size) < bytes) {
-    return status(error_code::invalid_value,
-                  "descriptor " + std::to_string(fd) + " is not physical memory of at least " +
-                      format_bytes(bytes));
+    return status(error_code::invalid_value, "descriptor " + std::to_string(fd) +
+                                                 " is not physical memory of at least " +
+                                                 format_bytes(bytes));
   }
   const int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (own < 0) return descriptor_failure("dup of imported descriptor " + std::to_string(fd), errno);
@@ -262,7 +264,8 @@ result<std::unique_ptr<event>> cpu_backend::create_event() {
 
 result<void*> cpu_backend::allocate_host(std::size_t bytes) {
   // Ordinary anonymous pages: on the cpu every host page is as good as a pinned one.
-  void* pointer = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* pointer =
+      ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (pointer == MAP_FAILED) {
     const int error = errno;
     return status(error == ENOMEM ? error_code::out_of_memory : error_code::unknown,

@@ -40,8 +40,7 @@ class cpu_backend final : public backend {
   void release_physical(std::uint64_t handle) override;
   bool can_discard_physical_part() const override { return true; }
   void discard_physical_part(std::uint64_t handle, std::size_t offset, std::size_t bytes) override;
-  status map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
-             int device) override;
+  status map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle, int device) override;
   status map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
                   std::size_t offset, int device) override;
   void unmap(std::uintptr_t address, std::size_t bytes) override;
@@ -65,7 +64,7 @@ class cpu_backend final : public backend {
   struct physical {
     int device = 0;
     std::size_t bytes = 0;
-    std::size_t discarded_bytes = 0;  // already given back by discard_physical_part
+    std::size_t discarded_bytes = 0;    // already given back by discard_physical_part
     bool counts_against_device = true;  // imported memory belongs to the exporter's budget
   };
 

@@ -18,11 +18,25 @@ bool parse_bytes(const char* text, std::size_t* bytes) {
   if (errno != 0 || end == text) return false;
   unsigned shift = 0;
   switch (*end) {
-    case '\0': break;
-    case 'k': case 'K': shift = 10; ++end; break;
-    case 'm': case 'M': shift = 20; ++end; break;
-    case 'g': case 'G': shift = 30; ++end; break;
-    default: return false;
+    case '\0':
+      break;
+    case 'k':
+    case 'K':
+      shift = 10;
+      ++end;
+      break;
+    case 'm':
+    case 'M':
+      shift = 20;
+      ++end;
+      break;
+    case 'g':
+    case 'G':
+      shift = 30;
+      ++end;
+      break;
+    default:
+      return false;
   }
   if (*end == 'i' || *end == 'B') ++end;  // accept "64KiB", "64KB" forms loosely
   if (*end == 'B') ++end;
@@ -45,9 +59,9 @@ std::string device_count_range() {
 
 status check_cpu_settings(const cpu_settings& given) {
   if (given.device_count < 0 || given.device_count > max_cpu_device_count) {
-    return status(error_code::invalid_value,
-                  "deviceCount " + std::to_string(given.device_count) + " is not " +
-                      device_count_range() + " (or 0 to keep SOMA_CPU_DEVICES)");
+    return status(error_code::invalid_value, "deviceCount " + std::to_string(given.device_count) +
+                                                 " is not " + device_count_range() +
+                                                 " (or 0 to keep SOMA_CPU_DEVICES)");
   }
   return status::success();
 }

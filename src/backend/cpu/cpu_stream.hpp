@@ -27,7 +27,7 @@ struct stream_state {
   std::condition_variable work_ready;  // worker waits for operations
   std::condition_variable progress;    // synchronize, events and other streams wait here
   std::deque<operation> queue;
-  std::uint64_t enqueued = 0;   // positions, as in the timeline
+  std::uint64_t enqueued = 0;  // positions, as in the timeline
   std::uint64_t completed = 0;
   std::uint64_t failed_at = 0;  // position of the first failure; 0 = none
   status sticky;

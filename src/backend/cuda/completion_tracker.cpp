@@ -8,13 +8,10 @@ completion_tracker::completion_tracker(const driver_api& driver, CUcontext conte
 
 completion_tracker::~completion_tracker() {
   context_scope scope(driver_, context_);
-  if (!scope.entered().ok())
-    return;
+  if (!scope.entered().ok()) return;
   // Destroying a pending event is allowed: the driver frees it once it completes.
-  for (const marker& m : pending_)
-    driver_.cuEventDestroy(m.event);
-  for (CUevent e : spare_events_)
-    driver_.cuEventDestroy(e);
+  for (const marker& m : pending_) driver_.cuEventDestroy(m.event);
+  for (CUevent e : spare_events_) driver_.cuEventDestroy(e);
 }
 
 void completion_tracker::attach(CUstream stream, stream_timeline& timeline) {
@@ -38,8 +35,7 @@ void completion_tracker::collect_completed_locked() {
     const CUresult state = driver_.cuEventQuery(oldest.event);
     // NOT_READY: still running. Anything else but success means the context failed (a
     // kernel fault): completion can no longer be learned, and the marker stays pending.
-    if (state != CUDA_SUCCESS)
-      return;
+    if (state != CUDA_SUCCESS) return;
     timeline_->note_completed(oldest.position);
     spare_events_.push_back(oldest.event);
     pending_.pop_front();
@@ -78,29 +74,22 @@ result<CUevent> completion_tracker::record_marker_locked() {
 
 result<CUevent> completion_tracker::marker_covering_locked(std::uint64_t position) {
   context_scope scope(driver_, context_);
-  if (!scope.entered().ok())
-    return scope.entered();
-  if (!pending_.empty() && pending_.back().position >= position)
-    return pending_.back().event;
+  if (!scope.entered().ok()) return scope.entered();
+  if (!pending_.empty() && pending_.back().position >= position) return pending_.back().event;
   return record_marker_locked();
 }
 
 void completion_tracker::poll(std::uint64_t position) {
   std::lock_guard lock(mutex_);
-  if (timeline_ == nullptr)
-    return; // detached: a late poll from a finished stream
+  if (timeline_ == nullptr) return;  // detached: a late poll from a finished stream
   context_scope scope(driver_, context_);
-  if (!scope.entered().ok())
-    return;
+  if (!scope.entered().ok()) return;
   collect_completed_locked();
-  if (timeline_->completed_position() >= position)
-    return;
-  if (!pending_.empty() && pending_.back().position >= position)
-    return; // learn from it later
-  if (stream_ == nullptr)
-    return; // retired: the final marker is the last word
+  if (timeline_->completed_position() >= position) return;
+  if (!pending_.empty() && pending_.back().position >= position) return;  // learn from it later
+  if (stream_ == nullptr) return;  // retired: the final marker is the last word
   if (capturing_)
-    return; // no query, no marker: the pending markers cover all (begin_capture_locked)
+    return;  // no query, no marker: the pending markers cover all (begin_capture_locked)
   const std::uint64_t enqueued = timeline_->enqueued_position();
   if (pending_.empty()) {
     // An idle stream answers at once, without an event (the common case: the free ran
@@ -110,11 +99,10 @@ void completion_tracker::poll(std::uint64_t position) {
       return;
     }
   } else if (pending_.back().position == enqueued) {
-    return; // nothing was issued since the newest marker: another would capture the same
+    return;  // nothing was issued since the newest marker: another would capture the same
   }
-  if (pending_.size() >= max_pending_markers)
-    return;                     // the oldest completes first anyway
-  (void)record_marker_locked(); // on failure a later poll tries again
+  if (pending_.size() >= max_pending_markers) return;  // the oldest completes first anyway
+  (void)record_marker_locked();                        // on failure a later poll tries again
 }
 
 status completion_tracker::begin_capture_locked() {
@@ -124,8 +112,7 @@ status completion_tracker::begin_capture_locked() {
   const bool covered = timeline_->completed_position() >= enqueued ||
                        (!pending_.empty() && pending_.back().position >= enqueued);
   if (!covered) {
-    if (result<CUevent> marker = record_marker_locked(); !marker.ok())
-      return marker.take_error();
+    if (result<CUevent> marker = record_marker_locked(); !marker.ok()) return marker.take_error();
   }
   capturing_ = true;
   return status::success();
@@ -133,37 +120,30 @@ status completion_tracker::begin_capture_locked() {
 
 void completion_tracker::retire() {
   std::lock_guard lock(mutex_);
-  if (stream_ == nullptr || timeline_ == nullptr)
-    return;
+  if (stream_ == nullptr || timeline_ == nullptr) return;
   context_scope scope(driver_, context_);
-  if (!scope.entered().ok())
-    return;
+  if (!scope.entered().ok()) return;
   final_position_ = timeline_->enqueued_position();
   collect_completed_locked();
   const bool covered = timeline_->completed_position() >= final_position_ ||
                        (!pending_.empty() && pending_.back().position >= final_position_);
   // If this record fails the context is broken (nothing it runs completes any more) and the
   // frees of this stream stay pending for good; blocking here instead would not help.
-  if (!covered)
-    (void)record_marker_locked();
+  if (!covered) (void)record_marker_locked();
   stream_ = nullptr;
 }
 
 bool completion_tracker::finish_if_drained() {
   std::lock_guard lock(mutex_);
-  if (stream_ != nullptr)
-    return false; // still serving a live stream
-  if (timeline_ == nullptr)
-    return true;
+  if (stream_ != nullptr) return false;  // still serving a live stream
+  if (timeline_ == nullptr) return true;
   context_scope scope(driver_, context_);
-  if (!scope.entered().ok())
-    return false;
+  if (!scope.entered().ok()) return false;
   collect_completed_locked();
-  if (!pending_.empty() || timeline_->completed_position() < final_position_)
-    return false;
+  if (!pending_.empty() || timeline_->completed_position() < final_position_) return false;
   timeline_->set_poller(nullptr);
   timeline_ = nullptr;
   return true;
 }
 
-} // namespace soma::detail::backend::cuda
+}  // namespace soma::detail::backend::cuda

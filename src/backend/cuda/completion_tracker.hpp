@@ -29,7 +29,7 @@ namespace soma::detail::backend::cuda {
 /// same device. A late poll arriving after that acts on the new stream harmlessly (at worst
 /// one extra marker). Thread-safe.
 class completion_tracker final : public completion_poller {
-public:
+ public:
   completion_tracker(const driver_api& driver, CUcontext context, int device) noexcept;
   /// Destroys the events; never touches a timeline (it may be gone).
   ~completion_tracker() override;
@@ -77,10 +77,10 @@ public:
   /// Markers in flight at most: polls beyond it wait for the oldest to complete.
   static constexpr std::size_t max_pending_markers = 32;
 
-private:
+ private:
   struct marker {
     CUevent event = nullptr;
-    std::uint64_t position = 0; // the timeline's enqueued position when recorded
+    std::uint64_t position = 0;  // the timeline's enqueued position when recorded
   };
 
   void collect_completed_locked();
@@ -90,12 +90,12 @@ private:
   const CUcontext context_;
   const int device_;
   mutable std::mutex mutex_;
-  CUstream stream_ = nullptr;           // null once retired
-  stream_timeline* timeline_ = nullptr; // null when detached
-  std::uint64_t final_position_ = 0;    // enqueued position at retirement
-  bool capturing_ = false;              // between begin and end of a capture
-  std::deque<marker> pending_;          // oldest first; positions ascending
-  std::vector<CUevent> spare_events_;   // completed markers, reused
+  CUstream stream_ = nullptr;            // null once retired
+  stream_timeline* timeline_ = nullptr;  // null when detached
+  std::uint64_t final_position_ = 0;     // enqueued position at retirement
+  bool capturing_ = false;               // between begin and end of a capture
+  std::deque<marker> pending_;           // oldest first; positions ascending
+  std::vector<CUevent> spare_events_;    // completed markers, reused
 };
 
-} // namespace soma::detail::backend::cuda
+}  // namespace soma::detail::backend::cuda

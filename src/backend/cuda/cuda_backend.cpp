@@ -14,8 +14,7 @@ namespace {
 
 std::string visible_devices_note() {
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (visible == nullptr)
-    return {};
+  if (visible == nullptr) return {};
   return std::string(" (CUDA_VISIBLE_DEVICES='") + visible + "')";
 }
 
@@ -45,12 +44,10 @@ status read_properties(const driver_api& driver, CUdevice device, int ordinal, C
   out->supported_handle_types =
       (handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0 ? handle_type_posix_fd : 0;
 
-  out->granularity_bytes = std::size_t{2} << 20; // nominal where the device has no VMM
-  if (virtual_memory == 0)
-    return status::success();
+  out->granularity_bytes = std::size_t{2} << 20;  // nominal where the device has no VMM
+  if (virtual_memory == 0) return status::success();
   context_scope scope(driver, context);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   CUmemAllocationProp prop;
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, ordinal};
@@ -74,17 +71,16 @@ status read_properties(const driver_api& driver, CUdevice device, int ordinal, C
   // cuMemCreate + cuMemMap + cuMemSetAccess cost tens of microseconds whatever the size, and
   // the driver's own pools grow by 32 MiB: pools grow by at least that much here.
   constexpr std::size_t growth_step = std::size_t{32} << 20;
-  out->growth_step_bytes = (growth_step + out->granularity_bytes - 1) / out->granularity_bytes *
-                           out->granularity_bytes;
+  out->growth_step_bytes =
+      (growth_step + out->granularity_bytes - 1) / out->granularity_bytes * out->granularity_bytes;
   return status::success();
 }
 
-} // namespace
+}  // namespace
 
 status probe() {
   result<const driver_api*> driver = process_driver();
-  if (!driver.ok())
-    return driver.take_error();
+  if (!driver.ok()) return driver.take_error();
   int count = 0;
   if (status s =
           driver.value()->check(driver.value()->cuDeviceGetCount(&count), "cuDeviceGetCount");
@@ -98,11 +94,9 @@ status probe() {
 }
 
 result<std::unique_ptr<backend>> open_backend() {
-  if (status usable = probe(); !usable.ok())
-    return usable;
+  if (status usable = probe(); !usable.ok()) return usable;
   result<std::unique_ptr<cuda_backend>> created = cuda_backend::create(*process_driver().value());
-  if (!created.ok())
-    return created.take_error();
+  if (!created.ok()) return created.take_error();
   return std::unique_ptr<backend>(std::move(created.value()));
 }
 
@@ -116,8 +110,7 @@ result<std::unique_ptr<cuda_backend>> cuda_backend::create(const driver_api& dri
   }
   std::vector<std::unique_ptr<device_state>> devices;
   auto fail = [&](const status& failure) -> result<std::unique_ptr<cuda_backend>> {
-    for (const auto& d : devices)
-      driver.cuDevicePrimaryCtxRelease(d->handle);
+    for (const auto& d : devices) driver.cuDevicePrimaryCtxRelease(d->handle);
     return status(failure.code(), "cuda backend: " + failure.message());
   };
   for (int ordinal = 0; ordinal < count; ++ordinal) {
@@ -153,14 +146,12 @@ cuda_backend::cuda_backend(const driver_api& driver,
 }
 
 cuda_backend::~cuda_backend() {
-  trackers_.clear(); // their events first, while the contexts are still retained
-  for (const auto& d : devices_)
-    driver_.cuDevicePrimaryCtxRelease(d->handle);
+  trackers_.clear();  // their events first, while the contexts are still retained
+  for (const auto& d : devices_) driver_.cuDevicePrimaryCtxRelease(d->handle);
 }
 
 status cuda_backend::check_device(int device) const {
-  if (device >= 0 && device < device_count())
-    return status::success();
+  if (device >= 0 && device < device_count()) return status::success();
   return status(error_code::invalid_device, "no CUDA device " + std::to_string(device) +
                                                 " (the cuda backend has " +
                                                 std::to_string(device_count()) + ")");
@@ -176,8 +167,7 @@ std::size_t cuda_backend::committed_bytes(int device) const {
 }
 
 bool cuda_backend::can_access_peer(int device, int peer) const {
-  if (!check_device(device).ok() || !check_device(peer).ok())
-    return false;
+  if (!check_device(device).ok() || !check_device(peer).ok()) return false;
   return devices_[static_cast<std::size_t>(device)]
       ->can_access_peer[static_cast<std::size_t>(peer)];
 }
@@ -196,8 +186,7 @@ result<completion_tracker*> cuda_backend::take_tracker(int device) {
     }
   }
   for (auto it = spare_.begin(); it != spare_.end(); ++it) {
-    if ((*it)->device() != device)
-      continue; // its pooled events belong to its context
+    if ((*it)->device() != device) continue;  // its pooled events belong to its context
     completion_tracker* reused = *it;
     spare_.erase(it);
     return reused;
@@ -218,12 +207,10 @@ std::size_t cuda_backend::busy_trackers() const {
 }
 
 result<std::unique_ptr<stream>> cuda_backend::create_stream(int device, stream_timeline& timeline) {
-  if (status checked = check_device(device); !checked.ok())
-    return checked;
+  if (status checked = check_device(device); !checked.ok()) return checked;
   const CUcontext context = devices_[static_cast<std::size_t>(device)]->context;
   context_scope scope(driver_, context);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   CUstream native = nullptr;
   if (status s = driver_.check(driver_.cuStreamCreate(&native, CU_STREAM_NON_BLOCKING),
                                "cuStreamCreate", "device " + std::to_string(device));
@@ -237,14 +224,11 @@ result<std::unique_ptr<stream>> cuda_backend::create_stream(int device, stream_t
 
 result<std::unique_ptr<stream>> cuda_backend::adopt_stream(int device, void* native,
                                                            stream_timeline& timeline) {
-  if (status checked = check_device(device); !checked.ok())
-    return checked;
-  if (native == nullptr)
-    return status(error_code::invalid_value, "no native stream to adopt");
+  if (status checked = check_device(device); !checked.ok()) return checked;
+  if (native == nullptr) return status(error_code::invalid_value, "no native stream to adopt");
   const CUcontext context = devices_[static_cast<std::size_t>(device)]->context;
   context_scope scope(driver_, context);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   auto* adopted = static_cast<CUstream>(native);
   CUcontext owner = nullptr;
   if (status s = driver_.check(driver_.cuStreamGetCtx(adopted, &owner), "cuStreamGetCtx",
@@ -265,30 +249,25 @@ result<std::unique_ptr<stream>> cuda_backend::adopt_stream(int device, void* nat
 }
 
 result<std::unique_ptr<work_graph>> cuda_backend::create_work_graph(int device) {
-  if (status checked = check_device(device); !checked.ok())
-    return checked;
+  if (status checked = check_device(device); !checked.ok()) return checked;
   result<std::unique_ptr<cuda_graph>> created =
       cuda_graph::create(driver_, devices_[static_cast<std::size_t>(device)]->context, device);
-  if (!created.ok())
-    return created.take_error();
+  if (!created.ok()) return created.take_error();
   return std::unique_ptr<work_graph>(std::move(created.value()));
 }
 
-status cuda_backend::begin_native_capture(stream &s) {
-  return static_cast<cuda_stream &>(s).begin_capture();
+status cuda_backend::begin_native_capture(stream& s) {
+  return static_cast<cuda_stream&>(s).begin_capture();
 }
 
-result<void *> cuda_backend::end_native_capture(stream &s) {
-  auto &captured = static_cast<cuda_stream &>(s);
+result<void*> cuda_backend::end_native_capture(stream& s) {
+  auto& captured = static_cast<cuda_stream&>(s);
   result<CUgraph> ended = captured.end_capture();
-  if (!ended.ok())
-    return ended.take_error();
+  if (!ended.ok()) return ended.take_error();
   CUgraph graph = ended.value();
-  if (graph == nullptr)
-    return static_cast<void *>(nullptr);
+  if (graph == nullptr) return static_cast<void*>(nullptr);
   context_scope scope(driver_, captured.context());
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   std::size_t node_count = 0;
   if (status counted = driver_.check(
           driver_.cuGraphGetNodes(graph, nullptr, &node_count), "cuGraphGetNodes",
@@ -298,19 +277,17 @@ result<void *> cuda_backend::end_native_capture(stream &s) {
     return counted;
   }
   if (node_count == 0) {
-    driver_.cuGraphDestroy(graph); // nothing was recorded
-    return static_cast<void *>(nullptr);
+    driver_.cuGraphDestroy(graph);  // nothing was recorded
+    return static_cast<void*>(nullptr);
   }
-  return static_cast<void *>(graph);
+  return static_cast<void*>(graph);
 }
 
-void cuda_backend::destroy_native_graph(void *native_graph) {
-  if (native_graph == nullptr)
-    return;
+void cuda_backend::destroy_native_graph(void* native_graph) {
+  if (native_graph == nullptr) return;
   // A CUgraph is tied to no context; device 0's is made current for the driver's sake.
   context_scope scope(driver_, devices_.front()->context);
-  if (scope.entered().ok())
-    driver_.cuGraphDestroy(static_cast<CUgraph>(native_graph));
+  if (scope.entered().ok()) driver_.cuGraphDestroy(static_cast<CUgraph>(native_graph));
 }
 
 result<std::unique_ptr<event>> cuda_backend::create_event() {
@@ -319,8 +296,7 @@ result<std::unique_ptr<event>> cuda_backend::create_event() {
 
 result<void*> cuda_backend::allocate_host(std::size_t bytes) {
   context_scope scope(driver_, devices_.front()->context);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   void* pointer = nullptr;
   if (status made = driver_.check(
           driver_.cuMemHostAlloc(&pointer, bytes, host_alloc_portable | host_alloc_devicemap),
@@ -332,8 +308,7 @@ result<void*> cuda_backend::allocate_host(std::size_t bytes) {
 
 void cuda_backend::free_host(void* pointer, std::size_t /*bytes*/) {
   context_scope scope(driver_, devices_.front()->context);
-  if (scope.entered().ok())
-    (void)driver_.cuMemFreeHost(pointer);
+  if (scope.entered().ok()) (void)driver_.cuMemFreeHost(pointer);
 }
 
-} // namespace soma::detail::backend::cuda
+}  // namespace soma::detail::backend::cuda

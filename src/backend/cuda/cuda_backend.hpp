@@ -40,7 +40,7 @@ result<std::unique_ptr<backend>> open_backend();
 /// Requires: streams and events are destroyed before the backend, and no timeline is polled
 /// after it (the runtime keeps its backend for the life of the process).
 class cuda_backend final : public backend {
-public:
+ public:
   /// Retains every device's primary context and reads its properties.
   static result<std::unique_ptr<cuda_backend>> create(const driver_api& driver);
   ~cuda_backend() override;
@@ -90,27 +90,27 @@ public:
   /// Trackers in use or retired and not yet drained (for tests).
   std::size_t busy_trackers() const;
 
-private:
+ private:
   struct device_state {
     CUdevice handle = 0;
-    CUcontext context = nullptr; // primary, retained
+    CUcontext context = nullptr;  // primary, retained
     device_properties properties;
-    std::vector<bool> can_access_peer; // by peer ordinal
+    std::vector<bool> can_access_peer;  // by peer ordinal
     std::atomic<std::size_t> committed_bytes{0};
   };
   struct physical {
     int device = 0;
     std::size_t bytes = 0;
-    bool counts_against_device = true; // imports belong to the exporter's budget
-    int references = 1;                // an import of the same memory again adds one
+    bool counts_against_device = true;  // imports belong to the exporter's budget
+    int references = 1;                 // an import of the same memory again adds one
   };
   /// One cuMemAddressReserve: what is mapped in it and who else may access it.
   struct reservation {
     int device = 0;
-    std::size_t bytes = 0; // as reserved (rounded up to the granularity)
-    std::mutex mutex;      // held across a map or set_access, so neither misses the other
-    std::map<std::uintptr_t, std::size_t> mapped_bytes; // by address
-    std::map<int, access_flags> granted;                // peers, by device
+    std::size_t bytes = 0;  // as reserved (rounded up to the granularity)
+    std::mutex mutex;       // held across a map or set_access, so neither misses the other
+    std::map<std::uintptr_t, std::size_t> mapped_bytes;  // by address
+    std::map<int, access_flags> granted;                 // peers, by device
   };
 
   cuda_backend(const driver_api& driver, std::vector<std::unique_ptr<device_state>> devices);
@@ -122,14 +122,14 @@ private:
   const driver_api& driver_;
   std::vector<std::unique_ptr<device_state>> devices_;
 
-  std::mutex memory_mutex_; // the two maps below (not held across driver calls)
-  std::map<std::uintptr_t, std::unique_ptr<reservation>> reservations_; // by base
-  std::map<std::uint64_t, physical> physicals_;                         // by handle
+  std::mutex memory_mutex_;  // the two maps below (not held across driver calls)
+  std::map<std::uintptr_t, std::unique_ptr<reservation>> reservations_;  // by base
+  std::map<std::uint64_t, physical> physicals_;                          // by handle
 
-  mutable std::mutex trackers_mutex_;                         // the three lists below
-  std::vector<std::unique_ptr<completion_tracker>> trackers_; // all, for their lifetime
-  std::vector<completion_tracker*> retired_;                  // streams destroyed, markers pending
-  std::vector<completion_tracker*> spare_;                    // drained, ready for a new stream
+  mutable std::mutex trackers_mutex_;                          // the three lists below
+  std::vector<std::unique_ptr<completion_tracker>> trackers_;  // all, for their lifetime
+  std::vector<completion_tracker*> retired_;                   // streams destroyed, markers pending
+  std::vector<completion_tracker*> spare_;                     // drained, ready for a new stream
 };
 
-} // namespace soma::detail::backend::cuda
+}  // namespace soma::detail::backend::cuda

@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <vector>
 
-
 #include "backend/cuda/cuda_backend.hpp"
 
 namespace soma::detail::backend::cuda {
@@ -12,12 +11,12 @@ namespace {
 
 int protection(access_flags flags) {
   switch (flags) {
-  case access_flags::none:
-    return CU_MEM_ACCESS_FLAGS_PROT_NONE;
-  case access_flags::read:
-    return CU_MEM_ACCESS_FLAGS_PROT_READ;
-  case access_flags::read_write:
-    return CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    case access_flags::none:
+      return CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    case access_flags::read:
+      return CU_MEM_ACCESS_FLAGS_PROT_READ;
+    case access_flags::read_write:
+      return CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   }
   return CU_MEM_ACCESS_FLAGS_PROT_NONE;
 }
@@ -33,30 +32,26 @@ std::string range_text(std::uintptr_t address, std::size_t bytes) {
   return format_bytes(bytes) + " at " + format_address(address);
 }
 
-} // namespace
+}  // namespace
 
 cuda_backend::reservation* cuda_backend::find_reservation(std::uintptr_t address,
                                                           std::size_t bytes) {
   std::lock_guard lock(memory_mutex_);
   auto it = reservations_.upper_bound(address);
-  if (it == reservations_.begin())
-    return nullptr;
+  if (it == reservations_.begin()) return nullptr;
   --it;
   const std::uintptr_t base = it->first;
-  if (address + bytes > base + it->second->bytes || address + bytes < address)
-    return nullptr;
+  if (address + bytes > base + it->second->bytes || address + bytes < address) return nullptr;
   return it->second.get();
 }
 
 result<std::uintptr_t> cuda_backend::reserve_address(int device, std::size_t bytes) {
-  if (status checked = check_device(device); !checked.ok())
-    return checked;
+  if (status checked = check_device(device); !checked.ok()) return checked;
   const std::size_t granularity =
       devices_[static_cast<std::size_t>(device)]->properties.granularity_bytes;
   const std::size_t rounded = (bytes + granularity - 1) / granularity * granularity;
   context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   CUdeviceptr base = 0;
   const CUresult reserved = driver_.cuMemAddressReserve(&base, rounded, granularity, 0, 0);
   if (reserved != CUDA_SUCCESS) {
@@ -86,8 +81,7 @@ void cuda_backend::free_address(std::uintptr_t base, std::size_t bytes) {
   {
     std::lock_guard lock(memory_mutex_);
     auto it = reservations_.find(base);
-    if (it == reservations_.end())
-      return; // not ours
+    if (it == reservations_.end()) return;  // not ours
     reserved_bytes = it->second->bytes;
     device = it->second->device;
     reservations_.erase(it);
@@ -122,15 +116,13 @@ std::string cuda_backend::explain_out_of_memory(int device, std::size_t bytes,
 
 result<std::uint64_t> cuda_backend::create_physical(int device, std::size_t bytes,
                                                     unsigned export_handle_types) {
-  if (status checked = check_device(device); !checked.ok())
-    return checked;
+  if (status checked = check_device(device); !checked.ok()) return checked;
   device_state& d = *devices_[static_cast<std::size_t>(device)];
   context_scope scope(driver_, d.context);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   CUmemAllocationProp prop;
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, device}; // the ordinal
+  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, device};  // the ordinal
   if ((export_handle_types & handle_type_posix_fd) != 0)
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   CUmemGenericAllocationHandle handle = 0;
@@ -153,16 +145,13 @@ void cuda_backend::release_physical(std::uint64_t handle) {
   {
     std::lock_guard lock(memory_mutex_);
     auto it = physicals_.find(handle);
-    if (it == physicals_.end())
-      return; // not ours
+    if (it == physicals_.end()) return;  // not ours
     released = it->second;
-    if (--it->second.references == 0)
-      physicals_.erase(it);
+    if (--it->second.references == 0) physicals_.erase(it);
   }
   // Each create and each import holds one reference of the driver's.
   context_scope scope(driver_, devices_[static_cast<std::size_t>(released.device)]->context);
-  if (scope.entered().ok())
-    driver_.cuMemRelease(handle);
+  if (scope.entered().ok()) driver_.cuMemRelease(handle);
   if (released.counts_against_device && released.references == 1) {
     devices_[static_cast<std::size_t>(released.device)]->committed_bytes.fetch_sub(
         released.bytes, std::memory_order_acq_rel);
@@ -181,18 +170,16 @@ status cuda_backend::map_part(std::uintptr_t address, std::size_t bytes, std::ui
                   "cuMemMap maps a physical allocation from its start only (offset " +
                       std::to_string(offset) + " asked)");
   }
-  if (status checked = check_device(device); !checked.ok())
-    return checked;
+  if (status checked = check_device(device); !checked.ok()) return checked;
   reservation* r = find_reservation(address, bytes);
   if (r == nullptr) {
-    return status(error_code::invalid_value,
-                  range_text(address, bytes) +
-                      " is not inside an address range this backend reserved");
+    return status(
+        error_code::invalid_value,
+        range_text(address, bytes) + " is not inside an address range this backend reserved");
   }
   std::lock_guard lock(r->mutex);
   context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   const auto base = static_cast<CUdeviceptr>(address);
   if (status s = driver_.check(driver_.cuMemMap(base, bytes, offset, handle, 0), "cuMemMap",
                                range_text(address, bytes));
@@ -207,9 +194,9 @@ status cuda_backend::map_part(std::uintptr_t address, std::size_t bytes, std::ui
   if (const CUresult granted = driver_.cuMemSetAccess(base, bytes, access.data(), access.size());
       granted != CUDA_SUCCESS) {
     driver_.cuMemUnmap(base, bytes);
-    return driver_.check(granted, "cuMemSetAccess",
-                         range_text(address, bytes) + " for " + std::to_string(access.size()) +
-                             " device(s)");
+    return driver_.check(
+        granted, "cuMemSetAccess",
+        range_text(address, bytes) + " for " + std::to_string(access.size()) + " device(s)");
   }
   r->mapped_bytes[address] = bytes;
   return status::success();
@@ -217,31 +204,27 @@ status cuda_backend::map_part(std::uintptr_t address, std::size_t bytes, std::ui
 
 void cuda_backend::unmap(std::uintptr_t address, std::size_t bytes) {
   reservation* r = find_reservation(address, bytes);
-  if (r == nullptr)
-    return;
+  if (r == nullptr) return;
   std::lock_guard lock(r->mutex);
   context_scope scope(driver_, devices_[static_cast<std::size_t>(r->device)]->context);
   // Not stream ordered: the caller unmaps only memory no pending work uses.
-  if (scope.entered().ok())
-    driver_.cuMemUnmap(static_cast<CUdeviceptr>(address), bytes);
+  if (scope.entered().ok()) driver_.cuMemUnmap(static_cast<CUdeviceptr>(address), bytes);
   r->mapped_bytes.erase(r->mapped_bytes.lower_bound(address),
                         r->mapped_bytes.lower_bound(address + bytes));
 }
 
 status cuda_backend::set_access(std::uintptr_t address, std::size_t bytes, int device,
                                 access_flags flags) {
-  if (status checked = check_device(device); !checked.ok())
-    return checked;
+  if (status checked = check_device(device); !checked.ok()) return checked;
   reservation* r = find_reservation(address, bytes);
   if (r == nullptr) {
-    return status(error_code::invalid_value,
-                  range_text(address, bytes) +
-                      " is not inside an address range this backend reserved");
+    return status(
+        error_code::invalid_value,
+        range_text(address, bytes) + " is not inside an address range this backend reserved");
   }
   std::lock_guard lock(r->mutex);
   if (device == r->device) {
-    if (flags == access_flags::read_write)
-      return status::success();
+    if (flags == access_flags::read_write) return status::success();
     return status(error_code::invalid_value, "device " + std::to_string(device) +
                                                  " owns this memory and keeps read-write access");
   }
@@ -251,14 +234,12 @@ status cuda_backend::set_access(std::uintptr_t address, std::size_t bytes, int d
                       std::to_string(r->device) + " (cuDeviceCanAccessPeer says no)");
   }
   context_scope scope(driver_, devices_[static_cast<std::size_t>(r->device)]->context);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   const CUmemAccessDesc access = access_for(device, protection(flags));
   // Every mapped piece that overlaps the range; later maps read `granted`.
   for (auto it = r->mapped_bytes.begin(); it != r->mapped_bytes.end(); ++it) {
     const auto [piece, piece_bytes] = *it;
-    if (piece + piece_bytes <= address || piece >= address + bytes)
-      continue;
+    if (piece + piece_bytes <= address || piece >= address + bytes) continue;
     if (status s = driver_.check(
             driver_.cuMemSetAccess(static_cast<CUdeviceptr>(piece), piece_bytes, &access, 1),
             "cuMemSetAccess",
@@ -286,8 +267,7 @@ result<int> cuda_backend::export_physical(std::uint64_t handle) {
     device = it->second.device;
   }
   context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   int fd = -1;
   if (status s =
           driver_.check(driver_.cuMemExportToShareableHandle(
@@ -300,11 +280,9 @@ result<int> cuda_backend::export_physical(std::uint64_t handle) {
 }
 
 result<std::uint64_t> cuda_backend::import_physical(int device, int fd, std::size_t bytes) {
-  if (status checked = check_device(device); !checked.ok())
-    return checked;
+  if (status checked = check_device(device); !checked.ok()) return checked;
   context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   CUmemGenericAllocationHandle handle = 0;
   // The descriptor goes by value in the pointer; the driver does not take it over.
   void* os_handle = reinterpret_cast<void*>(static_cast<std::intptr_t>(fd));
@@ -317,9 +295,8 @@ result<std::uint64_t> cuda_backend::import_physical(int device, int fd, std::siz
   std::lock_guard lock(memory_mutex_);
   auto [it, inserted] = physicals_.try_emplace(
       handle, physical{.device = device, .bytes = bytes, .counts_against_device = false});
-  if (!inserted)
-    ++it->second.references; // the driver hands out one handle per allocation
+  if (!inserted) ++it->second.references;  // the driver hands out one handle per allocation
   return static_cast<std::uint64_t>(handle);
 }
 
-} // namespace soma::detail::backend::cuda
+}  // namespace soma::detail::backend::cuda

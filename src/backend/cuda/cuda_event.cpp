@@ -9,15 +9,13 @@ cuda_event::~cuda_event() {
   for (const per_context& created : created_) {
     context_scope scope(driver_, created.context);
     // cuEventDestroy of a pending event returns at once; the driver frees it on completion.
-    if (scope.entered().ok())
-      driver_.cuEventDestroy(created.event);
+    if (scope.entered().ok()) driver_.cuEventDestroy(created.event);
   }
 }
 
 result<CUevent> cuda_event::event_in_locked(CUcontext context, int device) {
-  for (const per_context &created : created_)
-    if (created.context == context)
-      return created.event;
+  for (const per_context& created : created_)
+    if (created.context == context) return created.event;
   CUevent made = nullptr;
   if (status s =
           driver_.check(driver_.cuEventCreate(&made, CU_EVENT_DISABLE_TIMING), "cuEventCreate",
@@ -50,11 +48,9 @@ status cuda_event::record(stream& s) {
   std::lock_guard issuing(target.issue_mutex());
   std::lock_guard lock(mutex_);
   context_scope scope(driver_, target.context());
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   result<CUevent> chosen = event_in_locked(target.context(), target.device());
-  if (!chosen.ok())
-    return chosen.take_error();
+  if (!chosen.ok()) return chosen.take_error();
   if (status s =
           driver_.check(driver_.cuEventRecord(chosen.value(), target.native()), "cuEventRecord");
       !s.ok())
@@ -68,11 +64,9 @@ status cuda_event::record(stream& s) {
 
 status cuda_event::query() {
   std::lock_guard lock(mutex_);
-  if (event_ == nullptr)
-    return status::success(); // never recorded: nothing to wait for
+  if (event_ == nullptr) return status::success();  // never recorded: nothing to wait for
   context_scope scope(driver_, context_);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   const CUresult state = driver_.cuEventQuery(event_);
   if (state == CUDA_ERROR_NOT_READY) {
     return status(error_code::not_ready, "the work the event captured has not completed yet");
@@ -95,15 +89,13 @@ status cuda_event::synchronize() {
     sticky = sticky_;
     position = recorded_position_;
   }
-  if (waited == nullptr)
-    return status::success();
+  if (waited == nullptr) return status::success();
   context_scope scope(driver_, context);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   if (status done = driver_.check(driver_.cuEventSynchronize(waited), "cuEventSynchronize");
       !done.ok())
     return done;
   return sticky != nullptr ? sticky->failure_up_to(position) : status::success();
 }
 
-} // namespace soma::detail::backend::cuda
+}  // namespace soma::detail::backend::cuda

@@ -18,7 +18,7 @@ namespace soma::detail::backend::cuda {
 /// there is at most one per device.
 /// A never-recorded event is complete (query and synchronize succeed). Thread-safe.
 class cuda_event final : public event {
-public:
+ public:
   explicit cuda_event(const driver_api& driver) noexcept : driver_(driver) {}
   ~cuda_event() override;
   cuda_event(const cuda_event&) = delete;
@@ -31,7 +31,8 @@ public:
 
   /// Runs use(event, context) with the latest recorded CUevent (nullptr if never recorded)
   /// under this event's lock, so a concurrent record cannot change it meanwhile.
-  template <typename Use> status with_recorded(Use&& use) {
+  template <typename Use>
+  status with_recorded(Use&& use) {
     std::lock_guard lock(mutex_);
     return use(event_, context_);
   }
@@ -45,7 +46,7 @@ public:
   void note_recorded(CUevent recorded, CUcontext context, std::shared_ptr<sticky_state> sticky,
                      std::uint64_t position);
 
-private:
+ private:
   result<CUevent> event_in_locked(CUcontext context, int device);
 
   const driver_api& driver_;
@@ -54,13 +55,13 @@ private:
     CUcontext context = nullptr;
     CUevent event = nullptr;
   };
-  CUevent event_ = nullptr;          // the latest record's; null until the first record
+  CUevent event_ = nullptr;  // the latest record's; null until the first record
   // A host task that failed at or before the recorded position is this event's failure
   // too (a CUevent knows nothing of soma's host tasks).
   std::shared_ptr<sticky_state> sticky_;
   std::uint64_t recorded_position_ = 0;
-  CUcontext context_ = nullptr;      // the context event_ belongs to
-  std::vector<per_context> created_; // one CUevent per context recorded on
+  CUcontext context_ = nullptr;       // the context event_ belongs to
+  std::vector<per_context> created_;  // one CUevent per context recorded on
 };
 
-} // namespace soma::detail::backend::cuda
+}  // namespace soma::detail::backend::cuda

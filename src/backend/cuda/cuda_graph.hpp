@@ -29,21 +29,21 @@ class cuda_event;
 /// are gone (an exec's set_memset names the graph's nodes). Not thread-safe, like the driver's
 /// graphs: one thread builds a graph; one launches a given exec at a time.
 class cuda_graph final : public work_graph {
-public:
+ public:
   /// cuGraphCreate in context (device's primary context).
-  static result<std::unique_ptr<cuda_graph>> create(const driver_api &driver, CUcontext context,
+  static result<std::unique_ptr<cuda_graph>> create(const driver_api& driver, CUcontext context,
                                                     int device);
 
   result<node_index> add_empty(dependencies after) override;
-  result<node_index> add_memset(dependencies after, void *destination, int value,
+  result<node_index> add_memset(dependencies after, void* destination, int value,
                                 std::size_t bytes) override;
-  result<node_index> add_memcpy(dependencies after, void *destination, const void *source,
+  result<node_index> add_memcpy(dependencies after, void* destination, const void* source,
                                 std::size_t bytes) override;
-  result<node_index> add_host(dependencies after, void (*function)(void *), void *data) override;
-  result<node_index> add_event_record(dependencies after, event &e) override;
-  result<node_index> add_event_wait(dependencies after, event &e) override;
+  result<node_index> add_host(dependencies after, void (*function)(void*), void* data) override;
+  result<node_index> add_event_record(dependencies after, event& e) override;
+  result<node_index> add_event_wait(dependencies after, event& e) override;
   /// native_graph: a CUgraph (end_native_capture's), copied in; the caller keeps owning it.
-  result<node_index> add_native_child(dependencies after, void *native_graph) override;
+  result<node_index> add_native_child(dependencies after, void* native_graph) override;
   /// cuGraphInstantiateWithFlags(..., 0).
   result<std::unique_ptr<work_graph_exec>> instantiate() override;
 
@@ -60,25 +60,25 @@ public:
   };
   /// An event a record node records, with the CUevent the node names.
   struct recorded_event {
-    cuda_event *event = nullptr;
+    cuda_event* event = nullptr;
     CUevent handle = nullptr;
   };
   /// The CUgraph and its context, shared by the graph and its execs.
   struct owned;
 
-private:
-  cuda_graph(const driver_api &driver, std::shared_ptr<owned> graph, int device);
+ private:
+  cuda_graph(const driver_api& driver, std::shared_ptr<owned> graph, int device);
   /// Maps after to CUgraphNodes, then add(node, dependencies, count) adds the driver's node.
   template <typename Add>
-  result<node_index> add(dependencies after, node_kind kind, Add &&add_node);
+  result<node_index> add(dependencies after, node_kind kind, Add&& add_node);
 
-  const driver_api &driver_;
+  const driver_api& driver_;
   std::shared_ptr<owned> graph_;
   const int device_;
-  std::vector<CUgraphNode> nodes_;      // by node index
-  std::vector<node_kind> kinds_;        // by node index
-  std::vector<recorded_event> records_; // the events of record nodes, in node order
-  std::vector<CUgraphNode> mapped_;     // scratch: one node's dependencies
+  std::vector<CUgraphNode> nodes_;       // by node index
+  std::vector<node_kind> kinds_;         // by node index
+  std::vector<recorded_event> records_;  // the events of record nodes, in node order
+  std::vector<CUgraphNode> mapped_;      // scratch: one node's dependencies
 };
 
-} // namespace soma::detail::backend::cuda
+}  // namespace soma::detail::backend::cuda

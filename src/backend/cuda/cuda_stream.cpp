@@ -10,7 +10,7 @@ namespace {
 struct host_call {
   std::shared_ptr<sticky_state> sticky;
   host_task task;
-  stream_timeline* timeline; // outlives the stream (backend.hpp), so also this call
+  stream_timeline* timeline;  // outlives the stream (backend.hpp), so also this call
   std::uint64_t position;
 };
 
@@ -19,13 +19,13 @@ void run_host_call(void* data) {
   bool skip = false;
   {
     std::lock_guard lock(call->sticky->mutex);
-    skip = !call->sticky->failure.ok(); // after a failure later host tasks are skipped
+    skip = !call->sticky->failure.ok();  // after a failure later host tasks are skipped
   }
   status outcome;
   if (!skip) {
     try {
       outcome = call->task();
-    } catch (...) { // nothing may unwind into the driver's thread
+    } catch (...) {  // nothing may unwind into the driver's thread
       outcome = status(error_code::unknown, "the host task threw an exception");
     }
   }
@@ -47,13 +47,19 @@ CUdeviceptr device_pointer(const void* pointer) {
   return static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(pointer));
 }
 
-} // namespace
+}  // namespace
 
 cuda_stream::cuda_stream(cuda_backend& owner, const driver_api& driver, int device,
                          CUcontext context, CUstream native, bool owns_native,
                          stream_timeline& timeline, completion_tracker& tracker)
-    : owner_(owner), driver_(driver), device_(device), context_(context), native_(native),
-      owns_native_(owns_native), timeline_(timeline), tracker_(tracker),
+    : owner_(owner),
+      driver_(driver),
+      device_(device),
+      context_(context),
+      native_(native),
+      owns_native_(owns_native),
+      timeline_(timeline),
+      tracker_(tracker),
       sticky_(std::make_shared<sticky_state>()) {}
 
 cuda_stream::~cuda_stream() {
@@ -63,17 +69,16 @@ cuda_stream::~cuda_stream() {
   if (owns_native_) {
     context_scope scope(driver_, context_);
     if (scope.entered().ok())
-      driver_.cuStreamDestroy(native_); // returns at once; pending work still completes
+      driver_.cuStreamDestroy(native_);  // returns at once; pending work still completes
   }
   owner_.retire_tracker(tracker_);
 }
 
-template <typename Issue> status cuda_stream::issue_one(Issue&& issue) {
-  if (status failed = sticky_error(); !failed.ok())
-    return failed;
+template <typename Issue>
+status cuda_stream::issue_one(Issue&& issue) {
+  if (status failed = sticky_error(); !failed.ok()) return failed;
   context_scope scope(driver_, context_);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   std::lock_guard lock(tracker_.issue_mutex());
   // A position taken for a call the driver then refuses stays unused; markers recorded
   // later cover it, so the timeline remains correct.
@@ -85,9 +90,8 @@ status cuda_stream::enqueue_host_task(host_task task) {
     auto call =
         std::make_unique<host_call>(host_call{sticky_, std::move(task), &timeline_, position});
     const CUresult launched = driver_.cuLaunchHostFunc(native_, &run_host_call, call.get());
-    if (launched != CUDA_SUCCESS)
-      return driver_.check(launched, "cuLaunchHostFunc");
-    (void)call.release(); // run_host_call frees it (unless the context fails first: it leaks)
+    if (launched != CUDA_SUCCESS) return driver_.check(launched, "cuLaunchHostFunc");
+    (void)call.release();  // run_host_call frees it (unless the context fails first: it leaks)
     return status::success();
   });
 }
@@ -136,15 +140,12 @@ status cuda_stream::enqueue_write_value32(std::uint32_t* address, std::uint32_t 
 
 status cuda_stream::enqueue_wait(event& e) {
   auto& awaited = static_cast<cuda_event&>(e);
-  if (status failed = sticky_error(); !failed.ok())
-    return failed;
+  if (status failed = sticky_error(); !failed.ok()) return failed;
   context_scope scope(driver_, context_);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   std::lock_guard lock(tracker_.issue_mutex());
   return awaited.with_recorded([&](CUevent recorded, CUcontext) {
-    if (recorded == nullptr)
-      return status::success(); // never recorded: nothing to wait for
+    if (recorded == nullptr) return status::success();  // never recorded: nothing to wait for
     timeline_.note_enqueued();
     return driver_.check(driver_.cuStreamWaitEvent(native_, recorded, CU_EVENT_WAIT_DEFAULT),
                          "cuStreamWaitEvent");
@@ -153,20 +154,15 @@ status cuda_stream::enqueue_wait(event& e) {
 
 status cuda_stream::enqueue_wait_for(stream& other, std::uint64_t position) {
   auto& source = static_cast<cuda_stream&>(other);
-  if (&source == this)
-    return status::success(); // in order already
-  if (status failed = sticky_error(); !failed.ok())
-    return failed;
+  if (&source == this) return status::success();  // in order already
+  if (status failed = sticky_error(); !failed.ok()) return failed;
   context_scope scope(driver_, context_);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   // Both issue locks, taken deadlock-free: two streams may wait for each other at once.
   std::scoped_lock both(tracker_.issue_mutex(), source.tracker_.issue_mutex());
-  if (source.timeline_.completed_position() >= position)
-    return status::success();
+  if (source.timeline_.completed_position() >= position) return status::success();
   result<CUevent> marker = source.tracker_.marker_covering_locked(position);
-  if (!marker.ok())
-    return marker.take_error();
+  if (!marker.ok()) return marker.take_error();
   timeline_.note_enqueued();
   return driver_.check(driver_.cuStreamWaitEvent(native_, marker.value(), CU_EVENT_WAIT_DEFAULT),
                        "cuStreamWaitEvent",
@@ -175,7 +171,7 @@ status cuda_stream::enqueue_wait_for(stream& other, std::uint64_t position) {
 }
 
 status cuda_stream::enqueue_graph(CUgraphExec exec,
-                                  const std::function<void(std::uint64_t)> &launched) {
+                                  const std::function<void(std::uint64_t)>& launched) {
   return issue_one([&](std::uint64_t position) {
     if (status s = driver_.check(driver_.cuGraphLaunch(exec, native_), "cuGraphLaunch",
                                  "a graph on a stream of device " + std::to_string(device_));
@@ -187,11 +183,9 @@ status cuda_stream::enqueue_graph(CUgraphExec exec,
 }
 
 status cuda_stream::upload_graph(CUgraphExec exec) {
-  if (status failed = sticky_error(); !failed.ok())
-    return failed;
+  if (status failed = sticky_error(); !failed.ok()) return failed;
   context_scope scope(driver_, context_);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   std::lock_guard lock(tracker_.issue_mutex());
   return driver_.check(driver_.cuGraphUpload(exec, native_), "cuGraphUpload",
                        "a graph on a stream of device " + std::to_string(device_));
@@ -199,11 +193,9 @@ status cuda_stream::upload_graph(CUgraphExec exec) {
 
 status cuda_stream::begin_capture() {
   context_scope scope(driver_, context_);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   std::lock_guard lock(tracker_.issue_mutex());
-  if (status prepared = tracker_.begin_capture_locked(); !prepared.ok())
-    return prepared;
+  if (status prepared = tracker_.begin_capture_locked(); !prepared.ok()) return prepared;
   const CUresult begun = driver_.cuStreamBeginCapture(native_, CU_STREAM_CAPTURE_MODE_RELAXED);
   if (begun != CUDA_SUCCESS) {
     tracker_.end_capture_locked();
@@ -215,8 +207,7 @@ status cuda_stream::begin_capture() {
 
 result<CUgraph> cuda_stream::end_capture() {
   context_scope scope(driver_, context_);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   std::lock_guard lock(tracker_.issue_mutex());
   CUgraph captured = nullptr;
   const CUresult ended = driver_.cuStreamEndCapture(native_, &captured);
@@ -233,22 +224,19 @@ status cuda_stream::synchronize() {
   std::uint64_t position = 0;
   {
     std::lock_guard lock(tracker_.issue_mutex());
-    position = timeline_.enqueued_position(); // everything up to it is in the driver's hands
+    position = timeline_.enqueued_position();  // everything up to it is in the driver's hands
   }
   context_scope scope(driver_, context_);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   const CUresult done = driver_.cuStreamSynchronize(native_);
-  if (done != CUDA_SUCCESS)
-    return note_failure(driver_.check(done, "cuStreamSynchronize"));
+  if (done != CUDA_SUCCESS) return note_failure(driver_.check(done, "cuStreamSynchronize"));
   timeline_.note_completed(position);
   return sticky_error();
 }
 
 status cuda_stream::query() {
   context_scope scope(driver_, context_);
-  if (!scope.entered().ok())
-    return scope.entered();
+  if (!scope.entered().ok()) return scope.entered();
   std::uint64_t position = 0;
   CUresult state = CUDA_SUCCESS;
   {
@@ -256,10 +244,8 @@ status cuda_stream::query() {
     position = timeline_.enqueued_position();
     state = driver_.cuStreamQuery(native_);
   }
-  if (state == CUDA_ERROR_NOT_READY)
-    return status(error_code::not_ready, "stream busy");
-  if (state != CUDA_SUCCESS)
-    return note_failure(driver_.check(state, "cuStreamQuery"));
+  if (state == CUDA_ERROR_NOT_READY) return status(error_code::not_ready, "stream busy");
+  if (state != CUDA_SUCCESS) return note_failure(driver_.check(state, "cuStreamQuery"));
   timeline_.note_completed(position);
   return sticky_error();
 }
@@ -275,10 +261,9 @@ status cuda_stream::note_failure(status failure) {
       failure.code() == error_code::launch_failure || failure.code() == error_code::illegal_address;
   if (asynchronous) {
     std::lock_guard lock(sticky_->mutex);
-    if (sticky_->failure.ok())
-      sticky_->failure = failure;
+    if (sticky_->failure.ok()) sticky_->failure = failure;
   }
   return failure;
 }
 
-} // namespace soma::detail::backend::cuda
+}  // namespace soma::detail::backend::cuda

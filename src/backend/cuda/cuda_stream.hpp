@@ -19,8 +19,8 @@ class cuda_backend;
 /// driver's hands, so a task that fails after its stream was destroyed has somewhere to go.
 struct sticky_state {
   std::mutex mutex;
-  status failure;             ///< success until something failed
-  std::uint64_t failed_at = 0; ///< position of the failed operation; 0 = none
+  status failure;               ///< success until something failed
+  std::uint64_t failed_at = 0;  ///< position of the failed operation; 0 = none
 
   /// The failure if it happened at or before position (what an event there must report).
   status failure_up_to(std::uint64_t position) {
@@ -44,7 +44,7 @@ struct sticky_state {
 /// learning), and an owned CUstream is destroyed, which the driver does once its work is
 /// done. An adopted CUstream is never destroyed. Requires: the backend outlives the stream.
 class cuda_stream final : public stream {
-public:
+ public:
   cuda_stream(cuda_backend& owner, const driver_api& driver, int device, CUcontext context,
               CUstream native, bool owns_native, stream_timeline& timeline,
               completion_tracker& tracker);
@@ -75,7 +75,7 @@ public:
   /// tracker covers the whole graph as it covers a memset. Once the driver accepted the launch,
   /// launched(position) runs under the issue lock: the graph's record nodes update their events
   /// there, as record() would.
-  status enqueue_graph(CUgraphExec exec, const std::function<void(std::uint64_t)> &launched);
+  status enqueue_graph(CUgraphExec exec, const std::function<void(std::uint64_t)>& launched);
   /// cuGraphUpload on this stream: prepares exec's launches; runs none of its work, takes no
   /// position.
   status upload_graph(CUgraphExec exec);
@@ -87,9 +87,10 @@ public:
   /// cuStreamEndCapture: the graph recorded since begin_capture (the caller owns it).
   result<CUgraph> end_capture();
 
-private:
+ private:
   /// Takes the next position and runs issue() under the issue lock, in the stream's context.
-  template <typename Issue> status issue_one(Issue&& issue);
+  template <typename Issue>
+  status issue_one(Issue&& issue);
   /// Keeps a device fault seen by a synchronize or query as the sticky error.
   status note_failure(status failure);
 
@@ -100,8 +101,8 @@ private:
   const CUstream native_;
   const bool owns_native_;
   stream_timeline& timeline_;
-  completion_tracker& tracker_; // owned by the backend: it outlives this stream
+  completion_tracker& tracker_;  // owned by the backend: it outlives this stream
   std::shared_ptr<sticky_state> sticky_;
 };
 
-} // namespace soma::detail::backend::cuda
+}  // namespace soma::detail::backend::cuda

@@ -125,87 +125,79 @@ const known_result known_results[] = {
 };
 
 status load_failure(error_code code, std::string message, void* library) {
-  if (library != nullptr)
-    dlclose(library); // nothing of it is in use yet
+  if (library != nullptr) dlclose(library);  // nothing of it is in use yet
   return status(code, std::move(message));
 }
 
-} // namespace
+}  // namespace
 
 error_code translate(CUresult result) {
   switch (result) {
-  case CUDA_SUCCESS:
-    return error_code::success;
-  case CUDA_ERROR_INVALID_VALUE:
-    return error_code::invalid_value;
-  case CUDA_ERROR_OUT_OF_MEMORY:
-    return error_code::out_of_memory;
-  case CUDA_ERROR_NOT_INITIALIZED:
-  case CUDA_ERROR_DEINITIALIZED:
-  case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
-    return error_code::initialization_error;
-  case CUDA_ERROR_STUB_LIBRARY:
-  case CUDA_ERROR_DEVICE_UNAVAILABLE:
-  case CUDA_ERROR_NO_DEVICE:
-    return error_code::no_device;
-  case CUDA_ERROR_INVALID_DEVICE:
-    return error_code::invalid_device;
-  case CUDA_ERROR_INVALID_CONTEXT:
-  case CUDA_ERROR_CONTEXT_IS_DESTROYED:
-  case CUDA_ERROR_INVALID_HANDLE:
-  case CUDA_ERROR_NOT_FOUND:
-    return error_code::invalid_handle;
-  case CUDA_ERROR_NOT_READY:
-    return error_code::not_ready;
-  case CUDA_ERROR_ILLEGAL_ADDRESS:
-    return error_code::illegal_address;
-  // Faults of a kernel: the context is unusable, like a failed launch.
-  case CUDA_ERROR_ASSERT:
-  case CUDA_ERROR_HARDWARE_STACK_ERROR:
-  case CUDA_ERROR_ILLEGAL_INSTRUCTION:
-  case CUDA_ERROR_MISALIGNED_ADDRESS:
-  case CUDA_ERROR_INVALID_ADDRESS_SPACE:
-  case CUDA_ERROR_INVALID_PC:
-  case CUDA_ERROR_LAUNCH_FAILED:
-    return error_code::launch_failure;
-  case CUDA_ERROR_OPERATING_SYSTEM:
-    return error_code::operating_system;
-  case CUDA_ERROR_NOT_PERMITTED:
-    return error_code::not_permitted;
-  case CUDA_ERROR_NOT_SUPPORTED:
-    return error_code::not_supported;
-  default:
-    return error_code::unknown;
+    case CUDA_SUCCESS:
+      return error_code::success;
+    case CUDA_ERROR_INVALID_VALUE:
+      return error_code::invalid_value;
+    case CUDA_ERROR_OUT_OF_MEMORY:
+      return error_code::out_of_memory;
+    case CUDA_ERROR_NOT_INITIALIZED:
+    case CUDA_ERROR_DEINITIALIZED:
+    case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
+      return error_code::initialization_error;
+    case CUDA_ERROR_STUB_LIBRARY:
+    case CUDA_ERROR_DEVICE_UNAVAILABLE:
+    case CUDA_ERROR_NO_DEVICE:
+      return error_code::no_device;
+    case CUDA_ERROR_INVALID_DEVICE:
+      return error_code::invalid_device;
+    case CUDA_ERROR_INVALID_CONTEXT:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+    case CUDA_ERROR_INVALID_HANDLE:
+    case CUDA_ERROR_NOT_FOUND:
+      return error_code::invalid_handle;
+    case CUDA_ERROR_NOT_READY:
+      return error_code::not_ready;
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+      return error_code::illegal_address;
+    // Faults of a kernel: the context is unusable, like a failed launch.
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+      return error_code::launch_failure;
+    case CUDA_ERROR_OPERATING_SYSTEM:
+      return error_code::operating_system;
+    case CUDA_ERROR_NOT_PERMITTED:
+      return error_code::not_permitted;
+    case CUDA_ERROR_NOT_SUPPORTED:
+      return error_code::not_supported;
+    default:
+      return error_code::unknown;
   }
 }
 
 std::string driver_api::describe(CUresult result) const {
   const char* name = nullptr;
   const char* text = nullptr;
-  if (cuGetErrorName == nullptr || cuGetErrorName(result, &name) != CUDA_SUCCESS)
-    name = nullptr;
+  if (cuGetErrorName == nullptr || cuGetErrorName(result, &name) != CUDA_SUCCESS) name = nullptr;
   if (cuGetErrorString == nullptr || cuGetErrorString(result, &text) != CUDA_SUCCESS)
     text = nullptr;
   for (const known_result& known : known_results) {
-    if (known.result != result)
-      continue;
-    if (name == nullptr)
-      name = known.name;
-    if (text == nullptr)
-      text = known.text;
+    if (known.result != result) continue;
+    if (name == nullptr) name = known.name;
+    if (text == nullptr) text = known.text;
   }
   std::string out = name != nullptr ? name : "CUresult " + std::to_string(result);
-  if (text != nullptr && *text != '\0')
-    out += std::string(": ") + text;
+  if (text != nullptr && *text != '\0') out += std::string(": ") + text;
   return out;
 }
 
 status driver_api::check(CUresult result, const char* call, const std::string& detail) const {
-  if (result == CUDA_SUCCESS)
-    return status::success();
+  if (result == CUDA_SUCCESS) return status::success();
   std::string message = std::string(call) + " failed (" + describe(result) + ")";
-  if (!detail.empty())
-    message += ": " + detail;
+  if (!detail.empty()) message += ": " + detail;
   return status(translate(result), std::move(message));
 }
 
@@ -232,8 +224,7 @@ result<std::unique_ptr<driver_api>> load_driver(const char* library_name) {
       function = nullptr;
     }
     // The stub library (and drivers before 12.0) answer nothing through cuGetProcAddress.
-    if (function == nullptr)
-      function = dlsym(library, entry.exported);
+    if (function == nullptr) function = dlsym(library, entry.exported);
     if (function == nullptr) {
       missing += missing.empty() ? entry.exported : std::string(", ") + entry.exported;
       continue;
@@ -268,7 +259,7 @@ result<std::unique_ptr<driver_api>> load_driver(const char* library_name) {
                             "; soma's cuda backend needs 12.0 or later",
                         library);
   }
-  return driver; // the library stays open for the life of the process
+  return driver;  // the library stays open for the life of the process
 }
 
 result<const driver_api*> process_driver() {
@@ -287,8 +278,7 @@ result<const driver_api*> process_driver() {
       failure = opened.take_error();
     }
   }
-  if (loaded == nullptr)
-    return failure;
+  if (loaded == nullptr) return failure;
   return static_cast<const driver_api*>(loaded);
 }
 
@@ -299,10 +289,8 @@ context_scope::context_scope(const driver_api& driver, CUcontext context) noexce
     entered_ = forked_child_error();
     return;
   }
-  if (driver_.cuCtxGetCurrent(&previous_) != CUDA_SUCCESS)
-    previous_ = nullptr;
-  if (previous_ == context)
-    return;
+  if (driver_.cuCtxGetCurrent(&previous_) != CUDA_SUCCESS) previous_ = nullptr;
+  if (previous_ == context) return;
   const CUresult made = driver_.cuCtxSetCurrent(context);
   if (made != CUDA_SUCCESS) {
     entered_ = driver_.check(made, "cuCtxSetCurrent");
@@ -312,8 +300,7 @@ context_scope::context_scope(const driver_api& driver, CUcontext context) noexce
 }
 
 context_scope::~context_scope() {
-  if (switched_)
-    driver_.cuCtxSetCurrent(previous_);
+  if (switched_) driver_.cuCtxSetCurrent(previous_);
 }
 
-} // namespace soma::detail::backend::cuda
+}  // namespace soma::detail::backend::cuda

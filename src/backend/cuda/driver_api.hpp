@@ -75,44 +75,44 @@ struct driver_api {
   CUresult (*cuEventQuery)(CUevent event) = nullptr;
   CUresult (*cuEventSynchronize)(CUevent event) = nullptr;
   // graphs (S15) and stream capture
-  CUresult (*cuGraphCreate)(CUgraph *graph, unsigned flags) = nullptr;
+  CUresult (*cuGraphCreate)(CUgraph* graph, unsigned flags) = nullptr;
   CUresult (*cuGraphDestroy)(CUgraph graph) = nullptr;
-  CUresult (*cuGraphAddEmptyNode)(CUgraphNode *node, CUgraph graph, const CUgraphNode *dependencies,
+  CUresult (*cuGraphAddEmptyNode)(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies,
                                   std::size_t dependency_count) = nullptr;
-  CUresult (*cuGraphAddMemsetNode)(CUgraphNode *node, CUgraph graph,
-                                   const CUgraphNode *dependencies, std::size_t dependency_count,
-                                   const CUDA_MEMSET_NODE_PARAMS *params,
+  CUresult (*cuGraphAddMemsetNode)(CUgraphNode* node, CUgraph graph,
+                                   const CUgraphNode* dependencies, std::size_t dependency_count,
+                                   const CUDA_MEMSET_NODE_PARAMS* params,
                                    CUcontext context) = nullptr;
-  CUresult (*cuGraphAddMemcpyNode)(CUgraphNode *node, CUgraph graph,
-                                   const CUgraphNode *dependencies, std::size_t dependency_count,
-                                   const CUDA_MEMCPY3D *params, CUcontext context) = nullptr;
-  CUresult (*cuGraphAddHostNode)(CUgraphNode *node, CUgraph graph, const CUgraphNode *dependencies,
+  CUresult (*cuGraphAddMemcpyNode)(CUgraphNode* node, CUgraph graph,
+                                   const CUgraphNode* dependencies, std::size_t dependency_count,
+                                   const CUDA_MEMCPY3D* params, CUcontext context) = nullptr;
+  CUresult (*cuGraphAddHostNode)(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies,
                                  std::size_t dependency_count,
-                                 const CUDA_HOST_NODE_PARAMS *params) = nullptr;
-  CUresult (*cuGraphAddEventRecordNode)(CUgraphNode *node, CUgraph graph,
-                                        const CUgraphNode *dependencies,
+                                 const CUDA_HOST_NODE_PARAMS* params) = nullptr;
+  CUresult (*cuGraphAddEventRecordNode)(CUgraphNode* node, CUgraph graph,
+                                        const CUgraphNode* dependencies,
                                         std::size_t dependency_count, CUevent event) = nullptr;
-  CUresult (*cuGraphAddEventWaitNode)(CUgraphNode *node, CUgraph graph,
-                                      const CUgraphNode *dependencies, std::size_t dependency_count,
+  CUresult (*cuGraphAddEventWaitNode)(CUgraphNode* node, CUgraph graph,
+                                      const CUgraphNode* dependencies, std::size_t dependency_count,
                                       CUevent event) = nullptr;
-  CUresult (*cuGraphAddChildGraphNode)(CUgraphNode *node, CUgraph graph,
-                                       const CUgraphNode *dependencies,
+  CUresult (*cuGraphAddChildGraphNode)(CUgraphNode* node, CUgraph graph,
+                                       const CUgraphNode* dependencies,
                                        std::size_t dependency_count, CUgraph child) = nullptr;
-  CUresult (*cuGraphGetNodes)(CUgraph graph, CUgraphNode *nodes, std::size_t *count) = nullptr;
-  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *exec, CUgraph graph,
+  CUresult (*cuGraphGetNodes)(CUgraph graph, CUgraphNode* nodes, std::size_t* count) = nullptr;
+  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec* exec, CUgraph graph,
                                           unsigned long long flags) = nullptr;
   CUresult (*cuGraphLaunch)(CUgraphExec exec, CUstream stream) = nullptr;
   CUresult (*cuGraphUpload)(CUgraphExec exec, CUstream stream) = nullptr;
   CUresult (*cuGraphExecDestroy)(CUgraphExec exec) = nullptr;
   CUresult (*cuGraphExecMemsetNodeSetParams)(CUgraphExec exec, CUgraphNode node,
-                                             const CUDA_MEMSET_NODE_PARAMS *params,
+                                             const CUDA_MEMSET_NODE_PARAMS* params,
                                              CUcontext context) = nullptr;
   /// mode: CU_STREAM_CAPTURE_MODE_* (cuda.h's CUstreamCaptureMode, an int-sized enum).
   CUresult (*cuStreamBeginCapture)(CUstream stream, int mode) = nullptr;
-  CUresult (*cuStreamEndCapture)(CUstream stream, CUgraph *graph) = nullptr;
+  CUresult (*cuStreamEndCapture)(CUstream stream, CUgraph* graph) = nullptr;
 
-  std::string library_name; ///< what was opened, for messages
-  int driver_version = 0;   ///< cuDriverGetVersion, e.g. 13000
+  std::string library_name;  ///< what was opened, for messages
+  int driver_version = 0;    ///< cuDriverGetVersion, e.g. 13000
 
   /// "CUDA_ERROR_OUT_OF_MEMORY: out of memory": the driver's names, or a built-in table
   /// where the driver cannot say (the toolkit's stub library answers nothing).
@@ -141,7 +141,7 @@ result<const driver_api*> process_driver();
 /// one afterwards, so soma never changes which device the application's own CUDA runtime
 /// calls go to. Costs one cuCtxGetCurrent when the context is already current.
 class context_scope {
-public:
+ public:
   context_scope(const driver_api& driver, CUcontext context) noexcept;
   ~context_scope();
   context_scope(const context_scope&) = delete;
@@ -149,11 +149,11 @@ public:
   /// The result of making the context current (a broken driver, a destroyed context).
   const status& entered() const noexcept { return entered_; }
 
-private:
+ private:
   const driver_api& driver_;
   CUcontext previous_ = nullptr;
   bool switched_ = false;
   status entered_;
 };
 
-} // namespace soma::detail::backend::cuda
+}  // namespace soma::detail::backend::cuda

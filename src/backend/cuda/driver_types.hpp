@@ -24,13 +24,13 @@ struct CUevent_st;
 using CUevent = CUevent_st*;
 using CUhostFn = void (*)(void* user_data);
 struct CUgraph_st;
-using CUgraph = CUgraph_st *;
+using CUgraph = CUgraph_st*;
 struct CUgraphNode_st;
-using CUgraphNode = CUgraphNode_st *;
+using CUgraphNode = CUgraphNode_st*;
 struct CUgraphExec_st;
-using CUgraphExec = CUgraphExec_st *;
+using CUgraphExec = CUgraphExec_st*;
 struct CUarray_st;
-using CUarray = CUarray_st *;
+using CUarray = CUarray_st*;
 
 // ---- results (CUresult) -------------------------------------------------------------------
 inline constexpr CUresult CUDA_SUCCESS = 0;
@@ -84,8 +84,8 @@ inline constexpr int CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 0x3;
 inline constexpr int CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0;
 inline constexpr int CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 0x1;
 // cuda.h makes these two macros; ours are named apart so the ABI test can compare them.
-inline constexpr unsigned host_alloc_portable = 0x01;  ///< CU_MEMHOSTALLOC_PORTABLE
-inline constexpr unsigned host_alloc_devicemap = 0x02; ///< CU_MEMHOSTALLOC_DEVICEMAP
+inline constexpr unsigned host_alloc_portable = 0x01;   ///< CU_MEMHOSTALLOC_PORTABLE
+inline constexpr unsigned host_alloc_devicemap = 0x02;  ///< CU_MEMHOSTALLOC_DEVICEMAP
 inline constexpr unsigned CU_STREAM_WAIT_VALUE_GEQ = 0x0;
 inline constexpr unsigned CU_STREAM_WAIT_VALUE_EQ = 0x1;
 inline constexpr unsigned CU_STREAM_WAIT_VALUE_AND = 0x2;
@@ -102,13 +102,13 @@ inline constexpr int CU_STREAM_CAPTURE_MODE_RELAXED = 2;
 
 // ---- structures (layouts of cuda.h's structs, the *_v1 ones unless said) ------------------
 struct CUmemLocation {
-  int type = 0; ///< CU_MEM_LOCATION_TYPE_*
-  int id = 0;   ///< device ordinal for CU_MEM_LOCATION_TYPE_DEVICE
+  int type = 0;  ///< CU_MEM_LOCATION_TYPE_*
+  int id = 0;    ///< device ordinal for CU_MEM_LOCATION_TYPE_DEVICE
 };
 
 struct CUmemAllocationProp {
-  int type = 0;                 ///< CU_MEM_ALLOCATION_TYPE_*
-  int requestedHandleTypes = 0; ///< CU_MEM_HANDLE_TYPE_* bits
+  int type = 0;                  ///< CU_MEM_ALLOCATION_TYPE_*
+  int requestedHandleTypes = 0;  ///< CU_MEM_HANDLE_TYPE_* bits
   CUmemLocation location;
   void* win32HandleMetaData = nullptr;
   struct {
@@ -122,17 +122,17 @@ static_assert(sizeof(CUmemAllocationProp) == 32, "cuda.h's CUmemAllocationProp_v
 
 struct CUmemAccessDesc {
   CUmemLocation location;
-  int flags = 0; ///< CU_MEM_ACCESS_FLAGS_PROT_*
+  int flags = 0;  ///< CU_MEM_ACCESS_FLAGS_PROT_*
 };
 static_assert(sizeof(CUmemAccessDesc) == 12, "cuda.h's CUmemAccessDesc_v1 is 12 bytes");
 
 /// A memset node: height rows of width elements of elementSize (1, 2 or 4) bytes.
 struct CUDA_MEMSET_NODE_PARAMS {
   CUdeviceptr dst = 0;
-  std::size_t pitch = 0; ///< unused when height is 1
+  std::size_t pitch = 0;  ///< unused when height is 1
   unsigned value = 0;
   unsigned elementSize = 1;
-  std::size_t width = 0; ///< in elements
+  std::size_t width = 0;  ///< in elements
   std::size_t height = 1;
 };
 static_assert(sizeof(CUDA_MEMSET_NODE_PARAMS) == 40,
@@ -144,11 +144,11 @@ struct CUDA_MEMCPY3D {
   std::size_t srcY = 0;
   std::size_t srcZ = 0;
   std::size_t srcLOD = 0;
-  int srcMemoryType = 0; ///< CU_MEMORYTYPE_*
-  const void *srcHost = nullptr;
+  int srcMemoryType = 0;  ///< CU_MEMORYTYPE_*
+  const void* srcHost = nullptr;
   CUdeviceptr srcDevice = 0;
   CUarray srcArray = nullptr;
-  void *reserved0 = nullptr;
+  void* reserved0 = nullptr;
   std::size_t srcPitch = 0;
   std::size_t srcHeight = 0;
 
@@ -156,11 +156,11 @@ struct CUDA_MEMCPY3D {
   std::size_t dstY = 0;
   std::size_t dstZ = 0;
   std::size_t dstLOD = 0;
-  int dstMemoryType = 0; ///< CU_MEMORYTYPE_*
-  void *dstHost = nullptr;
+  int dstMemoryType = 0;  ///< CU_MEMORYTYPE_*
+  void* dstHost = nullptr;
   CUdeviceptr dstDevice = 0;
   CUarray dstArray = nullptr;
-  void *reserved1 = nullptr;
+  void* reserved1 = nullptr;
   std::size_t dstPitch = 0;
   std::size_t dstHeight = 0;
 
@@ -172,8 +172,8 @@ static_assert(sizeof(CUDA_MEMCPY3D) == 200, "cuda.h's CUDA_MEMCPY3D_v2 is 200 by
 
 struct CUDA_HOST_NODE_PARAMS {
   CUhostFn fn = nullptr;
-  void *userData = nullptr;
+  void* userData = nullptr;
 };
 static_assert(sizeof(CUDA_HOST_NODE_PARAMS) == 16, "cuda.h's CUDA_HOST_NODE_PARAMS_v1 is 16 bytes");
 
-} // namespace soma::detail::backend::cuda
+}  // namespace soma::detail::backend::cuda

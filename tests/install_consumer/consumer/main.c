@@ -18,12 +18,12 @@ static void check_call(somaError_t status, const char* call) {
 
 #define CHECK_CALL(call) check_call((call), #call)
 
-#define CHECK(condition)                                                                       \
-  do {                                                                                         \
-    if (!(condition)) {                                                                        \
-      fprintf(stderr, "FAILED: %s (line %d)\n", #condition, __LINE__);                         \
-      ++failures;                                                                              \
-    }                                                                                          \
+#define CHECK(condition)                                               \
+  do {                                                                 \
+    if (!(condition)) {                                                \
+      fprintf(stderr, "FAILED: %s (line %d)\n", #condition, __LINE__); \
+      ++failures;                                                      \
+    }                                                                  \
   } while (0)
 
 int main(void) {

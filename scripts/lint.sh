@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs clang-tidy (.clang-tidy: every enabled check is an error) over the library, the tools
-# and the benchmarks, with the compile commands of the `dev` build (scripts/test.sh makes it).
+# Checks the format of every source (scripts/format.sh --check), then runs clang-tidy
+# (.clang-tidy: every enabled check is an error) over the library and the tools, with the compile
+# commands of the `dev` build (scripts/test.sh makes it).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

@@ -1,7 +1,7 @@
 // The one contract between soma and a platform: devices, address reservation, physical
 // memory, mapping, access, streams and events. Every primitive soma needs from the
-// platform is listed here with its preconditions and error results (style: mimalloc's
-// platform header). The backend is called when a pool grows, shrinks or crosses streams,
+// platform is listed here with its preconditions and error results, as mimalloc's platform
+// header lists them. The backend is called when a pool grows, shrinks or crosses streams,
 // never on the allocation fast path. Implementations: cpu/ (memfd + mmap + worker
 // threads) and cuda/ (the driver's virtual memory API).
 //

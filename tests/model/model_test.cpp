@@ -3,7 +3,8 @@
 // A model keeps what the allocator must guarantee (live allocations, their sizes, pools,
 // which streams touched which allocation) and drives soma with random operations that respect
 // the contract: an allocation is used only on its stream or after an event dependency (S1), a
-// free is ordered after every use (S2). After each step it checks invariants (style.md, Tests):
+// free is ordered after every use (S2). After each step it checks invariants (CONTRIBUTING.md,
+// Tests):
 //   - live allocations never overlap; pointers are 256-byte aligned;
 //   - per pool, used == sum of live requested sizes, reserved >= used, reserved in granules;
 //   - a device's free bytes <= total - what its live pools reserve;

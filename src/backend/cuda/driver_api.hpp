@@ -1,7 +1,8 @@
 // The CUDA driver, loaded at run time: dlopen("libcuda.so.1") and every entry point soma
 // calls, resolved through cuGetProcAddress (dlsym where that fails). One build then runs on
 // machines with and without a GPU (design §2 "Backends"). Driver results are translated
-// here, once, into soma codes with the driver's own name in the message (style: Errors).
+// here, once, into soma codes with the driver's own name in the message (CONTRIBUTING.md:
+// Errors).
 #pragma once
 
 #include <memory>

@@ -1,0 +1,193 @@
+// The C API of allocation, pools and pointer attributes (S1-S6, S9-S11, S14): translation to
+// the runtime, or to the graph layer on a capturing stream (S15).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "capi/capi_support.hpp"
+#include "graph/graph_service.hpp"
+#include "graph/stream_capture.hpp"
+#include "runtime/runtime.hpp"
+#include "soma/soma.h"
+
+using soma::detail::result;
+using soma::detail::runtime;
+using soma::detail::status;
+
+using soma::capi::handle_of;
+using soma::capi::null_argument;
+using soma::capi::raw_value;
+using soma::capi::store;
+using soma::capi::with_runtime;
+using soma::detail::graph::graph_service;
+
+namespace {
+
+// S15: on a capturing stream the call becomes a node of the capture's graph.
+soma::detail::graph::stream_capture* capture_of(runtime& rt, somaStream_t stream) {
+  if (!graph_service::any_capture()) return nullptr;
+  return graph_service::of(rt).capture_of(handle_of(stream));
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- allocation ------------------------------------------------------------------------------
+
+somaError_t somaMallocAsync(void** devPtr, size_t size, somaStream_t stream) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (devPtr == nullptr) return null_argument("somaMallocAsync", "devPtr");
+    if (auto* c = capture_of(rt, stream))
+      return graph_service::of(rt).capture_alloc(*c, handle_of(stream), devPtr, size, 0);
+    return store(rt.allocate(size, handle_of(stream)), devPtr);
+  });
+}
+
+somaError_t somaMallocFromPoolAsync(void** ptr, size_t size, somaMemPool_t memPool,
+                                    somaStream_t stream) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (ptr == nullptr) return null_argument("somaMallocFromPoolAsync", "ptr");
+    if (auto* c = capture_of(rt, stream)) {
+      if (memPool == nullptr) return null_argument("somaMallocFromPoolAsync", "memPool");
+      return graph_service::of(rt).capture_alloc(*c, handle_of(stream), ptr, size,
+                                                 handle_of(memPool));
+    }
+    return store(rt.allocate_from_pool(size, handle_of(memPool), handle_of(stream)), ptr);
+  });
+}
+
+somaError_t somaFreeAsync(void* devPtr, somaStream_t stream) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (auto* c = capture_of(rt, stream))
+      return graph_service::of(rt).capture_free(*c, handle_of(stream), devPtr);
+    return rt.free(devPtr, handle_of(stream));
+  });
+}
+
+// ---- pools ---------------------------------------------------------------------------------
+
+somaError_t somaMemPoolCreate(somaMemPool_t* memPool, const somaMemPoolProps* poolProps) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (memPool == nullptr) return null_argument("somaMemPoolCreate", "memPool");
+    if (poolProps == nullptr) return null_argument("somaMemPoolCreate", "poolProps");
+    soma::detail::raw_pool_properties raw;
+    raw.allocation_type = raw_value(poolProps->allocType);
+    raw.handle_types = static_cast<unsigned>(raw_value(poolProps->handleTypes));
+    raw.location_type = raw_value(poolProps->location.type);
+    raw.location_id = poolProps->location.id;
+    raw.has_win32_security_attributes = poolProps->win32SecurityAttributes != nullptr;
+    raw.max_size_bytes = poolProps->maxSize;
+    raw.usage = poolProps->usage;
+    for (unsigned char byte : poolProps->reserved)
+      raw.reserved_is_zero = raw.reserved_is_zero && byte == 0;
+    return store(rt.create_pool(raw), memPool);
+  });
+}
+
+somaError_t somaMemPoolDestroy(somaMemPool_t memPool) {
+  return with_runtime([&](runtime& rt) { return rt.destroy_pool(handle_of(memPool)); });
+}
+
+somaError_t somaDeviceGetDefaultMemPool(somaMemPool_t* memPool, int device) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (memPool == nullptr) return null_argument("somaDeviceGetDefaultMemPool", "memPool");
+    return store(rt.default_pool(device), memPool);
+  });
+}
+
+somaError_t somaDeviceSetMemPool(int device, somaMemPool_t memPool) {
+  return with_runtime([&](runtime& rt) { return rt.set_device_pool(device, handle_of(memPool)); });
+}
+
+somaError_t somaDeviceGetMemPool(somaMemPool_t* memPool, int device) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (memPool == nullptr) return null_argument("somaDeviceGetMemPool", "memPool");
+    return store(rt.device_pool(device), memPool);
+  });
+}
+
+somaError_t somaMemPoolSetAttribute(somaMemPool_t memPool, somaMemPoolAttr attr, void* value) {
+  return with_runtime([&](runtime& rt) {
+    return rt.set_pool_attribute(handle_of(memPool),
+                                 static_cast<soma::detail::pool_attribute>(raw_value(attr)), value);
+  });
+}
+
+somaError_t somaMemPoolGetAttribute(somaMemPool_t memPool, somaMemPoolAttr attr, void* value) {
+  return with_runtime([&](runtime& rt) {
+    return rt.get_pool_attribute(handle_of(memPool),
+                                 static_cast<soma::detail::pool_attribute>(raw_value(attr)), value);
+  });
+}
+
+somaError_t somaMemPoolTrimTo(somaMemPool_t memPool, size_t minBytesToKeep) {
+  return with_runtime(
+      [&](runtime& rt) { return rt.trim_pool(handle_of(memPool), minBytesToKeep); });
+}
+
+somaError_t somaMemPoolSetAccess(somaMemPool_t memPool, const somaMemAccessDesc* descList,
+                                 size_t count) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (status ok = rt.check_access_list(descList, count); !ok.ok()) return ok;
+    std::vector<runtime::access_request> requests;
+    if (descList != nullptr) {
+      requests.reserve(count);
+      for (size_t i = 0; i < count; ++i) {
+        requests.push_back({raw_value(descList[i].location.type), descList[i].location.id,
+                            raw_value(descList[i].flags)});
+      }
+    }
+    return rt.set_pool_access(handle_of(memPool), descList == nullptr ? nullptr : requests.data(),
+                              count);
+  });
+}
+
+somaError_t somaMemPoolGetAccess(somaMemAccessFlags* flags, somaMemPool_t memPool,
+                                 somaMemLocation* location) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (flags == nullptr) return null_argument("somaMemPoolGetAccess", "flags");
+    if (location == nullptr) return null_argument("somaMemPoolGetAccess", "location");
+    result<int> access =
+        rt.pool_access(handle_of(memPool), raw_value(location->type), location->id);
+    if (!access.ok()) return access.take_error();
+    *flags = static_cast<somaMemAccessFlags>(access.value());
+    return status::success();
+  });
+}
+
+somaError_t somaMemPoolSetName(somaMemPool_t memPool, const char* name) {
+  return with_runtime([&](runtime& rt) { return rt.set_pool_name(handle_of(memPool), name); });
+}
+
+// ---- pointers ------------------------------------------------------------------------------
+
+somaError_t somaPointerGetAttributes(somaPointerAttributes* attributes, const void* ptr) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (attributes == nullptr) return null_argument("somaPointerGetAttributes", "attributes");
+    const soma::detail::pointer_info info = rt.describe_pointer(ptr);
+    std::memset(attributes, 0, sizeof *attributes);
+    if (info.is_host) {  // somaMallocHost memory, reachable from the host and every device
+      attributes->type = somaMemoryTypeHost;
+      attributes->hostPointer = const_cast<void*>(ptr);
+      attributes->devicePointer = const_cast<void*>(ptr);
+      attributes->base = reinterpret_cast<void*>(info.base);
+      attributes->size = info.requested_bytes;
+      return status::success();
+    }
+    attributes->type = info.is_live ? somaMemoryTypeDevice : somaMemoryTypeUnregistered;
+    attributes->device = info.device;
+    attributes->devicePointer = info.is_live ? const_cast<void*>(ptr) : nullptr;
+    attributes->hostPointer =
+        info.is_live && rt.backend_name() == "cpu" ? const_cast<void*>(ptr) : nullptr;
+    attributes->pool = reinterpret_cast<somaMemPool_t>(info.pool_handle);
+    attributes->base = reinterpret_cast<void*>(info.base);
+    attributes->size = info.requested_bytes;
+    attributes->isLiveAllocation = info.is_live ? 1 : 0;
+    return status::success();
+  });
+}
+
+}  // extern "C"

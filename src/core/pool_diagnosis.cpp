@@ -1,0 +1,81 @@
+// pool: statistics (S10), what an address is to the pool (diagnosis for messages, S14), and
+// the physical pieces behind an allocation (for S7 export).
+#include <algorithm>
+#include <cassert>
+
+#include "core/pool.hpp"
+
+namespace soma::detail {
+
+// ---- statistics and diagnosis -------------------------------------------------------------
+
+pool_statistics pool::statistics() const noexcept {
+  pool_statistics s;
+  s.reserved_bytes = reserved_bytes_.load(std::memory_order_acquire);
+  s.reserved_high_bytes = reserved_high_bytes_.load(std::memory_order_acquire);
+  s.used_bytes = used_now();
+  // A rise not yet published is still the true figure: the watermark is never below it.
+  s.used_high_bytes = std::max(used_high_bytes_.load(std::memory_order_acquire), s.used_bytes);
+  return s;
+}
+
+void pool::reset_reserved_high() noexcept {
+  reserved_high_bytes_.store(reserved_bytes_.load(std::memory_order_acquire),
+                             std::memory_order_release);
+}
+
+void pool::reset_used_high() noexcept {
+  fold_used_shares();
+  used_high_bytes_.store(used_now(), std::memory_order_release);
+}
+
+status pool::visit_physical_pieces(
+    std::uintptr_t address, std::size_t bytes,
+    const std::function<status(const physical_piece&)>& visit) const {
+  std::lock_guard lock(mutex_);
+  const std::uintptr_t end = address + bytes;
+  auto it = chunks_.upper_bound(address);
+  if (it != chunks_.begin()) --it;
+  std::uintptr_t covered = address;  // everything below is backed and visited
+  for (; it != chunks_.end() && it->first < end; ++it) {
+    const std::uintptr_t piece_end = it->first + it->second.size_bytes;
+    if (piece_end <= covered) continue;
+    if (it->first > covered) break;  // a hole
+    const physical_piece piece{it->first, it->second.size_bytes, it->second.token,
+                               it->second.offset_bytes};
+    if (status visited = visit(piece); !visited.ok()) return visited;
+    covered = piece_end;
+  }
+  if (covered < end) {
+    return status(error_code::invalid_value, describe() + ": " + format_address(covered) +
+                                                 " is not backed by physical memory");
+  }
+  return status::success();
+}
+
+bool pool::owns_address(std::uintptr_t address) const {
+  std::lock_guard lock(mutex_);
+  return address_space_.contains(address);
+}
+
+address_diagnosis pool::diagnose(std::uintptr_t address) const {
+  std::lock_guard lock(mutex_);
+  address_diagnosis d;
+  if (!address_space_.contains(address)) return d;
+  block* b = block_containing_locked(address);
+  if (b == nullptr) {
+    d.what = address_diagnosis::kind::unallocated;
+    return d;
+  }
+  d.block_address = b->address;
+  if (b->current_state() == block_state::live) {
+    d.what = address_diagnosis::kind::interior_of_live;
+    d.block_bytes = b->requested_bytes;
+  } else {
+    d.what = address_diagnosis::kind::freed;
+    d.block_bytes = b->size_bytes;
+  }
+  return d;
+}
+
+}  // namespace soma::detail

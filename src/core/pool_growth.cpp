@@ -1,0 +1,135 @@
+// pool: growth: unmapped address space found or reserved (address_space), physical memory
+// committed in granules and merged with the free block below it (S3, S16).
+#include <algorithm>
+#include <cassert>
+
+#include "core/pool.hpp"
+
+namespace soma::detail {
+
+// ---- growth --------------------------------------------------------------------------------
+
+result<address_range> pool::find_unmapped_locked(std::size_t bytes, std::size_t* need_bytes,
+                                                 std::size_t size_bytes) {
+  // Prefer extending a usable free block that ends where unmapped space begins: the new
+  // memory merges with it and the pool commits only the shortfall (expandable segment).
+  std::size_t shortfall_bytes = 0;
+  const std::optional<address_range> extendable =
+      address_space_.first_unmapped_where([&](const address_range& range) {
+        block* before = block_containing_locked(range.address - 1);
+        if (before == nullptr || before->end() != range.address ||
+            before->current_state() != block_state::indexed)
+          return false;
+        // Only a block with no pending free merges with fresh memory (free_index::can_merge).
+        if (before->stamp.timeline != nullptr || before->size_bytes >= size_bytes) return false;
+        shortfall_bytes = round_up(size_bytes - before->size_bytes, granularity_bytes_);
+        return shortfall_bytes <= range.size_bytes;
+      });
+  if (extendable) {
+    *need_bytes = shortfall_bytes;
+    return *extendable;
+  }
+  *need_bytes = bytes;
+  if (const std::optional<address_range> unmapped = address_space_.find_unmapped(bytes))
+    return *unmapped;
+  // Every reservation is full (or fragmented): reserve another range.
+  const std::size_t reserve_bytes =
+      std::max(round_up(bytes, granularity_bytes_), config_.reservation_bytes);
+  std::size_t reserved_bytes = reserve_bytes;
+  result<std::uintptr_t> base = memory_->reserve(reserve_bytes);
+  if (!base.ok() && base.error().code() == error_code::address_space_exhausted &&
+      reserve_bytes > round_up(bytes, granularity_bytes_)) {
+    // Under a tight address-space limit, a range for this request alone may still fit.
+    reserved_bytes = round_up(bytes, granularity_bytes_);
+    base = memory_->reserve(reserved_bytes);
+  }
+  if (!base.ok()) {
+    return status(base.error().code(), describe() + ": cannot reserve address space for " +
+                                           format_bytes(bytes) + ": " + base.error().message());
+  }
+  // A new reservation may begin where another one ends; it stays a range of its own.
+  const address_range reservation{base.value(), reserved_bytes};
+  address_space_.add_reservation(reservation);
+  return reservation;
+}
+
+status pool::grow_locked(std::size_t size_bytes) {
+  const std::size_t bytes = round_up(size_bytes, granularity_bytes_);
+  std::size_t need_bytes = bytes;
+  const std::uint64_t reserved = reserved_bytes_.load(std::memory_order_relaxed);
+  // Check the cap on the whole request first: a request the pool can never hold fails
+  // before any address space is touched.
+  if (bytes > config_.max_size_bytes) {
+    return status(error_code::out_of_memory,
+                  describe() + ": out of memory allocating " + format_bytes(size_bytes) +
+                      ": larger than the pool's max size " + format_bytes(config_.max_size_bytes));
+  }
+  result<address_range> where = find_unmapped_locked(bytes, &need_bytes, size_bytes);
+  if (!where.ok()) return where.take_error();
+  if (reserved + need_bytes > config_.max_size_bytes) {
+    return status(error_code::out_of_memory,
+                  describe() + ": out of memory allocating " + format_bytes(size_bytes) +
+                      " (reserved " + format_bytes(reserved) + " of max size " +
+                      format_bytes(config_.max_size_bytes) + ", " +
+                      format_bytes(index_.free_bytes()) + " free in the pool but not usable)");
+  }
+  const std::uintptr_t address = where.value().address;
+  // Grow by at least the growth step where the free range and the cap allow: fewer, larger
+  // backend calls. If the larger commit fails, the exact need may still fit.
+  const std::size_t exact_bytes = need_bytes;
+  const std::size_t room_bytes = std::min<std::uint64_t>(
+      where.value().size_bytes,
+      (config_.max_size_bytes - reserved) / granularity_bytes_ * granularity_bytes_);
+  need_bytes = std::max(exact_bytes, std::min(config_.growth_step_bytes, room_bytes));
+  result<std::uint64_t> token = memory_->commit(address, need_bytes);
+  if (!token.ok() && need_bytes > exact_bytes) {
+    need_bytes = exact_bytes;
+    token = memory_->commit(address, need_bytes);
+  }
+  if (!token.ok()) {
+    // Only a lack of memory is called one: the platform may also refuse for its own reasons.
+    const error_code code = token.error().code();
+    const bool no_memory =
+        code == error_code::out_of_memory || code == error_code::address_space_exhausted;
+    const char* what =
+        no_memory ? ": out of memory allocating " : ": could not grow for an allocation of ";
+    return status(code, describe() + what + format_bytes(size_bytes) + " (pool reserved " +
+                            format_bytes(reserved) + "): " + token.error().message());
+  }
+  address_space_.take(address, need_bytes);
+  chunks_.emplace(address, chunk{need_bytes, token.value()});
+  raise_reserved(need_bytes);
+
+  auto* fresh = new block();
+  fresh->address = address;
+  fresh->size_bytes = need_bytes;
+  fresh->owner = this;
+  if (block* before = block_containing_locked(address - 1); before && before->end() == address) {
+    fresh->previous_adjacent = before;
+    before->next_adjacent = fresh;
+  }
+  if (auto after = all_blocks_.find(address + need_bytes); after != all_blocks_.end()) {
+    fresh->next_adjacent = after->second;
+    after->second->previous_adjacent = fresh;
+  }
+  all_blocks_.emplace(address, fresh);
+  index_.insert(fresh);
+  return status::success();
+}
+
+void pool::raise_reserved(std::uint64_t bytes) noexcept {
+  const std::uint64_t now = reserved_bytes_.fetch_add(bytes, std::memory_order_acq_rel) + bytes;
+  std::uint64_t high = reserved_high_bytes_.load(std::memory_order_relaxed);
+  while (now > high &&
+         !reserved_high_bytes_.compare_exchange_weak(high, now, std::memory_order_relaxed)) {
+  }
+}
+
+block* pool::block_containing_locked(std::uintptr_t address) const {
+  auto it = all_blocks_.upper_bound(address);
+  if (it == all_blocks_.begin()) return nullptr;
+  block* b = std::prev(it)->second;
+  return address < b->end() ? b : nullptr;
+}
+
+}  // namespace soma::detail

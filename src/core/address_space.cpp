@@ -1,16 +1,17 @@
 #include "core/address_space.hpp"
 
-#include <cassert>
+#include "core/check.hpp"
+
 #include <iterator>
 
 namespace soma::detail {
 
 void address_space::add_reservation(address_range reservation) {
   [[maybe_unused]] const auto next = reservations_.lower_bound(reservation.address);
-  assert(reservation.size_bytes > 0);
-  assert(!contains(reservation.address) &&
-         (next == reservations_.end() || next->first >= reservation.end()) &&
-         "reservation overlaps one held");
+  SOMA_ASSERT(reservation.size_bytes > 0, "an empty reservation");
+  SOMA_ASSERT(!contains(reservation.address) &&
+                  (next == reservations_.end() || next->first >= reservation.end()),
+              "reservation overlaps one held");
   reservations_.emplace(reservation.address, reservation.size_bytes);
   unmapped_.emplace(reservation.address, reservation.size_bytes);
 }
@@ -22,10 +23,10 @@ std::optional<address_range> address_space::find_unmapped(std::size_t size_bytes
 
 void address_space::take(std::uintptr_t address, std::size_t size_bytes) {
   auto it = unmapped_.upper_bound(address);
-  assert(it != unmapped_.begin() && "take of a range that is not unmapped");
+  SOMA_ASSERT(it != unmapped_.begin(), "take of a range that is not unmapped");
   --it;
   const address_range range{it->first, it->second};
-  assert(address + size_bytes <= range.end() && "take of a range that is not unmapped");
+  SOMA_ASSERT(address + size_bytes <= range.end(), "take of a range that is not unmapped");
   unmapped_.erase(it);
   if (range.address < address) unmapped_.emplace(range.address, address - range.address);
   if (address + size_bytes < range.end())
@@ -34,11 +35,11 @@ void address_space::take(std::uintptr_t address, std::size_t size_bytes) {
 
 void address_space::give_back(std::uintptr_t address, std::size_t size_bytes) {
   const std::optional<address_range> home = reservation_containing(address);
-  assert(home && address + size_bytes <= home->end() && "give_back outside one reservation");
+  SOMA_ASSERT(home && address + size_bytes <= home->end(), "give_back outside one reservation");
   if (!home) return;
   const std::uintptr_t end = address + size_bytes;
   auto next = unmapped_.lower_bound(address);
-  assert((next == unmapped_.end() || next->first >= end) && "give_back of unmapped addresses");
+  SOMA_ASSERT((next == unmapped_.end() || next->first >= end), "give_back of unmapped addresses");
   // A neighbour across the reservation's edge belongs to another reservation: never merge it,
   // or a later mapping would span both.
   if (next != unmapped_.end() && next->first == end && end < home->end()) {
@@ -47,7 +48,7 @@ void address_space::give_back(std::uintptr_t address, std::size_t size_bytes) {
   }
   if (next != unmapped_.begin() && address > home->address) {
     auto previous = std::prev(next);
-    assert(previous->first + previous->second <= address && "give_back of unmapped addresses");
+    SOMA_ASSERT(previous->first + previous->second <= address, "give_back of unmapped addresses");
     if (previous->first + previous->second == address) {
       previous->second += size_bytes;
       return;

@@ -47,6 +47,12 @@ class free_index {
   void move_stamps(const stream_timeline* forgotten, free_stamp replacement);
 
   std::size_t free_bytes() const noexcept { return free_bytes_; }
+  /// The sum over the indexed blocks, counted again (expensive checks).
+  std::size_t recount_bytes() const noexcept {
+    std::size_t sum = 0;
+    for (const block* b : by_size_) sum += b->size_bytes;
+    return sum;
+  }
   std::size_t block_count() const noexcept { return by_size_.size(); }
 
  private:

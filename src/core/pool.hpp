@@ -198,6 +198,10 @@ class pool {
   std::size_t compaction_floor(std::size_t size_bytes) const;
 
   void release_locked(std::size_t keep_bytes);
+  /// With SOMA_EXPENSIVE_CHECKS: free bytes equal the sum over the free index, reserved equals
+  /// the sum over the commits, blocks do not overlap and their adjacency links are symmetric.
+  /// Aborts naming the broken invariant. Requires: the pool lock.
+  void check_invariants_locked() const;
   std::size_t release_range_locked(std::uintptr_t from, std::uintptr_t to, std::size_t limit_bytes);
   void carve_locked(block* b, std::uintptr_t from, std::uintptr_t to);
   block* block_containing_locked(std::uintptr_t address) const;

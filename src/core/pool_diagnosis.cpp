@@ -1,8 +1,8 @@
 // pool: statistics (S10), what an address is to the pool (diagnosis for messages, S14), and
 // the physical pieces behind an allocation (for S7 export).
 #include <algorithm>
-#include <cassert>
 
+#include "core/check.hpp"
 #include "core/pool.hpp"
 
 namespace soma::detail {
@@ -76,6 +76,29 @@ address_diagnosis pool::diagnose(std::uintptr_t address) const {
     d.block_bytes = b->size_bytes;
   }
   return d;
+}
+
+void pool::check_invariants_locked() const {
+  if constexpr (!expensive_checks) return;
+  SOMA_EXPENSIVE_ASSERT(index_.free_bytes() == index_.recount_bytes(),
+                        "the free index's byte count is the sum over its blocks");
+  std::uint64_t committed = 0;
+  for (const auto& [address, piece] : chunks_) committed += piece.size_bytes;
+  SOMA_EXPENSIVE_ASSERT(committed == reserved_bytes_.load(std::memory_order_relaxed),
+                        "reserved bytes are the sum over the commits");
+  const block* before = nullptr;
+  for (const auto& [address, b] : all_blocks_) {
+    SOMA_EXPENSIVE_ASSERT(b->address == address, "a block is filed under its address");
+    SOMA_EXPENSIVE_ASSERT(before == nullptr || before->address + before->size_bytes <= address,
+                          "blocks do not overlap");
+    if (const block* next = b->next_adjacent; next != nullptr) {
+      SOMA_EXPENSIVE_ASSERT(next->previous_adjacent == b, "adjacency links are symmetric");
+      SOMA_EXPENSIVE_ASSERT(b->address + b->size_bytes == next->address, "adjacent blocks touch");
+    }
+    if (const block* previous = b->previous_adjacent; previous != nullptr)
+      SOMA_EXPENSIVE_ASSERT(previous->next_adjacent == b, "adjacency links are symmetric");
+    before = b;
+  }
 }
 
 }  // namespace soma::detail

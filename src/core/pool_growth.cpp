@@ -1,7 +1,6 @@
 // pool: growth: unmapped address space found or reserved (address_space), physical memory
 // committed in granules and merged with the free block below it (S3, S16).
 #include <algorithm>
-#include <cassert>
 
 #include "core/pool.hpp"
 
@@ -114,6 +113,7 @@ status pool::grow_locked(std::size_t size_bytes) {
   }
   all_blocks_.emplace(address, fresh);
   index_.insert(fresh);
+  check_invariants_locked();
   return status::success();
 }
 

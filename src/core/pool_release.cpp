@@ -1,7 +1,6 @@
 // pool: release: proven-free memory given back at synchronize points down to the release
 // threshold, trim, and carving free blocks at chunk boundaries (S9, S12, S5).
 #include <algorithm>
-#include <cassert>
 
 #include "core/pool.hpp"
 
@@ -99,6 +98,7 @@ void pool::release_locked(std::size_t keep_bytes) {
     }
     cursor = chunk_start;
   }
+  check_invariants_locked();
 }
 
 void pool::on_synchronize() {

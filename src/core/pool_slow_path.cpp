@@ -2,8 +2,8 @@
 // the reuse policies that decide whether a free block may serve this stream, splitting, and
 // the forgetting of destroyed streams (S11).
 #include <algorithm>
-#include <cassert>
 
+#include "core/check.hpp"
 #include "core/pool.hpp"
 
 namespace soma::detail {
@@ -58,7 +58,7 @@ result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline
     status grown = grow_locked(size_bytes);
     if (grown.ok()) {
       b = index_.take_best_fit(size_bytes, usable);
-      assert(b != nullptr && "growth must provide a usable block");
+      SOMA_ASSERT(b != nullptr, "growth must provide a usable block");
       if (b == nullptr) {
         return status(error_code::unknown, describe() + ": internal error after growth");
       }
@@ -76,6 +76,7 @@ result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline
     }
   }
   split_locked(b, size_bytes);
+  check_invariants_locked();
   return b;
 }
 

@@ -73,45 +73,29 @@ result<work_graph::node_index> sequential_graph::add_empty(dependencies after) {
 
 result<work_graph::node_index> sequential_graph::add_memset(dependencies after, void* destination,
                                                             int value, std::size_t bytes) {
-  step s;
-  s.what = step::kind::memset;
-  s.destination = destination;
-  s.value = value;
-  s.bytes = bytes;
-  return add(after, s);
+  return add(
+      after,
+      {.what = step::kind::memset, .destination = destination, .value = value, .bytes = bytes});
 }
 
 result<work_graph::node_index> sequential_graph::add_memcpy(dependencies after, void* destination,
                                                             const void* source, std::size_t bytes) {
-  step s;
-  s.what = step::kind::memcpy;
-  s.destination = destination;
-  s.source = source;
-  s.bytes = bytes;
-  return add(after, s);
+  return add(
+      after,
+      {.what = step::kind::memcpy, .destination = destination, .source = source, .bytes = bytes});
 }
 
 result<work_graph::node_index> sequential_graph::add_host(dependencies after,
                                                           void (*function)(void*), void* data) {
-  step s;
-  s.what = step::kind::host;
-  s.function = function;
-  s.data = data;
-  return add(after, s);
+  return add(after, {.what = step::kind::host, .function = function, .data = data});
 }
 
 result<work_graph::node_index> sequential_graph::add_event_record(dependencies after, event& e) {
-  step s;
-  s.what = step::kind::event_record;
-  s.awaited = &e;
-  return add(after, s);
+  return add(after, {.what = step::kind::event_record, .awaited = &e});
 }
 
 result<work_graph::node_index> sequential_graph::add_event_wait(dependencies after, event& e) {
-  step s;
-  s.what = step::kind::event_wait;
-  s.awaited = &e;
-  return add(after, s);
+  return add(after, {.what = step::kind::event_wait, .awaited = &e});
 }
 
 result<work_graph::node_index> sequential_graph::add_native_child(dependencies, void*) {

@@ -10,15 +10,7 @@
 #include "runtime/runtime.hpp"
 #include "soma/soma.h"
 
-using soma::detail::result;
-using soma::detail::runtime;
-using soma::detail::status;
-
-using soma::capi::null_argument;
-using soma::capi::raw_value;
-using soma::capi::report;
-using soma::capi::store;
-using soma::capi::with_runtime;
+using namespace soma::capi;  // NOLINT(google-build-using-namespace): the C API's helpers
 
 extern "C" {
 

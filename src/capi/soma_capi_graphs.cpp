@@ -9,14 +9,8 @@
 #include "graph/graph_service.hpp"
 #include "soma/soma.h"
 
-using soma::capi::handle_of;
-using soma::capi::null_argument;
-using soma::capi::raw_value;
-using soma::capi::with_runtime;
-using soma::detail::error_code;
-using soma::detail::result;
-using soma::detail::runtime;
-using soma::detail::status;
+using namespace soma::capi;  // NOLINT(google-build-using-namespace): the C API's helpers
+
 using soma::detail::graph::executable;
 using soma::detail::graph::graph_model;
 using soma::detail::graph::graph_service;

@@ -6,33 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "capi/capi_support.hpp"
-#include "graph/graph_service.hpp"
-#include "graph/stream_capture.hpp"
+#include "capi/capture_dispatch.hpp"
 #include "runtime/runtime.hpp"
 #include "soma/soma.h"
 
-using soma::detail::error_code;
-using soma::detail::result;
-using soma::detail::runtime;
-using soma::detail::status;
-
-using soma::capi::handle_of;
-using soma::capi::null_argument;
-using soma::capi::raw_value;
-using soma::capi::store;
-using soma::capi::with_runtime;
-using soma::detail::graph::graph_service;
-
-namespace {
-
-// S15: on a capturing stream the call becomes a node of the capture's graph.
-soma::detail::graph::stream_capture* capture_of(runtime& rt, somaStream_t stream) {
-  if (!graph_service::any_capture()) return nullptr;
-  return graph_service::of(rt).capture_of(handle_of(stream));
-}
-
-}  // namespace
+using namespace soma::capi;  // NOLINT(google-build-using-namespace): the C API's helpers
 
 extern "C" {
 

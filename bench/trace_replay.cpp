@@ -23,7 +23,7 @@
 #include <unordered_map>
 
 #include "core/pool.hpp"
-#include "core/pool_memory.hpp"
+#include "core/memory_provider.hpp"
 #include "core/stream_timeline.hpp"
 
 namespace {
@@ -31,7 +31,7 @@ namespace {
 using namespace soma::detail;
 
 /// Address space and commits that exist only as numbers: the pool never touches its memory.
-class synthetic_memory final : public pool_memory {
+class synthetic_memory final : public memory_provider {
  public:
   synthetic_memory(std::size_t granularity, bool partial)
       : granularity_(granularity), partial_(partial) {}

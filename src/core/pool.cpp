@@ -8,7 +8,7 @@
 
 namespace soma::detail {
 
-pool::pool(pool_config config, std::unique_ptr<pool_memory> memory)
+pool::pool(pool_config config, std::unique_ptr<memory_provider> memory)
     : config_(std::move(config)),
       memory_(std::move(memory)),
       granularity_bytes_(memory_->granularity_bytes()),

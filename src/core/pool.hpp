@@ -15,7 +15,7 @@
 #include "core/address_space.hpp"
 #include "core/block.hpp"
 #include "core/free_index.hpp"
-#include "core/pool_memory.hpp"
+#include "core/memory_provider.hpp"
 #include "core/status.hpp"
 #include "core/stream_cache.hpp"
 #include "core/stream_timeline.hpp"
@@ -65,7 +65,7 @@ struct required_wait {
 struct physical_piece {
   std::uintptr_t address = 0;  ///< where it is mapped
   std::size_t size_bytes = 0;
-  std::uint64_t token = 0;       ///< pool_memory's token: the backend's physical handle
+  std::uint64_t token = 0;       ///< memory_provider's token: the backend's physical handle
   std::size_t offset_bytes = 0;  ///< where the piece starts inside its commit
 };
 
@@ -74,7 +74,7 @@ struct physical_piece {
 /// size) takes only that stream's cache lock; everything else takes the pool lock.
 class pool {
  public:
-  pool(pool_config config, std::unique_ptr<pool_memory> memory);
+  pool(pool_config config, std::unique_ptr<memory_provider> memory);
   pool(const pool&) = delete;
   pool& operator=(const pool&) = delete;
   /// Requires: no live allocations; every free complete. Returns all memory.
@@ -208,7 +208,7 @@ class pool {
   void raise_reserved(std::uint64_t bytes) noexcept;
 
   const pool_config config_;
-  const std::unique_ptr<pool_memory> memory_;
+  const std::unique_ptr<memory_provider> memory_;
   const std::size_t granularity_bytes_;
 
   mutable std::mutex mutex_;  // the pool lock: index, blocks, chunks, address space

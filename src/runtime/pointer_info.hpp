@@ -6,11 +6,11 @@
 
 namespace soma::detail {
 
-class memory_pool;
+class pool_object;
 
 struct pointer_info {
   bool is_live = false;
-  const memory_pool* pool = nullptr;  ///< owner of a live allocation (destroyed pools too)
+  const pool_object* pool = nullptr;  ///< owner of a live allocation (destroyed pools too)
   bool is_host = false;   ///< inside a somaMallocHost allocation (base and size are its own)
   bool is_graph = false;  ///< a live graph allocation (S15): no pool
   int device = -1;

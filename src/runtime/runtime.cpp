@@ -76,7 +76,7 @@ status runtime::start() {
   for (int device = 0; device < count; ++device) {
     pool_properties properties;
     properties.device = device;
-    result<memory_pool*> created = new_pool(properties, /*is_default=*/true, "default");
+    result<pool_object*> created = new_pool(properties, /*is_default=*/true, "default");
     if (!created.ok()) return created.take_error();
     devices_[static_cast<std::size_t>(device)]->default_pool = created.value();
     devices_[static_cast<std::size_t>(device)]->current_pool.store(created.value());
@@ -148,13 +148,13 @@ void runtime::after_synchronize() {
   {
     // Shared: a concurrent reap cannot delete a pool while it releases memory here.
     std::shared_lock using_pools(reap_mutex_);
-    std::vector<memory_pool*> pools;
+    std::vector<pool_object*> pools;
     {
       std::lock_guard lock(registry_mutex_);
       pools.reserve(all_pools_.size());
       for (const auto& p : all_pools_) pools.push_back(p.get());
     }
-    for (memory_pool* p : pools) p->on_synchronize();
+    for (pool_object* p : pools) p->on_synchronize();
   }
   forget_finished_streams();
   reap_destroyed_pools();
@@ -162,11 +162,11 @@ void runtime::after_synchronize() {
 
 void runtime::reap_destroyed_pools() {
   std::unique_lock deleting(reap_mutex_);
-  std::vector<std::unique_ptr<memory_pool>> finished;
+  std::vector<std::unique_ptr<pool_object>> finished;
   {
     std::lock_guard lock(registry_mutex_);
     for (auto it = all_pools_.begin(); it != all_pools_.end();) {
-      memory_pool& p = **it;
+      pool_object& p = **it;
       const bool imports_released = release_imported(p);  // S7: unmaps what was freed
       // A pool another thread still uses (it found it current just before the destroy)
       // stays until a later reap; whatever it allocated keeps it alive anyway.

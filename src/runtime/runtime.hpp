@@ -19,7 +19,7 @@
 #include "core/timeline_registry.hpp"
 #include "runtime/graph_memory_hooks.hpp"
 #include "runtime/handle_table.hpp"
-#include "runtime/memory_pool.hpp"
+#include "runtime/pool_object.hpp"
 #include "runtime/pointer_info.hpp"
 #include "runtime/stream_object.hpp"
 
@@ -150,8 +150,8 @@ class runtime {
  private:
   struct device_state {
     backend::device_properties properties;
-    memory_pool* default_pool = nullptr;
-    std::atomic<memory_pool*> current_pool{nullptr};
+    pool_object* default_pool = nullptr;
+    std::atomic<pool_object*> current_pool{nullptr};
     stream_object* default_stream = nullptr;
     // Stands for destroyed streams of this device once they are forgotten: their frees not
     // yet proven are stamped with it, and a device synchronize proves it (S9, S12).
@@ -163,19 +163,19 @@ class runtime {
 
   result<stream_object*> resolve_stream(std::uintptr_t handle) const;
   result<event_object*> resolve_event(std::uintptr_t handle) const;
-  result<memory_pool*> resolve_pool(std::uintptr_t handle) const;
+  result<pool_object*> resolve_pool(std::uintptr_t handle) const;
   status check_device(int device) const;
   result<stream_object*> new_stream(int device, unsigned flags, bool is_default,
                                     void* adopt_native = nullptr);
-  result<memory_pool*> new_pool(const pool_properties& properties, bool is_default,
+  result<pool_object*> new_pool(const pool_properties& properties, bool is_default,
                                 std::string name);
-  result<void*> allocate_in(memory_pool& pool, std::size_t bytes, stream_object& stream);
+  result<void*> allocate_in(pool_object& pool, std::size_t bytes, stream_object& stream);
   void order_after_free(stream_object& stream, const required_wait& wait);
   /// The device's current pool, published as in use by this thread (pool_hazards) so that a
   /// concurrent destroy does not delete it under the caller; release_pool ends the use.
-  memory_pool* acquire_current_pool(int device) const;
+  pool_object* acquire_current_pool(int device) const;
   /// The pool of handle, published as in use by this thread, or an error.
-  result<memory_pool*> acquire_pool(std::uintptr_t handle) const;
+  result<pool_object*> acquire_pool(std::uintptr_t handle) const;
   static void release_pool() noexcept;
   /// Destroyed streams whose work has all run: their frees serve every stream, and their
   /// records and clock entries go (bounded memory under stream churn).
@@ -205,7 +205,7 @@ class runtime {
   pointer_table pointers_;
   handle_table<stream_object, handle_kind::stream> streams_;
   handle_table<event_object, handle_kind::event> events_;
-  handle_table<memory_pool, handle_kind::pool> pools_;
+  handle_table<pool_object, handle_kind::pool> pools_;
   timeline_registry timelines_;
 
   // Held shared while pools are used outside the registry lock (after_synchronize), exclusive
@@ -218,7 +218,7 @@ class runtime {
   std::unordered_map<std::uint64_t, std::shared_ptr<stream_object>> streams_by_id_;
   std::vector<stream_object*> live_streams_;
   std::vector<stream_object*> retired_streams_;          // destroyed, not yet forgotten
-  std::vector<std::unique_ptr<memory_pool>> all_pools_;  // live and destroyed-but-busy
+  std::vector<std::unique_ptr<pool_object>> all_pools_;  // live and destroyed-but-busy
 
   mutable std::mutex host_mutex_;
   std::map<std::uintptr_t, std::size_t> host_allocations_;  // somaMallocHost: base -> bytes
@@ -255,12 +255,12 @@ class runtime {
                                         std::function<void()> release);
 
  private:
-  status free_imported(memory_pool& owner, block* live, stream_object& stream);
-  status refuse_imported_allocation(const memory_pool& pool) const;
+  status free_imported(pool_object& owner, block* live, stream_object& stream);
+  status refuse_imported_allocation(const pool_object& pool) const;
   /// The imported pool whose live mapping holds address (base and size into *info), or nullptr.
-  memory_pool* find_imported(std::uintptr_t address, pointer_info* info) const;
+  pool_object* find_imported(std::uintptr_t address, pointer_info* info) const;
   /// Releases the mappings whose free completed; true if pool holds none any more.
-  static bool release_imported(memory_pool& pool);
+  static bool release_imported(pool_object& pool);
   std::atomic<bool> has_imported_pools_{false};
 
   // -- graphs (S15): hooks for src/graph ---------------------------------------------------

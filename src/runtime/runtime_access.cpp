@@ -68,9 +68,9 @@ status runtime::check_access_list(const void* list, std::size_t count) const {
 
 status runtime::set_pool_access(std::uintptr_t handle, const access_request* requests,
                                 std::size_t count) {
-  result<memory_pool*> found = resolve_pool(handle);
+  result<pool_object*> found = resolve_pool(handle);
   if (!found.ok()) return found.take_error();
-  memory_pool& p = *found.value();
+  pool_object& p = *found.value();
   if (status ok = check_access_list(requests, count); !ok.ok()) return ok;
   const int owner = p.config().device;
   // Every entry is checked before any is applied: a rejected call changes nothing.
@@ -120,7 +120,7 @@ status runtime::set_pool_access(std::uintptr_t handle, const access_request* req
 }
 
 result<int> runtime::pool_access(std::uintptr_t handle, int location_type, int location_id) const {
-  result<memory_pool*> found = resolve_pool(handle);
+  result<pool_object*> found = resolve_pool(handle);
   if (!found.ok()) return found.take_error();
   if (status ok =
           check_location("somaMemPoolGetAccess", location_type, location_id, device_count());

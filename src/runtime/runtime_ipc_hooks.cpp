@@ -19,10 +19,10 @@ status invalid(std::string message) {
 
 result<std::uint64_t> runtime::exportable_pool(std::uintptr_t pool_handle, unsigned handle_type,
                                                std::uint64_t proposed_pool_id, const char* call) {
-  result<memory_pool*> found = resolve_pool(pool_handle);
+  result<pool_object*> found = resolve_pool(pool_handle);
   if (!found.ok())
     return status(found.error().code(), std::string(call) + ": " + found.error().message());
-  memory_pool& p = *found.value();
+  pool_object& p = *found.value();
   if (p.is_imported()) {
     return invalid(std::string(call) + ": " + p.describe() +
                    " is an imported pool; imported pools cannot be exported again");
@@ -42,7 +42,7 @@ result<std::uint64_t> runtime::exportable_pool(std::uintptr_t pool_handle, unsig
 }
 
 result<int> runtime::pool_device(std::uintptr_t pool_handle) const {
-  result<memory_pool*> found = resolve_pool(pool_handle);
+  result<pool_object*> found = resolve_pool(pool_handle);
   if (!found.ok()) return found.take_error();
   return found.value()->config().device;
 }
@@ -52,7 +52,7 @@ result<pointer_export> runtime::export_pointer(const void* pointer, std::uint64_
   const auto address = reinterpret_cast<std::uintptr_t>(pointer);
   block* live = address == 0 ? nullptr : pointers_.find(address);
   if (live == nullptr) return explain_unknown_pointer(address, "somaMemPoolExportPointer");
-  auto* owner = static_cast<memory_pool*>(live->owner);
+  auto* owner = static_cast<pool_object*>(live->owner);
   const std::string what = "somaMemPoolExportPointer(" + format_address(address) + "): ";
   if (owner->is_imported()) {
     return invalid(what + "the allocation was imported from another process (" + owner->describe() +
@@ -90,7 +90,7 @@ result<exported_memory> runtime::export_memory(std::uintptr_t pool_handle, std::
     // The registry lock keeps the pool from being torn down while its memory is exported; the
     // record's lock keeps the allocation from being freed meanwhile.
     std::lock_guard registry(registry_mutex_);
-    memory_pool* p = pools_.find(pool_handle);
+    pool_object* p = pools_.find(pool_handle);
     if (p == nullptr || p->exports() == nullptr) {
       return invalid("the exporting pool was destroyed; its memory can no longer be imported");
     }
@@ -125,7 +125,7 @@ result<std::uintptr_t> runtime::create_imported_pool(int device, std::shared_ptr
   pool_properties properties;
   properties.device = device;
   properties.imported = true;
-  result<memory_pool*> created = new_pool(properties, /*is_default=*/false, std::move(name));
+  result<pool_object*> created = new_pool(properties, /*is_default=*/false, std::move(name));
   if (!created.ok()) return created.take_error();
   created.value()->imports()->set_link(std::move(link));
   has_imported_pools_.store(true, std::memory_order_release);
@@ -134,10 +134,10 @@ result<std::uintptr_t> runtime::create_imported_pool(int device, std::shared_ptr
 
 result<imported_pool_view> runtime::imported_pool(std::uintptr_t pool_handle,
                                                   const char* call) const {
-  result<memory_pool*> found = resolve_pool(pool_handle);
+  result<pool_object*> found = resolve_pool(pool_handle);
   if (!found.ok())
     return status(found.error().code(), std::string(call) + ": " + found.error().message());
-  const memory_pool& p = *found.value();
+  const pool_object& p = *found.value();
   if (!p.is_imported()) {
     return invalid(std::string(call) + ": " + p.describe() +
                    " is not an imported pool; import the exporter's pool with "
@@ -152,7 +152,7 @@ result<imported_pool_view> runtime::imported_pool(std::uintptr_t pool_handle,
 }
 
 void* runtime::find_imported_allocation(std::uintptr_t pool_handle, std::uint64_t key) const {
-  memory_pool* p = pools_.find(pool_handle);
+  pool_object* p = pools_.find(pool_handle);
   if (p == nullptr || p->imports() == nullptr) return nullptr;
   block* live = p->imports()->find(key);
   return live == nullptr ? nullptr : reinterpret_cast<void*>(live->address);
@@ -162,7 +162,7 @@ result<void*> runtime::add_imported_allocation(std::uintptr_t pool_handle, std::
                                                std::uintptr_t address, std::size_t bytes,
                                                std::function<void()> release) {
   std::lock_guard lock(registry_mutex_);  // the pool is not torn down meanwhile
-  memory_pool* p = pools_.find(pool_handle);
+  pool_object* p = pools_.find(pool_handle);
   if (p == nullptr || p->imports() == nullptr) {
     release();
     return status(error_code::invalid_handle,
@@ -185,7 +185,7 @@ result<void*> runtime::add_imported_allocation(std::uintptr_t pool_handle, std::
 
 // ---- what the rest of the runtime asks of imported pools ----------------------------------------
 
-status runtime::free_imported(memory_pool& owner, block* live, stream_object& stream) {
+status runtime::free_imported(pool_object& owner, block* live, stream_object& stream) {
   bool reap = false;
   {
     // Under the registry lock: once the mapping is no longer live, a concurrent reap could
@@ -199,13 +199,13 @@ status runtime::free_imported(memory_pool& owner, block* live, stream_object& st
   return status::success();
 }
 
-status runtime::refuse_imported_allocation(const memory_pool& pool) const {
+status runtime::refuse_imported_allocation(const pool_object& pool) const {
   return invalid("somaMallocFromPoolAsync: " + pool.describe() +
                  " is an imported pool; imported pools hold memory of the exporting process and "
                  "cannot allocate");
 }
 
-memory_pool* runtime::find_imported(std::uintptr_t address, pointer_info* info) const {
+pool_object* runtime::find_imported(std::uintptr_t address, pointer_info* info) const {
   if (!has_imported_pools_.load(std::memory_order_acquire)) return nullptr;
   std::lock_guard lock(registry_mutex_);
   for (const auto& p : all_pools_) {
@@ -221,7 +221,7 @@ memory_pool* runtime::find_imported(std::uintptr_t address, pointer_info* info) 
   return nullptr;
 }
 
-bool runtime::release_imported(memory_pool& pool) {
+bool runtime::release_imported(pool_object& pool) {
   return pool.imports() == nullptr || pool.imports()->release_completed();
 }
 

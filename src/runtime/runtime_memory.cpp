@@ -6,7 +6,7 @@
 
 namespace soma::detail {
 
-result<void*> runtime::allocate_in(memory_pool& pool, std::size_t bytes, stream_object& stream) {
+result<void*> runtime::allocate_in(pool_object& pool, std::size_t bytes, stream_object& stream) {
   required_wait wait;
   result<block*> taken = pool.allocate(bytes, stream.timeline, &wait);
   if (!taken.ok() && wait.synchronize_and_compact) {
@@ -52,22 +52,22 @@ void runtime::order_after_free(stream_object& stream, const required_wait& wait)
   stream.timeline.order_after(wait.stream_id, wait.position);
 }
 
-memory_pool* runtime::acquire_current_pool(int device) const {
+pool_object* runtime::acquire_current_pool(int device) const {
   const auto& current = devices_[static_cast<std::size_t>(device)]->current_pool;
   std::atomic<const void*>& hazard = pool_hazards::mine();
-  memory_pool* pool = current.load(std::memory_order_acquire);
+  pool_object* pool = current.load(std::memory_order_acquire);
   for (;;) {
     hazard.store(pool, std::memory_order_seq_cst);
-    memory_pool* again = current.load(std::memory_order_seq_cst);
+    pool_object* again = current.load(std::memory_order_seq_cst);
     if (again == pool) return pool;
     pool = again;
   }
 }
 
-result<memory_pool*> runtime::acquire_pool(std::uintptr_t handle) const {
+result<pool_object*> runtime::acquire_pool(std::uintptr_t handle) const {
   std::atomic<const void*>& hazard = pool_hazards::mine();
   for (;;) {
-    result<memory_pool*> found = resolve_pool(handle);
+    result<pool_object*> found = resolve_pool(handle);
     if (!found.ok()) return found;
     hazard.store(found.value(), std::memory_order_seq_cst);
     if (pools_.find(handle) == found.value()) return found;
@@ -84,7 +84,7 @@ result<void*> runtime::allocate(std::size_t bytes, std::uintptr_t stream_handle)
   if (bytes == 0) return static_cast<void*>(nullptr);
   // S4, S5: another thread may destroy the current pool meanwhile (the default pool becomes
   // current); the pool this call found stays until the call is done.
-  memory_pool* pool = acquire_current_pool(s.value()->device);
+  pool_object* pool = acquire_current_pool(s.value()->device);
   result<void*> allocated = allocate_in(*pool, bytes, *s.value());
   release_pool();
   return allocated;
@@ -93,7 +93,7 @@ result<void*> runtime::allocate(std::size_t bytes, std::uintptr_t stream_handle)
 result<void*> runtime::allocate_from_pool(std::size_t bytes, std::uintptr_t pool_handle,
                                           std::uintptr_t stream_handle) {
   result<stream_object*> s = resolve_stream(stream_handle);
-  result<memory_pool*> p = acquire_pool(pool_handle);
+  result<pool_object*> p = acquire_pool(pool_handle);
   if (!p.ok()) return p.take_error();
   result<void*> allocated = static_cast<void*>(nullptr);
   if (p.value()->is_imported()) {
@@ -119,7 +119,7 @@ status runtime::free(void* pointer, std::uintptr_t stream_handle) {
     }
     return explain_unknown_pointer(address, "somaFreeAsync");
   }
-  auto* owner = static_cast<memory_pool*>(live->owner);
+  auto* owner = static_cast<pool_object*>(live->owner);
   if (owner->imports() != nullptr) return free_imported(*owner, live, *s.value());
   if (owner->exports() != nullptr) owner->exports()->forget(address);  // S7: data goes stale
   // Read before the free: once it is done another thread may tear the pool down.
@@ -169,9 +169,9 @@ pointer_info runtime::describe_pointer(const void* pointer) const {
     return info;
   }
   block* live = pointers_.find(address);
-  memory_pool* owner = nullptr;
+  pool_object* owner = nullptr;
   if (live != nullptr) {
-    owner = static_cast<memory_pool*>(live->owner);
+    owner = static_cast<pool_object*>(live->owner);
     info.base = live->address;
     info.requested_bytes = live->requested_bytes;
   } else {

@@ -19,10 +19,10 @@ status invalid(const std::string& message) { return status(error_code::invalid_v
 
 }  // namespace
 
-result<memory_pool*> runtime::resolve_pool(std::uintptr_t handle) const {
+result<pool_object*> runtime::resolve_pool(std::uintptr_t handle) const {
   // As CUDA: a NULL pool is a bad argument; any other unknown value is a bad handle.
   if (handle == 0) return status(error_code::invalid_value, "the pool is NULL");
-  memory_pool* p = pools_.find(handle);
+  pool_object* p = pools_.find(handle);
   if (p == nullptr) {
     return status(error_code::invalid_handle, "pool " + format_address(handle) +
                                                   " is not a live pool (destroyed, or never "
@@ -31,7 +31,7 @@ result<memory_pool*> runtime::resolve_pool(std::uintptr_t handle) const {
   return p;
 }
 
-result<memory_pool*> runtime::new_pool(const pool_properties& properties, bool is_default,
+result<pool_object*> runtime::new_pool(const pool_properties& properties, bool is_default,
                                        std::string name) {
   const backend::device_properties& device =
       devices_[static_cast<std::size_t>(properties.device)]->properties;
@@ -45,11 +45,11 @@ result<memory_pool*> runtime::new_pool(const pool_properties& properties, bool i
   // Twice the cap: fragmentation then costs address space, not physical memory.
   config.reservation_bytes = config.max_size_bytes * 2;
   config.growth_step_bytes = round_up(std::max(device.growth_step_bytes, granularity), granularity);
-  auto memory = std::make_unique<backend_pool_memory>(*backend_, properties.device,
-                                                      properties.export_handle_types);
+  auto memory = std::make_unique<backend_memory_provider>(*backend_, properties.device,
+                                                          properties.export_handle_types);
   auto created =
-      std::make_unique<memory_pool>(std::move(config), std::move(memory), properties, is_default);
-  memory_pool* p = created.get();
+      std::make_unique<pool_object>(std::move(config), std::move(memory), properties, is_default);
+  pool_object* p = created.get();
   const std::uintptr_t handle = pools_.add(p);
   if (handle == 0) return status(error_code::out_of_memory, "too many live pools");
   p->set_handle(handle);
@@ -95,15 +95,15 @@ result<std::uintptr_t> runtime::create_pool(const raw_pool_properties& raw) {
   properties.export_handle_types = raw.handle_types;
   // A cap above the device's memory means the device's memory.
   properties.max_size_bytes = raw.max_size_bytes > device_memory ? 0 : raw.max_size_bytes;
-  result<memory_pool*> created = new_pool(properties, /*is_default=*/false, "");
+  result<pool_object*> created = new_pool(properties, /*is_default=*/false, "");
   if (!created.ok()) return created.take_error();
   return created.value()->handle();
 }
 
 status runtime::destroy_pool(std::uintptr_t handle) {
-  result<memory_pool*> found = resolve_pool(handle);
+  result<pool_object*> found = resolve_pool(handle);
   if (!found.ok()) return found.take_error();
-  memory_pool* p = found.value();
+  pool_object* p = found.value();
   if (p->is_default()) {
     return invalid("somaMemPoolDestroy: " + p->describe() +
                    " is a default pool and cannot be "
@@ -111,7 +111,7 @@ status runtime::destroy_pool(std::uintptr_t handle) {
   }
   if (!pools_.remove(handle)) return resolve_pool(handle).take_error();
   auto& current = devices_[static_cast<std::size_t>(p->config().device)]->current_pool;
-  memory_pool* expected = p;
+  pool_object* expected = p;
   current.compare_exchange_strong(
       expected, devices_[static_cast<std::size_t>(p->config().device)]->default_pool);
   p->mark_destroyed();
@@ -129,7 +129,7 @@ result<std::uintptr_t> runtime::default_pool(int device) const {
 
 status runtime::set_device_pool(int device, std::uintptr_t pool_handle) {
   if (status checked = check_device(device); !checked.ok()) return checked;
-  result<memory_pool*> p = resolve_pool(pool_handle);
+  result<pool_object*> p = resolve_pool(pool_handle);
   if (!p.ok()) return p.take_error();
   if (p.value()->is_imported()) {
     return invalid("somaDeviceSetMemPool: " + p.value()->describe() +
@@ -156,9 +156,9 @@ result<std::uintptr_t> runtime::device_pool(int device) const {
 
 status runtime::set_pool_attribute(std::uintptr_t handle, pool_attribute attribute,
                                    const void* value) {
-  result<memory_pool*> found = resolve_pool(handle);
+  result<pool_object*> found = resolve_pool(handle);
   if (!found.ok()) return found.take_error();
-  memory_pool& p = *found.value();
+  pool_object& p = *found.value();
   if (p.is_imported()) {  // S7, as CUDA: an imported pool's attributes belong to its exporter
     return invalid("somaMemPoolSetAttribute: " + p.describe() +
                    " is an imported pool; its "
@@ -214,9 +214,9 @@ status runtime::set_pool_attribute(std::uintptr_t handle, pool_attribute attribu
 
 status runtime::get_pool_attribute(std::uintptr_t handle, pool_attribute attribute,
                                    void* value) const {
-  result<memory_pool*> found = resolve_pool(handle);
+  result<pool_object*> found = resolve_pool(handle);
   if (!found.ok()) return found.take_error();
-  const memory_pool& p = *found.value();
+  const pool_object& p = *found.value();
   if (p.is_imported() && attribute >= pool_attribute::reuse_follow_event_dependencies &&
       attribute <= pool_attribute::release_threshold) {  // S7, as CUDA
     return invalid("somaMemPoolGetAttribute: " + p.describe() +
@@ -256,7 +256,7 @@ status runtime::get_pool_attribute(std::uintptr_t handle, pool_attribute attribu
 }
 
 status runtime::trim_pool(std::uintptr_t handle, std::size_t keep_bytes) {
-  result<memory_pool*> found = resolve_pool(handle);
+  result<pool_object*> found = resolve_pool(handle);
   if (!found.ok()) return found.take_error();
   if (found.value()->is_imported()) {  // S7, as CUDA
     return invalid("somaMemPoolTrimTo: " + found.value()->describe() +
@@ -268,7 +268,7 @@ status runtime::trim_pool(std::uintptr_t handle, std::size_t keep_bytes) {
 }
 
 status runtime::set_pool_name(std::uintptr_t handle, const char* name) {
-  result<memory_pool*> found = resolve_pool(handle);
+  result<pool_object*> found = resolve_pool(handle);
   if (!found.ok()) return found.take_error();
   if (name == nullptr) return invalid("somaMemPoolSetName: name is NULL");
   found.value()->set_name(name);

@@ -8,15 +8,15 @@
 #include <memory>
 
 #include "core/pool.hpp"
-#include "fake_pool_memory.hpp"
+#include "fake_memory_provider.hpp"
 
 namespace {
 
 using soma::detail::pool;
 using soma::detail::pool_config;
 using soma::detail::stream_timeline;
+using soma_test::fake_memory_provider;
 using soma_test::fake_memory_state;
-using soma_test::fake_pool_memory;
 
 constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = 1024 * KiB;
@@ -50,7 +50,7 @@ void grow_into_a_second_reservation(placement where) {
   config.max_size_bytes = 64 * MiB;
   config.reservation_bytes = kReservation;
   {
-    pool p(config, std::make_unique<fake_pool_memory>(memory));
+    pool p(config, std::make_unique<fake_memory_provider>(memory));
     stream_timeline stream(0);
 
     auto big = p.allocate(7 * MiB + 512 * KiB, stream);
@@ -119,7 +119,7 @@ TEST(S9_PoolReservation, TrimmedAdjacentReservationsAreReusedOneAtATime) {
   config.name = "reuse";
   config.max_size_bytes = 64 * MiB;
   config.reservation_bytes = kReservation;
-  pool p(config, std::make_unique<fake_pool_memory>(memory));
+  pool p(config, std::make_unique<fake_memory_provider>(memory));
   stream_timeline stream(0);
 
   auto a = p.allocate(kReservation, stream);

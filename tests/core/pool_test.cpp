@@ -1,5 +1,5 @@
 // pool: growth, reuse across streams, release, statistics, diagnosis (S2, S3, S9, S10, S11,
-// S12, S16), over fake_pool_memory (synthetic addresses, nothing mapped).
+// S12, S16), over fake_memory_provider (synthetic addresses, nothing mapped).
 #include "core/pool.hpp"
 
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "fake_pool_memory.hpp"
+#include "fake_memory_provider.hpp"
 
 namespace {
 
@@ -24,8 +24,8 @@ using soma::detail::pool;
 using soma::detail::pool_config;
 using soma::detail::pool_statistics;
 using soma::detail::stream_timeline;
+using soma_test::fake_memory_provider;
 using soma_test::fake_memory_state;
-using soma_test::fake_pool_memory;
 
 constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = 1024 * KiB;
@@ -40,7 +40,7 @@ struct pool_under_test {
     config.name = "test";
     config.max_size_bytes = max_size;
     config.reservation_bytes = reservation;
-    the_pool = std::make_unique<pool>(config, std::make_unique<fake_pool_memory>(memory));
+    the_pool = std::make_unique<pool>(config, std::make_unique<fake_memory_provider>(memory));
   }
 
   block* allocate(std::size_t bytes, const stream_timeline& stream) {

@@ -1,4 +1,4 @@
-// A fake soma::detail::pool_memory for core pool tests: synthetic addresses, no mapping.
+// A fake soma::detail::memory_provider for core pool tests: synthetic addresses, no mapping.
 //
 // The pool never touches the memory it manages, so reserve hands out made-up, granule
 // aligned addresses and commit only records the range. The fake checks the pool's side of
@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/pool_memory.hpp"
+#include "core/memory_provider.hpp"
 #include "core/status.hpp"
 
 namespace soma_test {
@@ -85,9 +85,10 @@ struct fake_memory_state {
   }
 };
 
-class fake_pool_memory final : public soma::detail::pool_memory {
+class fake_memory_provider final : public soma::detail::memory_provider {
  public:
-  explicit fake_pool_memory(std::shared_ptr<fake_memory_state> state) : state_(std::move(state)) {}
+  explicit fake_memory_provider(std::shared_ptr<fake_memory_state> state)
+      : state_(std::move(state)) {}
 
   std::size_t granularity_bytes() const override { return state_->granularity_bytes; }
 

@@ -12,9 +12,9 @@ namespace soma::detail {
 
 /// Address reservation and physical commitment for one pool. Called only on the slow path
 /// (growth, release, teardown), always under the pool's lock.
-class pool_memory {
+class memory_provider {
  public:
-  virtual ~pool_memory() = default;
+  virtual ~memory_provider() = default;
 
   /// Physical granularity: commit sizes and addresses are multiples of it.
   virtual std::size_t granularity_bytes() const = 0;

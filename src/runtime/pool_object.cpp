@@ -1,0 +1,36 @@
+#include "runtime/pool_object.hpp"
+
+namespace soma::detail {
+
+status pool_object::adopt_mapping(std::uintptr_t address, std::size_t bytes) {
+  return memory_.adopt_range(address, bytes);
+}
+
+void pool_object::forget_mapping(std::uintptr_t address) { memory_.forget_range(address); }
+
+void pool_object::set_compaction(bool enabled) {
+  // Under the pool lock: commits are made and given back under it.
+  with_lock([&] { memory_.set_granule_commits(enabled); });
+  set_compact_before_growth(enabled);
+}
+
+pool_object::pool_object(pool_config config, std::unique_ptr<backend_memory_provider> memory,
+                         pool_properties properties, bool is_default)
+    : pool_object(std::move(config), memory.release(), properties, is_default) {}
+
+pool_object::pool_object(pool_config config, backend_memory_provider* memory,
+                         pool_properties properties, bool is_default)
+    : pool(std::move(config), std::unique_ptr<memory_provider>(memory)),
+      memory_(*memory),
+      properties_(properties),
+      is_default_(is_default),
+      exports_(properties.export_handle_types != 0 ? std::make_unique<export_table>() : nullptr),
+      imports_(properties.imported ? std::make_unique<import_table>() : nullptr) {}
+
+backend::access_flags pool_object::access(int device) const { return memory_.access(device); }
+
+status pool_object::set_access(int device, backend::access_flags flags) {
+  return memory_.set_access(device, flags);
+}
+
+}  // namespace soma::detail

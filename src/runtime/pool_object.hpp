@@ -1,0 +1,70 @@
+// A pool as the runtime holds it (somaMemPool_t): the core pool plus what the runtime knows
+// about it (device, handle, properties, default-ness, destruction state, sharing).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "backend/backend.hpp"
+#include "core/pool.hpp"
+#include "runtime/backend_memory_provider.hpp"
+#include "runtime/pool_sharing.hpp"
+
+namespace soma::detail {
+
+/// Creation-time properties after validation (mirrors somaMemPoolProps).
+struct pool_properties {
+  int device = 0;
+  unsigned export_handle_types = 0;
+  std::size_t max_size_bytes = 0;  // 0 = the device's memory
+  bool imported = false;           // S7: memory another process exported; the pool cannot allocate
+};
+
+class pool_object final : public pool {
+ public:
+  pool_object(pool_config config, std::unique_ptr<backend_memory_provider> memory,
+              pool_properties properties, bool is_default);
+
+  const pool_properties& properties() const noexcept { return properties_; }
+  bool is_default() const noexcept { return is_default_; }
+  bool is_destroyed() const noexcept { return destroyed_.load(std::memory_order_acquire); }
+  void mark_destroyed() noexcept { destroyed_.store(true, std::memory_order_release); }
+  std::uintptr_t handle() const noexcept { return handle_; }
+  void set_handle(std::uintptr_t handle) noexcept { handle_ = handle; }
+  /// S7: imported from another process (somaMemPoolImportFromShareableHandle).
+  bool is_imported() const noexcept { return properties_.imported; }
+  /// Export records of an exportable pool; nullptr for the others.
+  export_table* exports() const noexcept { return exports_.get(); }
+  /// Mappings of an imported pool; nullptr for the others.
+  import_table* imports() const noexcept { return imports_.get(); }
+
+  /// Access of `device` to every allocation of the pool, present and future (S6): read-write
+  /// for the owning device, what somaMemPoolSetAccess granted (none by default) for others.
+  backend::access_flags access(int device) const;
+  /// Grants or revokes access of a device other than the owner, on all mapped memory and on
+  /// every later growth. Requires: checked by the caller (device in range, not the owner).
+  status set_access(int device, backend::access_flags flags);
+  /// S6 for S7: memory mapped outside the pool's own growth (an imported allocation) gets the
+  /// grants made so far and every later one, until forget_mapping.
+  status adopt_mapping(std::uintptr_t address, std::size_t bytes);
+  void forget_mapping(std::uintptr_t address);
+  /// S9: compaction before growth (somaMemPoolAttrCompactBeforeGrowth).
+  void set_compaction(bool enabled);
+
+ private:
+  pool_object(pool_config config, backend_memory_provider* memory, pool_properties properties,
+              bool is_default);
+
+  backend_memory_provider& memory_;  // owned by the base class
+  const pool_properties properties_;
+  const bool is_default_;
+  std::atomic<bool> destroyed_{false};
+  std::uintptr_t handle_ = 0;
+  const std::unique_ptr<export_table> exports_;
+  const std::unique_ptr<import_table> imports_;
+};
+
+}  // namespace soma::detail

@@ -75,6 +75,27 @@ std::size_t parse_size(const char* text) { return std::strtoull(text, nullptr, 0
 
 }  // namespace
 
+// What the runtime does when the pool asks: a synchronize of the one stream proves its frees
+// (compaction before growth); there is no other stream to order after.
+class replay_hooks final : public soma::detail::stream_hooks {
+ public:
+  replay_hooks(stream_timeline& stream, bool verbose) : stream_(stream), verbose_(verbose) {}
+  bool synchronize(const stream_timeline&) override {
+    ++compactions;
+    if (verbose_) std::printf("compaction (a stream synchronize on the GPU)\n");
+    const std::uint64_t position = stream_.note_enqueued();
+    stream_.note_completed(position);
+    stream_.prove_completed(position);
+    return true;
+  }
+  void order_after(const stream_timeline&, std::uint64_t, std::uint64_t) override {}
+  std::size_t compactions = 0;
+
+ private:
+  stream_timeline& stream_;
+  bool verbose_;
+};
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
@@ -116,7 +137,7 @@ int main(int argc, char** argv) {
   replayed.set_release_threshold_bytes(UINT64_MAX);
   replayed.set_compact_before_growth(compact);
   stream_timeline stream(0);
-  std::size_t compactions = 0;
+  replay_hooks hooks(stream, verbose);
 
   std::unordered_map<std::uint64_t, block*> live;
   std::size_t events = 0;
@@ -135,20 +156,7 @@ int main(int argc, char** argv) {
                     static_cast<double>(now.used_bytes) / (1 << 30),
                     static_cast<double>(now.reserved_bytes) / (1 << 30));
       }
-      required_wait wait;
-      result<block*> made = replayed.allocate(bytes, stream, &wait);
-      if (!made.ok() && wait.synchronize_and_compact) {
-        ++compactions;  // what the runtime does: synchronize, prove, trim, retry
-        if (verbose)
-          std::printf("compaction at event %zu (allocation of %zu bytes)\n", events, bytes);
-        const std::uint64_t position = stream.note_enqueued();
-        stream.note_completed(position);
-        stream.prove_completed(position);
-        replayed.trim_to(0);
-        wait = required_wait{};
-        wait.allow_compaction = false;
-        made = replayed.allocate(bytes, stream, &wait);
-      }
+      result<block*> made = replayed.allocate(bytes, stream, &hooks);
       if (!made.ok()) {
         std::fprintf(stderr, "trace_replay: event %zu: %s\n", events,
                      made.error().message().c_str());
@@ -166,7 +174,7 @@ int main(int argc, char** argv) {
   std::printf("trace %s: %zu events, granularity %zu KiB, growth step %zu MiB, %s release\n",
               argv[1], events, granularity >> 10, growth_step >> 20,
               partial ? "granule" : "whole-commit");
-  std::printf("compactions %zu (each a stream synchronize on the GPU)\n", compactions);
+  std::printf("compactions %zu (each a stream synchronize on the GPU)\n", hooks.compactions);
   std::printf("peak used %.3f GiB, peak reserved %.3f GiB, reserved/used %.3f; %zu commits\n",
               static_cast<double>(s.used_high_bytes) / (1 << 30),
               static_cast<double>(s.reserved_high_bytes) / (1 << 30),

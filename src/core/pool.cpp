@@ -121,7 +121,7 @@ std::uint64_t pool::used_now() const noexcept {
 }
 
 result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline& stream,
-                              required_wait* wait) {
+                              stream_hooks* hooks) {
   if (requested_bytes > config_.max_size_bytes) {  // also keeps the roundings below from wrapping
     return status(error_code::out_of_memory,
                   describe() + ": out of memory allocating " + format_bytes(requested_bytes) +
@@ -135,7 +135,19 @@ result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline
       return hit;
     }
   }
-  result<block*> taken = allocate_slow(size_bytes, stream, wait);
+  required_wait wait;
+  result<block*> taken = allocate_slow(size_bytes, stream, hooks != nullptr ? &wait : nullptr);
+  if (!taken.ok() && wait.synchronize_and_compact) {
+    // S9 compaction before growth: once the stream ran its frees they are proven and the free
+    // memory can go back; the allocation then grows into what it needs.
+    hooks->synchronize(stream);
+    trim_to(0);
+    wait = required_wait{};
+    wait.allow_compaction = false;
+    taken = allocate_slow(size_bytes, stream, &wait);
+  }
+  if (taken.ok() && wait.stream != nullptr)
+    hooks->order_after(stream, wait.stream_id, wait.position);
   if (taken.ok()) {
     // The slow path folds every stream's share in, so the high watermark sees the true sum.
     fold_used_shares();

@@ -16,6 +16,7 @@
 #include "core/block.hpp"
 #include "core/free_index.hpp"
 #include "core/memory_provider.hpp"
+#include "core/stream_hooks.hpp"
 #include "core/status.hpp"
 #include "core/stream_cache.hpp"
 #include "core/stream_timeline.hpp"
@@ -51,9 +52,10 @@ struct address_diagnosis {
 /// growth, an allocation that would grow although the pool holds as much free memory fails
 /// with synchronize_and_compact set; the caller synchronizes the stream, calls trim_to(0) and
 /// allocates again with compaction not allowed.
+/// What the slow path tells pool::allocate it still has to do (with hooks).
 struct required_wait {
   /// nullptr: nothing to wait for. Valid only under the pool lock: the stream may be
-  /// destroyed and forgotten once it is released, so callers use stream_id.
+  /// destroyed and forgotten once it is released, so the hook gets stream_id.
   const stream_timeline* stream = nullptr;
   std::uint64_t stream_id = 0;
   std::uint64_t position = 0;
@@ -82,11 +84,12 @@ class pool {
 
   /// Allocates requested_bytes (> 0) for use on stream (S1). The block is not yet in any
   /// pointer table: the caller publishes it.
-  /// With `wait` given, the pool may, when it cannot grow, hand out a block whose free is
-  /// still pending on another stream and ask the caller to order the stream after it
-  /// (internal dependencies); without it, it never does.
+  /// With hooks given, the pool may, when it cannot grow, hand out a block whose free is still
+  /// pending on another stream, ordering the stream after it (internal dependencies, S11), and
+  /// with compaction on it synchronizes the stream and gives free memory back before growing
+  /// (S9); without hooks it does neither.
   result<block*> allocate(std::size_t requested_bytes, const stream_timeline& stream,
-                          required_wait* wait = nullptr);
+                          stream_hooks* hooks = nullptr);
   /// Frees a live block on stream (S2): reusable at once by stream, by other streams once
   /// the free is proven complete. Requires: the block is live and was removed from the
   /// pointer table by the caller.

@@ -170,7 +170,11 @@ class runtime {
   result<pool_object*> new_pool(const pool_properties& properties, bool is_default,
                                 std::string name);
   result<void*> allocate_in(pool_object& pool, std::size_t bytes, stream_object& stream);
-  void order_after_free(stream_object& stream, const required_wait& wait);
+  /// The stream hooks of pool::allocate (allocation_hooks in runtime_memory.cpp): S11 internal
+  /// dependencies, and the synchronize of compaction before growth (S9).
+  friend class allocation_hooks;
+  void order_after_free(stream_object& stream, std::uint64_t stream_id, std::uint64_t position);
+  status synchronize_for_pool(stream_object& stream);
   /// The device's current pool, published as in use by this thread (pool_hazards) so that a
   /// concurrent destroy does not delete it under the caller; release_pool ends the use.
   pool_object* acquire_current_pool(int device) const;

@@ -1,31 +1,50 @@
 // Stream-ordered allocation and free (S1, S2), pointer attributes (S14).
 #include <thread>
 
+#include "core/check.hpp"
 #include "runtime/pool_hazards.hpp"
 #include "runtime/runtime.hpp"
 
 namespace soma::detail {
 
-result<void*> runtime::allocate_in(pool_object& pool, std::size_t bytes, stream_object& stream) {
-  required_wait wait;
-  result<block*> taken = pool.allocate(bytes, stream.timeline, &wait);
-  if (!taken.ok() && wait.synchronize_and_compact) {
-    // S9 compaction before growth: once the stream ran its frees they are proven and the
-    // pool's free memory can go back; the allocation then grows into what is needed.
-    const std::uint64_t position = stream.timeline.enqueued_position();
-    if (stream.queue->synchronize().ok()) proven(stream, position);
-    pool.trim_to(0);
-    wait = required_wait{};
-    wait.allow_compaction = false;
-    taken = pool.allocate(bytes, stream.timeline, &wait);
+// The hooks of one allocation: the pool names the allocating stream by its timeline, which is
+// the timeline of `stream` here.
+class allocation_hooks final : public stream_hooks {
+ public:
+  allocation_hooks(runtime& owner, stream_object& stream) : owner_(owner), stream_(stream) {}
+  bool synchronize(const stream_timeline& timeline) override {
+    SOMA_ASSERT(&timeline == &stream_.timeline, "the pool names the allocating stream");
+    return owner_.synchronize_for_pool(stream_).ok();
   }
+  void order_after(const stream_timeline& waiter, std::uint64_t stream_id,
+                   std::uint64_t position) override {
+    SOMA_ASSERT(&waiter == &stream_.timeline, "the pool names the allocating stream");
+    owner_.order_after_free(stream_, stream_id, position);
+  }
+
+ private:
+  runtime& owner_;
+  stream_object& stream_;
+};
+
+result<void*> runtime::allocate_in(pool_object& pool, std::size_t bytes, stream_object& stream) {
+  allocation_hooks hooks(*this, stream);
+  result<block*> taken = pool.allocate(bytes, stream.timeline, &hooks);
   if (!taken.ok()) return taken.take_error();
-  if (wait.stream != nullptr) order_after_free(stream, wait);
   pointers_.insert(taken.value());
   return reinterpret_cast<void*>(taken.value()->address);
 }
 
-void runtime::order_after_free(stream_object& stream, const required_wait& wait) {
+status runtime::synchronize_for_pool(stream_object& stream) {
+  // S9 compaction before growth: once the stream ran its frees they are proven.
+  const std::uint64_t position = stream.timeline.enqueued_position();
+  status done = stream.queue->synchronize();
+  if (done.ok()) proven(stream, position);
+  return done;
+}
+
+void runtime::order_after_free(stream_object& stream, std::uint64_t stream_id,
+                               std::uint64_t position) {
   // S11 internal dependencies: the pool handed this stream a block whose free is pending on
   // another stream; make the stream's later work wait for that free. The freeing stream is
   // found by id: a stream no longer registered was forgotten, so its work has all run.
@@ -33,7 +52,7 @@ void runtime::order_after_free(stream_object& stream, const required_wait& wait)
   std::shared_ptr<backend::stream> freeing_queue;
   {
     std::lock_guard lock(registry_mutex_);
-    auto found = streams_by_id_.find(wait.stream_id);
+    auto found = streams_by_id_.find(stream_id);
     if (found != streams_by_id_.end()) {
       freeing = found->second;
       freeing_queue = freeing->queue;
@@ -41,15 +60,15 @@ void runtime::order_after_free(stream_object& stream, const required_wait& wait)
   }
   if (freeing != nullptr) {
     status waited = freeing_queue != nullptr
-                        ? stream.queue->enqueue_wait_for(*freeing_queue, wait.position)
+                        ? stream.queue->enqueue_wait_for(*freeing_queue, position)
                         : status(error_code::invalid_handle, "freeing stream destroyed");
     if (!waited.ok()) {
       // The freeing stream was destroyed meanwhile (its queue still drains) or this stream
       // failed: wait on the host instead, so the block is never handed out early.
-      while (!freeing->timeline.has_completed(wait.position)) std::this_thread::yield();
+      while (!freeing->timeline.has_completed(position)) std::this_thread::yield();
     }
   }
-  stream.timeline.order_after(wait.stream_id, wait.position);
+  stream.timeline.order_after(stream_id, position);
 }
 
 pool_object* runtime::acquire_current_pool(int device) const {

@@ -807,7 +807,6 @@ TEST(S9_PoolModel, RandomWithPartialDecommitSeed5) { run_random_model(5, 4000, t
 namespace {
 
 using soma::detail::error_code;
-using soma::detail::required_wait;
 using soma::detail::result;
 
 /// Four blocks of four granules, each followed by a live one-granule pin; the blocks freed
@@ -823,55 +822,68 @@ std::vector<block*> fragment(pool_under_test& p, stream_timeline& a) {
   return pins;
 }
 
-TEST(S9_Pool, CompactionIsAskedForInsteadOfGrowingOverFragmentedFreeMemory) {
+/// The runtime's side of pool::allocate, as a fake: a synchronize proves everything stream a
+/// enqueued; order_after records what it was asked.
+struct fake_hooks final : soma::detail::stream_hooks {
+  explicit fake_hooks(stream_timeline& stream) : stream(stream) {}
+  bool synchronize(const stream_timeline& timeline) override {
+    EXPECT_EQ(&timeline, &stream);
+    ++synchronizes;
+    stream.note_completed(stream.enqueued_position());
+    stream.prove_completed(stream.enqueued_position());
+    return true;
+  }
+  void order_after(const stream_timeline&, std::uint64_t, std::uint64_t) override { ++orders; }
+  stream_timeline& stream;
+  int synchronizes = 0;
+  int orders = 0;
+};
+
+TEST(S9_Pool, CompactionSynchronizesTheStreamAndGivesFreeMemoryBackInOneCall) {
   pool_under_test p;
   p.memory->allow_partial_decommit = true;
   stream_timeline a(0);
   std::vector<block*> pins = fragment(p, a);
   p.the_pool->set_compact_before_growth(true);
-  const pool_statistics before = p.stats();
-  required_wait wait;
-  result<block*> refused = p.the_pool->allocate(8 * kGranule, a, &wait);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.error().code(), error_code::not_ready);
-  EXPECT_TRUE(wait.synchronize_and_compact);
-  EXPECT_EQ(p.stats().reserved_bytes, before.reserved_bytes) << "asking changes nothing";
-
-  // What the runtime does: the stream ran its frees (proven), the pool gives them back, the
-  // allocation is made again without compaction.
-  a.note_completed(a.enqueued_position());
-  a.prove_completed(a.enqueued_position());
-  p.the_pool->trim_to(0);
-  EXPECT_EQ(p.stats().reserved_bytes, 4 * kGranule) << "only the pins' granules stay";
-  wait = required_wait{};
-  wait.allow_compaction = false;
-  result<block*> served = p.the_pool->allocate(8 * kGranule, a, &wait);
+  fake_hooks hooks(a);
+  result<block*> served = p.the_pool->allocate(8 * kGranule, a, &hooks);
   ASSERT_TRUE(served.ok()) << served.error().message();
-  EXPECT_FALSE(wait.synchronize_and_compact);
+  EXPECT_EQ(hooks.synchronizes, 1) << "one synchronize instead of growing over free memory";
   EXPECT_EQ(p.stats().reserved_bytes, 12 * kGranule) << "pins plus the new block, no more";
   p.the_pool->free(served.value(), a);
   for (block* pin : pins) p.the_pool->free(pin, a);
 }
 
-TEST(S9_Pool, WithoutCompactionOrWithoutFreeMemoryThePoolGrows) {
+TEST(S9_Pool, WithoutCompactionOrWithoutFreeMemoryThePoolGrowsWithoutSynchronizing) {
   pool_under_test p;
   stream_timeline a(0);
   std::vector<block*> pins = fragment(p, a);
-  required_wait wait;
-  result<block*> grown = p.the_pool->allocate(8 * kGranule, a, &wait);  // attribute off
+  fake_hooks hooks(a);
+  result<block*> grown = p.the_pool->allocate(8 * kGranule, a, &hooks);  // attribute off
   ASSERT_TRUE(grown.ok());
-  EXPECT_FALSE(wait.synchronize_and_compact);
+  EXPECT_EQ(hooks.synchronizes, 0);
+  EXPECT_EQ(hooks.orders, 0);
   p.the_pool->free(grown.value(), a);
 
   pool_under_test q;
   q.the_pool->set_compact_before_growth(true);
   stream_timeline b(1);
-  required_wait fresh;
+  fake_hooks fresh(b);
   result<block*> first = q.the_pool->allocate(8 * kGranule, b, &fresh);  // nothing free
   ASSERT_TRUE(first.ok());
-  EXPECT_FALSE(fresh.synchronize_and_compact);
+  EXPECT_EQ(fresh.synchronizes, 0);
   q.the_pool->free(first.value(), b);
   for (block* pin : pins) p.the_pool->free(pin, a);
+
+  // Without hooks the pool never synchronizes: it grows.
+  pool_under_test r;
+  r.the_pool->set_compact_before_growth(true);
+  stream_timeline c(2);
+  std::vector<block*> more_pins = fragment(r, c);
+  result<block*> without = r.the_pool->allocate(8 * kGranule, c);
+  ASSERT_TRUE(without.ok());
+  r.the_pool->free(without.value(), c);
+  for (block* pin : more_pins) r.the_pool->free(pin, c);
 }
 
 }  // namespace

@@ -32,6 +32,8 @@
 #include <string_view>
 #include <utility>
 
+#include "pool_attributes.hpp"
+
 // ---- status assertions -------------------------------------------------------------------
 
 /// gtest prints somaError_t values by name.
@@ -185,43 +187,12 @@ inline cudaStream_t native_stream(somaStream_t stream) {
 
 // ---- pool figures -------------------------------------------------------------------------
 
-struct pool_stats {
-  std::uint64_t reserved_current = 0;
-  std::uint64_t reserved_high = 0;
-  std::uint64_t used_current = 0;
-  std::uint64_t used_high = 0;
-  bool operator==(const pool_stats&) const = default;
-};
-
-inline void PrintTo(const pool_stats& stats, std::ostream* out) {
-  *out << "{reserved " << stats.reserved_current << " (high " << stats.reserved_high << "), used "
-       << stats.used_current << " (high " << stats.used_high << ")}";
-}
-
-inline std::uint64_t pool_u64(somaMemPool_t pool, somaMemPoolAttr attr) {
-  std::uint64_t value = 0;
-  const somaError_t status = somaMemPoolGetAttribute(pool, attr, &value);
-  EXPECT_EQ(status, somaSuccess) << "somaMemPoolGetAttribute(" << static_cast<int>(attr)
-                                 << "): " << last_message();
-  return value;
-}
-
-inline somaError_t set_pool_u64(somaMemPool_t pool, somaMemPoolAttr attr, std::uint64_t value) {
-  return somaMemPoolSetAttribute(pool, attr, &value);
-}
-
-inline somaError_t set_pool_int(somaMemPool_t pool, somaMemPoolAttr attr, int value) {
-  return somaMemPoolSetAttribute(pool, attr, &value);
-}
-
-inline pool_stats read_pool_stats(somaMemPool_t pool) {
-  pool_stats stats;
-  stats.reserved_current = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
-  stats.reserved_high = pool_u64(pool, somaMemPoolAttrReservedMemHigh);
-  stats.used_current = pool_u64(pool, somaMemPoolAttrUsedMemCurrent);
-  stats.used_high = pool_u64(pool, somaMemPoolAttrUsedMemHigh);
-  return stats;
-}
+using soma_test::pool_int;
+using soma_test::pool_stats;
+using soma_test::pool_u64;
+using soma_test::read_pool_stats;
+using soma_test::set_pool_int;
+using soma_test::set_pool_u64;
 
 inline somaMemPool_t default_pool() {
   somaMemPool_t pool = nullptr;

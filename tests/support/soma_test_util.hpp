@@ -26,6 +26,7 @@
 #include "cpu_test_config.hpp"
 #include "host_task.hpp"
 #include "host_words.hpp"
+#include "pool_attributes.hpp"
 
 /// gtest prints somaError_t values by name (ADL finds this in the global namespace).
 inline void PrintTo(somaError_t error, std::ostream* out) {
@@ -112,52 +113,6 @@ inline bool mentions_size(std::string_view message, std::uint64_t bytes) {
 }
 
 // ---- pools ----------------------------------------------------------------------------
-
-struct pool_stats {
-  std::uint64_t reserved_current = 0;
-  std::uint64_t reserved_high = 0;
-  std::uint64_t used_current = 0;
-  std::uint64_t used_high = 0;
-  bool operator==(const pool_stats&) const = default;
-};
-
-inline void PrintTo(const pool_stats& stats, std::ostream* out) {
-  *out << "{reserved " << stats.reserved_current << " (high " << stats.reserved_high << "), used "
-       << stats.used_current << " (high " << stats.used_high << ")}";
-}
-
-inline std::uint64_t pool_u64(somaMemPool_t pool, somaMemPoolAttr attr) {
-  std::uint64_t value = 0;
-  const somaError_t status = somaMemPoolGetAttribute(pool, attr, &value);
-  EXPECT_EQ(status, somaSuccess) << "somaMemPoolGetAttribute(" << static_cast<int>(attr)
-                                 << "): " << last_message();
-  return value;
-}
-
-inline int pool_int(somaMemPool_t pool, somaMemPoolAttr attr) {
-  int value = -1;
-  const somaError_t status = somaMemPoolGetAttribute(pool, attr, &value);
-  EXPECT_EQ(status, somaSuccess) << "somaMemPoolGetAttribute(" << static_cast<int>(attr)
-                                 << "): " << last_message();
-  return value;
-}
-
-inline somaError_t set_pool_u64(somaMemPool_t pool, somaMemPoolAttr attr, std::uint64_t value) {
-  return somaMemPoolSetAttribute(pool, attr, &value);
-}
-
-inline somaError_t set_pool_int(somaMemPool_t pool, somaMemPoolAttr attr, int value) {
-  return somaMemPoolSetAttribute(pool, attr, &value);
-}
-
-inline pool_stats read_pool_stats(somaMemPool_t pool) {
-  pool_stats stats;
-  stats.reserved_current = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
-  stats.reserved_high = pool_u64(pool, somaMemPoolAttrReservedMemHigh);
-  stats.used_current = pool_u64(pool, somaMemPoolAttrUsedMemCurrent);
-  stats.used_high = pool_u64(pool, somaMemPoolAttrUsedMemHigh);
-  return stats;
-}
 
 inline somaMemPool_t default_pool(int device) {
   somaMemPool_t pool = nullptr;

@@ -1,0 +1,61 @@
+// Pool attribute helpers shared by the cpu test suites (soma_test_util.hpp) and the GPU test
+// programs (tests/gpu/gpu_test_util.cuh): read and set attributes, and the four statistics of
+// S10 at once. A plain header: soma.h and GoogleTest only.
+#pragma once
+
+#include <soma/soma.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <ostream>
+
+namespace soma_test {
+
+struct pool_stats {
+  std::uint64_t reserved_current = 0;
+  std::uint64_t reserved_high = 0;
+  std::uint64_t used_current = 0;
+  std::uint64_t used_high = 0;
+  bool operator==(const pool_stats&) const = default;
+};
+
+inline void PrintTo(const pool_stats& stats, std::ostream* out) {
+  *out << "{reserved " << stats.reserved_current << " (high " << stats.reserved_high << "), used "
+       << stats.used_current << " (high " << stats.used_high << ")}";
+}
+
+inline std::uint64_t pool_u64(somaMemPool_t pool, somaMemPoolAttr attr) {
+  std::uint64_t value = 0;
+  const somaError_t status = somaMemPoolGetAttribute(pool, attr, &value);
+  EXPECT_EQ(status, somaSuccess) << "somaMemPoolGetAttribute(" << static_cast<int>(attr)
+                                 << "): " << somaGetLastErrorMessage();
+  return value;
+}
+
+inline int pool_int(somaMemPool_t pool, somaMemPoolAttr attr) {
+  int value = -1;
+  const somaError_t status = somaMemPoolGetAttribute(pool, attr, &value);
+  EXPECT_EQ(status, somaSuccess) << "somaMemPoolGetAttribute(" << static_cast<int>(attr)
+                                 << "): " << somaGetLastErrorMessage();
+  return value;
+}
+
+inline somaError_t set_pool_u64(somaMemPool_t pool, somaMemPoolAttr attr, std::uint64_t value) {
+  return somaMemPoolSetAttribute(pool, attr, &value);
+}
+
+inline somaError_t set_pool_int(somaMemPool_t pool, somaMemPoolAttr attr, int value) {
+  return somaMemPoolSetAttribute(pool, attr, &value);
+}
+
+inline pool_stats read_pool_stats(somaMemPool_t pool) {
+  pool_stats stats;
+  stats.reserved_current = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
+  stats.reserved_high = pool_u64(pool, somaMemPoolAttrReservedMemHigh);
+  stats.used_current = pool_u64(pool, somaMemPoolAttrUsedMemCurrent);
+  stats.used_high = pool_u64(pool, somaMemPoolAttrUsedMemHigh);
+  return stats;
+}
+
+}  // namespace soma_test

@@ -54,19 +54,9 @@ for arg in "$@"; do
   esac
 done
 
-OUT="${OUT:-./gpu-out}"
-BUILD_DIR="${BUILD_DIR:-build/gpu}"
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd -P)"
-summary="$OUT/summary.txt"
-: >"$summary"
-
-say() { echo "gpu-check: $*"; }
-record() { # record <PASS|FAIL|WARN|SKIP|INFO> <step> <detail...>
-  local verdict="$1" step="$2"
-  shift 2
-  printf '%-5s %-28s %s\n' "$verdict" "$step" "$*" | tee -a "$summary"
-}
+# shellcheck source=scripts/lib/check-output.sh
+source scripts/lib/check-output.sh  # the repository root is the working directory
+check_output_setup gpu-check ./gpu-out 28
 
 test_failures=0
 bench_failures=0

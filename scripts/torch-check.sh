@@ -49,19 +49,9 @@ for arg in "$@"; do
   esac
 done
 
-OUT="${OUT:-./torch-out}"
-BUILD_DIR="${BUILD_DIR:-build/gpu}"
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd -P)"
-summary="$OUT/summary.txt"
-: >"$summary"
-
-say() { echo "torch-check: $*"; }
-record() { # record <PASS|FAIL|WARN|SKIP|INFO> <step> <detail...>
-  local verdict="$1" step="$2"
-  shift 2
-  printf '%-5s %-10s %s\n' "$verdict" "$step" "$*" | tee -a "$summary"
-}
+# shellcheck source=scripts/lib/check-output.sh
+source scripts/lib/check-output.sh  # the repository root is the working directory
+check_output_setup torch-check ./torch-out 10
 
 # NVLink multicast stays off: the lent machines do not support changing it.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

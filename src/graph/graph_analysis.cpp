@@ -14,6 +14,8 @@ graph_analysis::graph_analysis(const graph_model& g) : graph_(g) {
   std::vector<std::vector<std::size_t>> next(n);
   std::vector<std::size_t> waiting(n, 0);
   for (const auto& x : nodes) {
+    if (x->kind == node_kind::mem_alloc) alloc_nodes_[x->allocation.get()] = x->index;
+    if (x->kind == node_kind::mem_free) free_nodes_[x->allocation.get()] = x->index;
     waiting[x->index] = x->after.size();
     for (std::size_t before : x->after) next[before].push_back(x->index);
   }
@@ -47,17 +49,13 @@ bool graph_analysis::reaches(std::size_t from, std::size_t to) const {
 }
 
 std::size_t graph_analysis::alloc_node_of(const graph_allocation* a) const {
-  for (const auto& x : graph_.nodes()) {
-    if (x->kind == node_kind::mem_alloc && x->allocation.get() == a) return x->index;
-  }
-  return npos;
+  auto found = alloc_nodes_.find(a);
+  return found == alloc_nodes_.end() ? npos : found->second;
 }
 
 std::size_t graph_analysis::free_node_of(const graph_allocation* a) const {
-  for (const auto& x : graph_.nodes()) {
-    if (x->kind == node_kind::mem_free && x->allocation.get() == a) return x->index;
-  }
-  return npos;
+  auto found = free_nodes_.find(a);
+  return found == free_nodes_.end() ? npos : found->second;
 }
 
 status graph_analysis::check_memory_order() const {

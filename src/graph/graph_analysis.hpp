@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "graph/graph_memory.hpp"
@@ -34,6 +35,9 @@ class graph_analysis {
   std::vector<std::size_t> order_;
   std::size_t words_ = 0;
   std::vector<std::uint64_t> ancestors_;  // row i: bit j set when j reaches i (j != i)
+  // The alloc and free node of each allocation of this graph, found once.
+  std::unordered_map<const graph_allocation*, std::size_t> alloc_nodes_;
+  std::unordered_map<const graph_allocation*, std::size_t> free_nodes_;
 };
 
 }  // namespace soma::detail::graph

@@ -83,12 +83,15 @@ void graph_memory::release_address(const graph_allocation& a) noexcept {
 }
 
 std::shared_ptr<graph_allocation> graph_memory::find(std::uintptr_t address) const {
-  // Declared before the lock: if this becomes the last owner, its destructor takes the lock.
-  std::shared_ptr<graph_allocation> a;
+  // The caller's copy outlives the lock: if it becomes the last owner, its destructor takes it.
   std::lock_guard lock(mutex_);
+  return find_locked(address);
+}
+
+std::shared_ptr<graph_allocation> graph_memory::find_locked(std::uintptr_t address) const {
   auto it = allocations_.upper_bound(address);
   if (it == allocations_.begin()) return nullptr;
-  a = std::prev(it)->second.lock();
+  std::shared_ptr<graph_allocation> a = std::prev(it)->second.lock();
   if (a == nullptr || address >= a->address + a->span) return nullptr;
   return a;
 }
@@ -148,13 +151,14 @@ status graph_memory::prepare(exec_memory& exec, stream_object& stream, bool auto
     if (status grown = grow_locked(*b, exec.footprint); !grown.ok()) return grown;
   }
   if (exec.mapped != b) {
-    if (exec.mapped != nullptr && exec.last_stream != nullptr) {
+    if (exec.mapped != nullptr) {
       // Its addresses map another backing, which its last launch may still use.
-      if (status done = runtime_.wait_until(*exec.last_stream, exec.last_position); !done.ok())
-        return done;
+      if (exec.last_stream != nullptr) {
+        if (status done = runtime_.wait_until(*exec.last_stream, exec.last_position); !done.ok())
+          return done;
+      }
       unmap_locked(exec);
     }
-    if (exec.mapped != nullptr) unmap_locked(exec);
     if (status mapped = map_locked(exec, *b); !mapped.ok()) return mapped;
   }
   for (const auto& [source, position] : b->waits) {
@@ -403,6 +407,10 @@ status graph_memory::reset_attribute(int device, int which) {
 
 bool graph_memory::owns_address(std::uintptr_t address) const {
   std::lock_guard lock(mutex_);
+  return owns_address_locked(address);
+}
+
+bool graph_memory::owns_address_locked(std::uintptr_t address) const {
   for (const device_space& space : devices_) {
     for (const auto& [base, bytes] : space.reservations) {
       if (address >= base && address - base < bytes) return true;
@@ -412,8 +420,9 @@ bool graph_memory::owns_address(std::uintptr_t address) const {
 }
 
 bool graph_memory::describe(std::uintptr_t address, pointer_info& info) const {
-  std::shared_ptr<graph_allocation> a = find(address);
+  std::shared_ptr<graph_allocation> a;  // outlives the lock (its destructor may take it)
   std::lock_guard lock(mutex_);
+  a = find_locked(address);
   if (a == nullptr || a->live_in == nullptr || address >= a->address + a->bytes) return false;
   info.is_live = true;
   info.is_graph = true;
@@ -424,9 +433,10 @@ bool graph_memory::describe(std::uintptr_t address, pointer_info& info) const {
 }
 
 std::optional<status> graph_memory::free(std::uintptr_t address, stream_object& stream) {
-  if (!owns_address(address)) return std::nullopt;
-  std::shared_ptr<graph_allocation> a = find(address);
+  std::shared_ptr<graph_allocation> a;  // outlives the lock (its destructor may take it)
   std::lock_guard lock(mutex_);
+  if (!owns_address_locked(address)) return std::nullopt;
+  a = find_locked(address);
   const std::string call = "somaFreeAsync(" + format_address(address) + "): ";
   if (a == nullptr)
     return status(error_code::invalid_value, call + "graph address space, but no graph allocation");

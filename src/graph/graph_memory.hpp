@@ -113,6 +113,8 @@ class graph_memory final : public graph_memory_hooks {
     std::size_t reserved_high = 0;
   };
 
+  std::shared_ptr<graph_allocation> find_locked(std::uintptr_t address) const;
+  bool owns_address_locked(std::uintptr_t address) const;
   result<std::uintptr_t> take_address_locked(device_space& space, int device, std::size_t span);
   bool complete_locked(const backing& b) const;
   /// stream null: for instantiation, any idle backing.

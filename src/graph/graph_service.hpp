@@ -17,6 +17,7 @@
 #include "graph/graph_memory.hpp"
 #include "graph/graph_model.hpp"
 #include "graph/node_builder.hpp"
+#include "graph/stream_capture.hpp"
 #include "runtime/runtime.hpp"
 
 namespace soma::detail::graph {
@@ -32,8 +33,6 @@ struct alloc_request {
   std::size_t access_count = 0;
   std::size_t bytes = 0;
 };
-
-class stream_capture;
 
 class graph_service {
  public:
@@ -102,6 +101,10 @@ class graph_service {
       stream_capture& c, std::uintptr_t stream,
       const std::function<result<node*>(graph_model&, std::span<node* const>)>& make);
   void end_capture_locked(stream_capture& c);
+  /// Ends the native capture of m's stream and adds what it recorded (if anything) as m's next
+  /// node, so users' kernels keep their place among soma's nodes.
+  status close_native_segment_locked(stream_capture& c, stream_capture::member& m,
+                                     backend::stream& queue, const char* call);
 
   runtime& runtime_;
   std::unique_ptr<graph_memory> memory_;

@@ -114,11 +114,7 @@ result<node*> node_builder::host(graph_model& g, dependencies after, void (*func
   for (std::size_t i = 0; i < count; ++i) {
     const runtime::host_access& a = accesses[i];
     const std::string what = std::string(call) + " range " + std::to_string(i);
-    if (a.flags != backend::access_flags::read && a.flags != backend::access_flags::read_write) {
-      return status(error_code::invalid_value,
-                    what + ": access " + std::to_string(static_cast<int>(a.flags)) +
-                        " is not somaMemAccessFlagsProtRead (1) or ProtReadWrite (3)");
-    }
+    if (status ok = runtime::check_host_access_flags(a, what); !ok.ok()) return ok;
     if (a.bytes == 0) continue;
     result<touched_range> t = touch(g, a.pointer, a.bytes, a.flags, what);
     if (!t.ok()) return t.take_error();

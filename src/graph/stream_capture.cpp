@@ -70,15 +70,8 @@ status graph_service::capture_node(
     return status(error_code::invalid_handle, "the capturing stream was destroyed");
   backend::backend& platform = runtime_.platform();
   // What the application launched on the native stream since soma's last node comes first.
-  result<void*> segment = platform.end_native_capture(*queue);
-  if (!segment.ok()) return segment.take_error();
-  if (segment.value() != nullptr) {
-    std::vector<node*> after = frontier_nodes(c, *m);
-    result<node*> seg = builder_.native_child(*c.graph, after, segment.value(), true, "capture");
-    if (!seg.ok()) return seg.take_error();
-    nodes_.insert(seg.value());
-    m->frontier = {seg.value()->index};
-  }
+  if (status closed = close_native_segment_locked(c, *m, *queue, "capture"); !closed.ok())
+    return closed;
   std::vector<node*> after = frontier_nodes(c, *m);
   // Under the lock: streams of one capture may be used from several threads. The maker takes
   // graph memory's lock and the runtime's, never this one.
@@ -265,21 +258,8 @@ result<graph_model*> graph_service::end_capture(std::uintptr_t stream) {
     for (stream_capture::member& m : c.members) {
       std::shared_ptr<backend::stream> queue = runtime_.queue_of(*m.object);
       if (queue == nullptr) continue;
-      result<void*> segment = runtime_.platform().end_native_capture(*queue);
-      if (!segment.ok()) {
-        if (c.failure.ok()) c.failure = segment.error();
-        continue;
-      }
-      if (segment.value() == nullptr) continue;
-      std::vector<node*> after = frontier_nodes(c, m);
-      result<node*> seg = builder_.native_child(*c.graph, after, segment.value(), true, call);
-      if (!seg.ok()) {
-        if (c.failure.ok()) c.failure = seg.error();
-        continue;
-      }
-      nodes_.insert(seg.value());
-      m.frontier = {seg.value()->index};
-      ++m.own_nodes;
+      status closed = close_native_segment_locked(c, m, *queue, call);
+      if (!closed.ok() && c.failure.ok()) c.failure = closed;
     }
     if (!c.failure.ok()) {
       outcome = status(error_code::capture_invalidated,
@@ -321,6 +301,20 @@ result<graph_model*> graph_service::end_capture(std::uintptr_t stream) {
     return outcome;
   }
   return graph.release();
+}
+
+status graph_service::close_native_segment_locked(stream_capture& c, stream_capture::member& m,
+                                                  backend::stream& queue, const char* call) {
+  result<void*> segment = runtime_.platform().end_native_capture(queue);
+  if (!segment.ok()) return segment.take_error();
+  if (segment.value() == nullptr) return status::success();  // nothing was launched natively
+  std::vector<node*> after = frontier_nodes(c, m);
+  result<node*> seg = builder_.native_child(*c.graph, after, segment.value(), true, call);
+  if (!seg.ok()) return seg.take_error();
+  nodes_.insert(seg.value());
+  m.frontier = {seg.value()->index};
+  ++m.own_nodes;
+  return status::success();
 }
 
 void graph_service::stream_destroyed(std::uintptr_t stream) {

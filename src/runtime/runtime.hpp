@@ -141,6 +141,8 @@ class runtime {
     std::size_t bytes = 0;
     backend::access_flags flags = backend::access_flags::none;
   };
+  /// A declared range's access must be ProtRead or ProtReadWrite (what names the range).
+  static status check_host_access_flags(const host_access& access, const std::string& what);
   /// launch_host_task after checking that the stream's device may access each range (S6,
   /// S13): ranges in pool memory must lie in live allocations the device has access to.
   status launch_host_task_with_access(std::uintptr_t stream_handle, backend::host_task task,

@@ -151,6 +151,15 @@ status runtime::check_use(const void* pointer, std::size_t bytes, const char* wh
                     " for device " + std::to_string(device) + " allows it)");
 }
 
+status runtime::check_host_access_flags(const host_access& access, const std::string& what) {
+  if (access.flags == backend::access_flags::read ||
+      access.flags == backend::access_flags::read_write)
+    return status::success();
+  return status(error_code::invalid_value,
+                what + ": access " + std::to_string(static_cast<int>(access.flags)) +
+                    " is not somaMemAccessFlagsProtRead (1) or ProtReadWrite (3)");
+}
+
 status runtime::launch_host_task_with_access(std::uintptr_t stream_handle, backend::host_task task,
                                              const host_access* accesses, std::size_t count) {
   result<stream_object*> s = resolve_stream(stream_handle);
@@ -163,11 +172,7 @@ status runtime::launch_host_task_with_access(std::uintptr_t stream_handle, backe
   for (std::size_t i = 0; i < count; ++i) {
     const host_access& a = accesses[i];
     const std::string what = "somaLaunchHostFuncWithAccess range " + std::to_string(i);
-    if (a.flags != backend::access_flags::read && a.flags != backend::access_flags::read_write) {
-      return status(error_code::invalid_value,
-                    what + ": access " + std::to_string(static_cast<int>(a.flags)) +
-                        " is not somaMemAccessFlagsProtRead (1) or ProtReadWrite (3)");
-    }
+    if (status ok = check_host_access_flags(a, what); !ok.ok()) return ok;
     if (a.bytes == 0) continue;
     if (status ok = check_use(a.pointer, a.bytes, what.c_str(), s.value()->device, a.flags);
         !ok.ok())

@@ -28,8 +28,8 @@ result<node*> node_builder::free(graph_model& g, dependencies after, void* addre
   node n;
   n.kind = node_kind::mem_free;
   n.allocation = a;
-  // A free node may not run before its alloc node's allocation is made: when the alloc node
-  // is in this graph, the free must follow it, which the dependencies may show only later.
+  // One free node per allocation, across graphs. That it follows its alloc node (when that is
+  // in this graph) is checked at instantiation: edges added later may show it.
   if (status claimed = memory_.claim_free(*a, &g, call); !claimed.ok()) return claimed;
   result<node*> added = g.add(std::move(n), after, call);
   if (!added.ok()) memory_.unclaim_free(*a, &g);

@@ -26,8 +26,8 @@ enum class block_state : std::uint8_t {
 };
 
 /// Blocks of one mapped run are linked in address order, so the free index can coalesce a
-/// block with its neighbours. Fields other than `state`, `requested_bytes`, `stamp`,
-/// `alloc_stream` and `next_in_bin` change only under the owning pool's lock.
+/// block with its neighbours. Fields other than `state`, `requested_bytes`, `stamp` and
+/// `next_in_bin` change only under the owning pool's lock.
 struct block {
   std::uintptr_t address = 0;
   std::size_t size_bytes = 0;       ///< capacity, a multiple of allocation_alignment_bytes
@@ -37,7 +37,6 @@ struct block {
   block* next_adjacent = nullptr;
   block* next_in_bin = nullptr;  ///< link in a stream cache bin
   free_stamp stamp;              ///< where it was last freed
-  const stream_timeline* alloc_stream = nullptr;
   std::atomic<block_state> state{block_state::detached};
 
   std::uintptr_t end() const noexcept { return address + size_bytes; }

@@ -79,10 +79,8 @@ stream_cache* pool::create_cache(std::uint32_t slot) {
   return cache;
 }
 
-void pool::make_live(block* b, std::size_t requested_bytes, const stream_timeline& stream,
-                     stream_cache* cache) {
+void pool::make_live(block* b, std::size_t requested_bytes, stream_cache* cache) {
   b->requested_bytes = requested_bytes;
-  b->alloc_stream = &stream;
   b->set_state(block_state::live);
   const auto bytes = static_cast<std::int64_t>(requested_bytes);
   if (cache != nullptr && cache->add_used(bytes) <= 0) return;  // a re-use of this stream's frees
@@ -127,11 +125,12 @@ result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline
                   describe() + ": out of memory allocating " + format_bytes(requested_bytes) +
                       ": larger than the pool's max size " + format_bytes(config_.max_size_bytes));
   }
+  const call_census::scope in_call(calls_);
   const std::size_t size_bytes = round_up(requested_bytes, allocation_alignment_bytes);
   stream_cache* cache = cache_for(stream);
   if (cache != nullptr) {
     if (block* hit = cache->pop(size_bytes)) {
-      make_live(hit, requested_bytes, stream, cache);
+      make_live(hit, requested_bytes, cache);
       return hit;
     }
   }
@@ -151,12 +150,13 @@ result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline
   if (taken.ok()) {
     // The slow path folds every stream's share in, so the high watermark sees the true sum.
     fold_used_shares();
-    make_live(taken.value(), requested_bytes, stream, nullptr);
+    make_live(taken.value(), requested_bytes, nullptr);
   }
   return taken;
 }
 
 void pool::free(block* live, const stream_timeline& stream) {
+  const call_census::scope in_call(calls_);
   const auto bytes = static_cast<std::int64_t>(live->requested_bytes);
   live->stamp = free_stamp{&stream, stream.enqueued_position()};
   live->set_state(block_state::cached);

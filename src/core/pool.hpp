@@ -14,6 +14,7 @@
 
 #include "core/address_space.hpp"
 #include "core/block.hpp"
+#include "core/call_census.hpp"
 #include "core/free_index.hpp"
 #include "core/memory_provider.hpp"
 #include "core/stream_hooks.hpp"
@@ -182,8 +183,7 @@ class pool {
                                required_wait* wait);
   /// S11: may `stream` use b now without any added ordering?
   bool usable_without_waiting(const block* b, const stream_timeline& stream) const;
-  void make_live(block* b, std::size_t requested_bytes, const stream_timeline& stream,
-                 stream_cache* cache);
+  void make_live(block* b, std::size_t requested_bytes, stream_cache* cache);
   // Used bytes (S10) = published + the unpublished shares of the stream caches. A cache's share
   // is published when it turns positive, and every share is folded in on the slow path, so
   // published never falls below the true figure and the high watermark follows it.
@@ -205,6 +205,10 @@ class pool {
   /// the sum over the commits, blocks do not overlap and their adjacency links are symmetric.
   /// Aborts naming the broken invariant. Requires: the pool lock.
   void check_invariants_locked() const;
+  /// With SOMA_EXPENSIVE_CHECKS: used bytes equal the sum over the live blocks. Allocate and
+  /// free change both outside the pool lock, so the comparison is made only when no such call
+  /// ran while the blocks were counted (calls_). Takes the pool lock.
+  void check_used_if_quiet() const;
   std::size_t release_range_locked(std::uintptr_t from, std::uintptr_t to, std::size_t limit_bytes);
   void carve_locked(block* b, std::uintptr_t from, std::uintptr_t to);
   block* block_containing_locked(std::uintptr_t address) const;
@@ -230,6 +234,7 @@ class pool {
   std::atomic<std::uint64_t> release_threshold_bytes_{0};
   std::array<std::atomic<bool>, 3> reuse_policies_{true, true, true};
   std::atomic<bool> compact_{false};
+  call_census calls_;                    // allocate and free calls, for check_used_if_quiet
   std::vector<block*> drained_scratch_;  // drain_caches_locked's, under the pool lock
   mutable std::mutex name_mutex_;        // apart from the pool lock: messages are built under it
   std::string name_;

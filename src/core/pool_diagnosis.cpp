@@ -101,4 +101,20 @@ void pool::check_invariants_locked() const {
   }
 }
 
+void pool::check_used_if_quiet() const {
+  if constexpr (!expensive_checks) return;
+  const call_census::mark before = calls_.take_mark();
+  if (!before.quiet) return;
+  std::uint64_t live_bytes = 0;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [address, b] : all_blocks_) {
+      if (b->current_state() == block_state::live) live_bytes += b->requested_bytes;
+    }
+  }
+  const std::uint64_t used = used_now();
+  if (!calls_.still_quiet(before)) return;
+  SOMA_EXPENSIVE_ASSERT(used == live_bytes, "used bytes are the sum over the live blocks");
+}
+
 }  // namespace soma::detail

@@ -102,6 +102,7 @@ void pool::release_locked(std::size_t keep_bytes) {
 }
 
 void pool::on_synchronize() {
+  check_used_if_quiet();
   const std::uint64_t threshold = release_threshold_bytes();
   if (reserved_bytes_.load(std::memory_order_acquire) <= threshold) return;
   std::lock_guard lock(mutex_);
@@ -109,8 +110,11 @@ void pool::on_synchronize() {
 }
 
 void pool::trim_to(std::size_t keep_bytes) {
-  std::lock_guard lock(mutex_);
-  release_locked(keep_bytes);
+  {
+    std::lock_guard lock(mutex_);
+    release_locked(keep_bytes);
+  }
+  check_used_if_quiet();
 }
 
 bool pool::try_release_everything() {

@@ -624,7 +624,6 @@ TEST(S2_Pool, FreeMakesTheBlockNoLongerLive) {
   stream_timeline a(0);
   block* x = p.allocate(512, a);
   EXPECT_EQ(x->current_state(), soma::detail::block_state::live);
-  EXPECT_EQ(x->alloc_stream, &a);
   EXPECT_EQ(x->owner, p.the_pool.get());
   p.free_pending(x, a);
   EXPECT_NE(x->current_state(), soma::detail::block_state::live);
@@ -884,6 +883,52 @@ TEST(S9_Pool, WithoutCompactionOrWithoutFreeMemoryThePoolGrowsWithoutSynchronizi
   ASSERT_TRUE(without.ok());
   r.the_pool->free(without.value(), c);
   for (block* pin : more_pins) r.the_pool->free(pin, c);
+}
+
+// ---- soma's own: the invariant checks of the dev preset --------------------------------------
+
+TEST(S10_PoolInvariants, UsedEqualsTheLiveBlocksAfterEveryKindOfCall) {
+  pool_under_test p;
+  stream_timeline a(0);
+  stream_timeline b(1);
+  block* x = p.allocate(512, a);
+  block* y = p.allocate(3000, b);
+  p.free_pending(x, a);
+  block* z = p.allocate(512, a);  // the fast path: a's cache
+  p.the_pool->trim_to(0);         // checks used against the live blocks
+  p.the_pool->on_synchronize();
+  EXPECT_EQ(p.stats().used_bytes, 512u + 3000u);
+  p.free_pending(y, b);
+  p.free_pending(z, a);
+  p.the_pool->trim_to(0);
+  EXPECT_EQ(p.stats().used_bytes, 0u);
+}
+
+TEST(S10_PoolInvariantsDeathTest, UsedThatDisagreesWithTheLiveBlocksAborts) {
+  if (!soma::detail::expensive_checks) GTEST_SKIP() << "built without SOMA_EXPENSIVE_CHECKS";
+  EXPECT_DEATH(
+      {
+        pool_under_test p;
+        stream_timeline a(0);
+        block* x = p.allocate(512, a);
+        x->requested_bytes = 1024;  // the pool counted 512 bytes used
+        p.the_pool->trim_to(0);
+      },
+      "used bytes are the sum over the live blocks");
+}
+
+TEST(CallCensus, AMarkIsQuietOnlyWithNoCallInProgressOrStartedSince) {
+  if (!soma::detail::expensive_checks) GTEST_SKIP() << "built without SOMA_EXPENSIVE_CHECKS";
+  soma::detail::call_census census;
+  const soma::detail::call_census::mark first = census.take_mark();
+  EXPECT_TRUE(census.still_quiet(first));
+  {
+    const soma::detail::call_census::scope call(census);
+    EXPECT_FALSE(census.take_mark().quiet);
+  }
+  // A call ran after the first mark: a count made since is not to be trusted.
+  EXPECT_FALSE(census.still_quiet(first));
+  EXPECT_TRUE(census.still_quiet(census.take_mark()));
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 namespace soma::capi {
 
+using soma::detail::access_request;
 using soma::detail::error_code;
 using soma::detail::result;
 using soma::detail::runtime;

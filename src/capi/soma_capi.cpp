@@ -129,7 +129,7 @@ somaError_t somaGetBackendName(const char** name) {
   return with_runtime([&](runtime& rt) -> status {
     if (name == nullptr) return null_argument("somaGetBackendName", "name");
     static thread_local std::string text;
-    text = rt.backend_name();
+    text = rt.devices().backend_name();
     *name = text.c_str();
     return status::success();
   });
@@ -138,19 +138,19 @@ somaError_t somaGetBackendName(const char** name) {
 somaError_t somaGetDeviceCount(int* count) {
   return with_runtime([&](runtime& rt) -> status {
     if (count == nullptr) return null_argument("somaGetDeviceCount", "count");
-    *count = rt.device_count();
+    *count = rt.devices().count();
     return status::success();
   });
 }
 
 somaError_t somaSetDevice(int device) {
-  return with_runtime([&](runtime& rt) { return rt.set_current_device(device); });
+  return with_runtime([&](runtime& rt) { return rt.devices().set_current(device); });
 }
 
 somaError_t somaGetDevice(int* device) {
   return with_runtime([&](runtime& rt) -> status {
     if (device == nullptr) return null_argument("somaGetDevice", "device");
-    *device = rt.current_device();
+    *device = rt.devices().current();
     return status::success();
   });
 }
@@ -158,8 +158,8 @@ somaError_t somaGetDevice(int* device) {
 somaError_t somaDeviceGetAttribute(int* value, somaDeviceAttr attr, int device) {
   return with_runtime([&](runtime& rt) -> status {
     if (value == nullptr) return null_argument("somaDeviceGetAttribute", "value");
-    result<int> read =
-        rt.device_attribute(static_cast<soma::detail::device_attribute>(raw_value(attr)), device);
+    result<int> read = rt.devices().attribute(
+        static_cast<soma::detail::device_attribute>(raw_value(attr)), device);
     return store(std::move(read), value);
   });
 }
@@ -167,7 +167,7 @@ somaError_t somaDeviceGetAttribute(int* value, somaDeviceAttr attr, int device) 
 somaError_t somaDeviceCanAccessPeer(int* canAccessPeer, int device, int peerDevice) {
   return with_runtime([&](runtime& rt) -> status {
     if (canAccessPeer == nullptr) return null_argument("somaDeviceCanAccessPeer", "canAccessPeer");
-    result<bool> can = rt.can_access_peer(device, peerDevice);
+    result<bool> can = rt.devices().can_access_peer(device, peerDevice);
     if (!can.ok()) return can.take_error();
     *canAccessPeer = can.value() ? 1 : 0;
     return status::success();
@@ -178,14 +178,14 @@ somaError_t somaMemGetInfo(size_t* freeBytes, size_t* totalBytes) {
   return with_runtime([&](runtime& rt) -> status {
     if (freeBytes == nullptr || totalBytes == nullptr)
       return null_argument("somaMemGetInfo", "freeBytes or totalBytes");
-    return rt.memory_info(freeBytes, totalBytes);
+    return rt.devices().memory_info(freeBytes, totalBytes);
   });
 }
 
 somaError_t somaDeviceGetCommittedBytes(size_t* bytes, int device) {
   return with_runtime([&](runtime& rt) -> status {
     if (bytes == nullptr) return null_argument("somaDeviceGetCommittedBytes", "bytes");
-    result<std::size_t> committed = rt.committed_bytes(device);
+    result<std::size_t> committed = rt.devices().committed_bytes(device);
     if (!committed.ok()) return committed.take_error();
     *bytes = committed.value();
     return status::success();

@@ -84,8 +84,9 @@ somaError_t somaGraphAddMemAllocNode(somaGraphNode_t* node, somaGraph_t graph,
   const char* call = "somaGraphAddMemAllocNode";
   return with_runtime([&](runtime& rt) -> status {
     if (params == nullptr) return null_argument(call, "nodeParams");
-    std::vector<runtime::access_request> access;
-    if (status ok = rt.check_access_list(params->accessDescs, params->accessDescCount); !ok.ok())
+    std::vector<access_request> access;
+    if (status ok = rt.pools().check_access_list(params->accessDescs, params->accessDescCount);
+        !ok.ok())
       return ok;
     for (size_t i = 0; i < params->accessDescCount; ++i) {
       const somaMemAccessDesc& d = params->accessDescs[i];
@@ -346,7 +347,7 @@ somaError_t somaGraphUpload(somaGraphExec_t graphExec, somaStream_t stream) {
     graph_service& graphs = graph_service::of(rt);
     result<executable*> e = graphs.resolve_exec(graphExec);
     if (!e.ok()) return e.take_error();
-    result<soma::detail::stream_object*> s = rt.stream_of(handle_of(stream));
+    result<soma::detail::stream_object*> s = rt.streams().resolve(handle_of(stream));
     if (!s.ok()) return s.take_error();
     return e.value()->upload(*s.value());
   });
@@ -362,7 +363,7 @@ somaError_t somaGraphLaunch(somaGraphExec_t graphExec, somaStream_t stream) {
                     "somaGraphLaunch: launching into a capturing stream; soma does not capture "
                     "graph launches");
     }
-    result<soma::detail::stream_object*> s = rt.stream_of(handle_of(stream));
+    result<soma::detail::stream_object*> s = rt.streams().resolve(handle_of(stream));
     if (!s.ok()) return s.take_error();
     return e.value()->launch(*s.value());
   });
@@ -395,7 +396,7 @@ somaError_t somaGraphExecMemsetNodeSetParams(somaGraphExec_t graphExec, somaGrap
 
 somaError_t somaDeviceGraphMemTrim(int device) {
   return with_runtime([&](runtime& rt) -> status {
-    if (status ok = rt.device_valid(device); !ok.ok()) return ok;
+    if (status ok = rt.devices().check(device); !ok.ok()) return ok;
     return graph_service::of(rt).memory().trim(device);
   });
 }
@@ -404,7 +405,7 @@ somaError_t somaDeviceGetGraphMemAttribute(int device, somaGraphMemAttributeType
                                            void* value) {
   return with_runtime([&](runtime& rt) -> status {
     if (value == nullptr) return null_argument("somaDeviceGetGraphMemAttribute", "value");
-    if (status ok = rt.device_valid(device); !ok.ok()) return ok;
+    if (status ok = rt.devices().check(device); !ok.ok()) return ok;
     result<std::uint64_t> v = graph_service::of(rt).memory().attribute(device, raw_value(attr));
     if (!v.ok()) return v.take_error();
     const std::uint64_t out = v.value();
@@ -418,7 +419,7 @@ somaError_t somaDeviceSetGraphMemAttribute(int device, somaGraphMemAttributeType
   return with_runtime([&](runtime& rt) -> status {
     const char* call = "somaDeviceSetGraphMemAttribute";
     if (value == nullptr) return null_argument(call, "value");
-    if (status ok = rt.device_valid(device); !ok.ok()) return ok;
+    if (status ok = rt.devices().check(device); !ok.ok()) return ok;
     std::uint64_t v = 0;
     std::memcpy(&v, value, sizeof v);
     if (v != 0) {

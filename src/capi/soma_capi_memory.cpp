@@ -62,56 +62,57 @@ somaError_t somaMemPoolCreate(somaMemPool_t* memPool, const somaMemPoolProps* po
     raw.usage = poolProps->usage;
     for (unsigned char byte : poolProps->reserved)
       raw.reserved_is_zero = raw.reserved_is_zero && byte == 0;
-    return store(rt.create_pool(raw), memPool);
+    return store(rt.pools().create(raw), memPool);
   });
 }
 
 somaError_t somaMemPoolDestroy(somaMemPool_t memPool) {
-  return with_runtime([&](runtime& rt) { return rt.destroy_pool(handle_of(memPool)); });
+  return with_runtime([&](runtime& rt) { return rt.pools().destroy(handle_of(memPool)); });
 }
 
 somaError_t somaDeviceGetDefaultMemPool(somaMemPool_t* memPool, int device) {
   return with_runtime([&](runtime& rt) -> status {
     if (memPool == nullptr) return null_argument("somaDeviceGetDefaultMemPool", "memPool");
-    return store(rt.default_pool(device), memPool);
+    return store(rt.pools().default_pool(device), memPool);
   });
 }
 
 somaError_t somaDeviceSetMemPool(int device, somaMemPool_t memPool) {
-  return with_runtime([&](runtime& rt) { return rt.set_device_pool(device, handle_of(memPool)); });
+  return with_runtime(
+      [&](runtime& rt) { return rt.pools().set_current(device, handle_of(memPool)); });
 }
 
 somaError_t somaDeviceGetMemPool(somaMemPool_t* memPool, int device) {
   return with_runtime([&](runtime& rt) -> status {
     if (memPool == nullptr) return null_argument("somaDeviceGetMemPool", "memPool");
-    return store(rt.device_pool(device), memPool);
+    return store(rt.pools().current(device), memPool);
   });
 }
 
 somaError_t somaMemPoolSetAttribute(somaMemPool_t memPool, somaMemPoolAttr attr, void* value) {
   return with_runtime([&](runtime& rt) {
-    return rt.set_pool_attribute(handle_of(memPool),
-                                 static_cast<soma::detail::pool_attribute>(raw_value(attr)), value);
+    return rt.pools().set_attribute(
+        handle_of(memPool), static_cast<soma::detail::pool_attribute>(raw_value(attr)), value);
   });
 }
 
 somaError_t somaMemPoolGetAttribute(somaMemPool_t memPool, somaMemPoolAttr attr, void* value) {
   return with_runtime([&](runtime& rt) {
-    return rt.get_pool_attribute(handle_of(memPool),
-                                 static_cast<soma::detail::pool_attribute>(raw_value(attr)), value);
+    return rt.pools().get_attribute(
+        handle_of(memPool), static_cast<soma::detail::pool_attribute>(raw_value(attr)), value);
   });
 }
 
 somaError_t somaMemPoolTrimTo(somaMemPool_t memPool, size_t minBytesToKeep) {
   return with_runtime(
-      [&](runtime& rt) { return rt.trim_pool(handle_of(memPool), minBytesToKeep); });
+      [&](runtime& rt) { return rt.pools().trim(handle_of(memPool), minBytesToKeep); });
 }
 
 somaError_t somaMemPoolSetAccess(somaMemPool_t memPool, const somaMemAccessDesc* descList,
                                  size_t count) {
   return with_runtime([&](runtime& rt) -> status {
-    if (status ok = rt.check_access_list(descList, count); !ok.ok()) return ok;
-    std::vector<runtime::access_request> requests;
+    if (status ok = rt.pools().check_access_list(descList, count); !ok.ok()) return ok;
+    std::vector<access_request> requests;
     if (descList != nullptr) {
       requests.reserve(count);
       for (size_t i = 0; i < count; ++i) {
@@ -119,8 +120,8 @@ somaError_t somaMemPoolSetAccess(somaMemPool_t memPool, const somaMemAccessDesc*
                             raw_value(descList[i].flags)});
       }
     }
-    return rt.set_pool_access(handle_of(memPool), descList == nullptr ? nullptr : requests.data(),
-                              count);
+    return rt.pools().set_access(handle_of(memPool),
+                                 descList == nullptr ? nullptr : requests.data(), count);
   });
 }
 
@@ -130,7 +131,7 @@ somaError_t somaMemPoolGetAccess(somaMemAccessFlags* flags, somaMemPool_t memPoo
     if (flags == nullptr) return null_argument("somaMemPoolGetAccess", "flags");
     if (location == nullptr) return null_argument("somaMemPoolGetAccess", "location");
     result<int> access =
-        rt.pool_access(handle_of(memPool), raw_value(location->type), location->id);
+        rt.pools().access(handle_of(memPool), raw_value(location->type), location->id);
     if (!access.ok()) return access.take_error();
     *flags = static_cast<somaMemAccessFlags>(access.value());
     return status::success();
@@ -138,7 +139,7 @@ somaError_t somaMemPoolGetAccess(somaMemAccessFlags* flags, somaMemPool_t memPoo
 }
 
 somaError_t somaMemPoolSetName(somaMemPool_t memPool, const char* name) {
-  return with_runtime([&](runtime& rt) { return rt.set_pool_name(handle_of(memPool), name); });
+  return with_runtime([&](runtime& rt) { return rt.pools().set_name(handle_of(memPool), name); });
 }
 
 // ---- pointers ------------------------------------------------------------------------------
@@ -160,7 +161,7 @@ somaError_t somaPointerGetAttributes(somaPointerAttributes* attributes, const vo
     attributes->device = info.device;
     attributes->devicePointer = info.is_live ? const_cast<void*>(ptr) : nullptr;
     attributes->hostPointer =
-        info.is_live && rt.backend_name() == "cpu" ? const_cast<void*>(ptr) : nullptr;
+        info.is_live && rt.devices().backend_name() == "cpu" ? const_cast<void*>(ptr) : nullptr;
     attributes->pool = reinterpret_cast<somaMemPool_t>(info.pool_handle);
     attributes->base = reinterpret_cast<void*>(info.base);
     attributes->size = info.requested_bytes;

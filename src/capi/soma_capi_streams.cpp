@@ -21,15 +21,15 @@ somaError_t somaStreamCreate(somaStream_t* stream) { return somaStreamCreateWith
 somaError_t somaStreamCreateWithFlags(somaStream_t* stream, unsigned int flags) {
   return with_runtime([&](runtime& rt) -> status {
     if (stream == nullptr) return null_argument("somaStreamCreate", "stream");
-    return store(rt.create_stream(flags), stream);
+    return store(rt.streams().create(flags), stream);
   });
 }
 
 somaError_t somaStreamDestroy(somaStream_t stream) {
   return with_runtime([&](runtime& rt) -> status {
-    if (graph_service::any_capture() && rt.stream_of(handle_of(stream)).ok())
+    if (graph_service::any_capture() && rt.streams().resolve(handle_of(stream)).ok())
       graph_service::of(rt).stream_destroyed(handle_of(stream));
-    return rt.destroy_stream(handle_of(stream));
+    return rt.streams().destroy(handle_of(stream));
   });
 }
 
@@ -38,7 +38,7 @@ somaError_t somaStreamSynchronize(somaStream_t stream) {
     if (capture_of(rt, stream) != nullptr)
       return *graph_service::of(rt).refuse_while_capturing(handle_of(stream),
                                                            "somaStreamSynchronize");
-    return rt.synchronize_stream(handle_of(stream));
+    return rt.streams().synchronize(handle_of(stream));
   });
 }
 
@@ -46,7 +46,7 @@ somaError_t somaStreamQuery(somaStream_t stream) {
   return with_runtime([&](runtime& rt) -> status {
     if (capture_of(rt, stream) != nullptr)
       return *graph_service::of(rt).refuse_while_capturing(handle_of(stream), "somaStreamQuery");
-    return rt.query_stream(handle_of(stream));
+    return rt.streams().query(handle_of(stream));
   });
 }
 
@@ -60,28 +60,28 @@ somaError_t somaStreamWaitEvent(somaStream_t stream, somaEvent_t event, unsigned
           graph_service::of(rt).capture_wait(handle_of(stream), handle_of(event));
       if (captured) return *captured;
     }
-    return rt.stream_wait_event(handle_of(stream), handle_of(event));
+    return rt.streams().wait_event(handle_of(stream), handle_of(event));
   });
 }
 
 somaError_t somaStreamGetDevice(somaStream_t stream, int* device) {
   return with_runtime([&](runtime& rt) -> status {
     if (device == nullptr) return null_argument("somaStreamGetDevice", "device");
-    return store(rt.stream_device(handle_of(stream)), device);
+    return store(rt.streams().device_of(handle_of(stream)), device);
   });
 }
 
 somaError_t somaStreamCreateFromNative(somaStream_t* stream, void* nativeStream, int device) {
   return with_runtime([&](runtime& rt) -> status {
     if (stream == nullptr) return null_argument("somaStreamCreateFromNative", "stream");
-    return store(rt.adopt_native_stream(nativeStream, device), stream);
+    return store(rt.streams().adopt_native(nativeStream, device), stream);
   });
 }
 
 somaError_t somaStreamGetNative(somaStream_t stream, void** nativeStream) {
   return with_runtime([&](runtime& rt) -> status {
     if (nativeStream == nullptr) return null_argument("somaStreamGetNative", "nativeStream");
-    return store(rt.native_stream(handle_of(stream)), nativeStream);
+    return store(rt.streams().native(handle_of(stream)), nativeStream);
   });
 }
 
@@ -90,12 +90,12 @@ somaError_t somaEventCreate(somaEvent_t* event) { return somaEventCreateWithFlag
 somaError_t somaEventCreateWithFlags(somaEvent_t* event, unsigned int flags) {
   return with_runtime([&](runtime& rt) -> status {
     if (event == nullptr) return null_argument("somaEventCreate", "event");
-    return store(rt.create_event(flags), event);
+    return store(rt.streams().create_event(flags), event);
   });
 }
 
 somaError_t somaEventDestroy(somaEvent_t event) {
-  return with_runtime([&](runtime& rt) { return rt.destroy_event(handle_of(event)); });
+  return with_runtime([&](runtime& rt) { return rt.streams().destroy_event(handle_of(event)); });
 }
 
 somaError_t somaEventRecord(somaEvent_t event, somaStream_t stream) {
@@ -106,16 +106,17 @@ somaError_t somaEventRecord(somaEvent_t event, somaStream_t stream) {
         return graphs.capture_record(*c, handle_of(stream), handle_of(event));
       graphs.forget_captured_event(handle_of(event));
     }
-    return rt.record_event(handle_of(event), handle_of(stream));
+    return rt.streams().record_event(handle_of(event), handle_of(stream));
   });
 }
 
 somaError_t somaEventQuery(somaEvent_t event) {
-  return with_runtime([&](runtime& rt) { return rt.query_event(handle_of(event)); });
+  return with_runtime([&](runtime& rt) { return rt.streams().query_event(handle_of(event)); });
 }
 
 somaError_t somaEventSynchronize(somaEvent_t event) {
-  return with_runtime([&](runtime& rt) { return rt.synchronize_event(handle_of(event)); });
+  return with_runtime(
+      [&](runtime& rt) { return rt.streams().synchronize_event(handle_of(event)); });
 }
 
 somaError_t somaLaunchHostFunc(somaStream_t stream, somaHostFn_t fn, void* userData) {
@@ -208,7 +209,7 @@ somaError_t somaMemcpyAsync(void* dst, const void* src, size_t count, somaMemcpy
 somaError_t somaMallocHost(void** ptr, size_t size) {
   return with_runtime([&](runtime& rt) -> status {
     if (ptr == nullptr) return null_argument("somaMallocHost", "ptr");
-    result<void*> made = rt.allocate_host(size);
+    result<void*> made = rt.host_memory().allocate(size);
     if (!made.ok()) return made.take_error();
     *ptr = made.value();
     return status::success();
@@ -216,7 +217,7 @@ somaError_t somaMallocHost(void** ptr, size_t size) {
 }
 
 somaError_t somaFreeHost(void* ptr) {
-  return with_runtime([&](runtime& rt) { return rt.free_host(ptr); });
+  return with_runtime([&](runtime& rt) { return rt.host_memory().free(ptr); });
 }
 
 somaError_t somaStreamWaitValue32(somaStream_t stream, uint32_t* addr, uint32_t value,

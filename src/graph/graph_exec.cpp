@@ -25,7 +25,7 @@ result<std::size_t> add_work(backend::work_graph& work, const node& x,
       return work.add_host(after, x.function, x.data);
     case node_kind::event_record:
     case node_kind::event_wait: {
-      result<event_object*> e = rt.event_of(x.event);
+      result<event_object*> e = rt.streams().resolve_event(x.event);
       if (!e.ok()) {
         return status(e.error().code(), "somaGraphInstantiate: the event of " + x.name() + ": " +
                                             e.error().message());
@@ -76,7 +76,7 @@ result<std::unique_ptr<executable>> executable::instantiate(graph_model& source,
     if (status mapped = memory.map_for_instantiation(*made->layout_); !mapped.ok()) return mapped;
   }
 
-  const int device = source.memory_device() >= 0 ? source.memory_device() : rt.current_device();
+  const int device = source.memory_device() >= 0 ? source.memory_device() : rt.devices().current();
   result<std::unique_ptr<backend::work_graph>> work = rt.platform().create_work_graph(device);
   if (!work.ok()) return work.take_error();
   const auto& nodes = source.nodes();
@@ -102,7 +102,7 @@ result<std::unique_ptr<executable>> executable::instantiate(graph_model& source,
     *made->exec_alive_ = true;
   }
   if ((flags & instantiate_upload) != 0) {
-    result<stream_object*> s = rt.stream_of(0);
+    result<stream_object*> s = rt.streams().resolve(0);
     if (!s.ok()) return s.take_error();
     if (status up = made->upload(*s.value()); !up.ok()) return up;
   }
@@ -127,7 +127,7 @@ status executable::check_stream(const stream_object& stream, const char* call) c
 
 status executable::upload(stream_object& stream) {
   if (status ok = check_stream(stream, "somaGraphUpload"); !ok.ok()) return ok;
-  std::shared_ptr<backend::stream> queue = runtime_.queue_of(stream);
+  std::shared_ptr<backend::stream> queue = runtime_.streams().queue_of(stream);
   if (queue == nullptr)
     return status(error_code::invalid_handle, "somaGraphUpload: the stream was destroyed");
   if (layout_->device >= 0) {
@@ -139,7 +139,7 @@ status executable::upload(stream_object& stream) {
 
 status executable::launch(stream_object& stream) {
   if (status ok = check_stream(stream, "somaGraphLaunch"); !ok.ok()) return ok;
-  std::shared_ptr<backend::stream> queue = runtime_.queue_of(stream);
+  std::shared_ptr<backend::stream> queue = runtime_.streams().queue_of(stream);
   if (queue == nullptr)
     return status(error_code::invalid_handle, "somaGraphLaunch: the stream was destroyed");
   if (status failed = queue->sticky_error(); !failed.ok()) return failed;
@@ -147,7 +147,7 @@ status executable::launch(stream_object& stream) {
   // event's backend record paired with another record's position.
   std::vector<event_object*> events;
   for (std::uintptr_t handle : recorded_events_) {
-    result<event_object*> e = runtime_.event_of(handle);
+    result<event_object*> e = runtime_.streams().resolve_event(handle);
     if (!e.ok()) {
       return status(e.error().code(),
                     "somaGraphLaunch: an event record node's event: " + e.error().message());
@@ -165,7 +165,7 @@ status executable::launch(stream_object& stream) {
   for (event_object* e : events) locks.emplace_back(e->mutex);
   const std::uint64_t before = stream.timeline.enqueued_position();
   if (status launched = work_->launch(*queue); !launched.ok()) return launched;
-  for (event_object* e : events) runtime::note_event_recorded(*e, stream, before);
+  for (event_object* e : events) stream_registry::note_event_recorded(*e, stream, before);
   locks.clear();
   if (layout_->device >= 0) memory_.launched(*layout_, stream, stream.timeline.enqueued_position());
   return status::success();
@@ -197,9 +197,8 @@ status executable::set_memset(const node& n, void* destination, int value, std::
                       ": the node was made for memory outside the graph; it cannot be "
                       "moved into graph allocation memory at " +
                       format_address(address));
-  } else if (status ok =
-                 runtime_.check_memory_use(destination, bytes, call, runtime_.current_device(),
-                                           backend::access_flags::read_write);
+  } else if (status ok = runtime_.check_use(destination, bytes, call, runtime_.devices().current(),
+                                            backend::access_flags::read_write);
              !ok.ok()) {
     return ok;
   }

@@ -25,11 +25,11 @@ graph_allocation::~graph_allocation() { memory.release_address(*this); }
 graph_memory::graph_memory(runtime& owner)
     : runtime_(owner),
       platform_(owner.platform()),
-      devices_(static_cast<std::size_t>(owner.device_count())) {}
+      devices_(static_cast<std::size_t>(owner.devices().count())) {}
 
 result<std::shared_ptr<graph_allocation>> graph_memory::create_allocation(
     int device, std::size_t bytes, std::vector<access_grant> access) {
-  const std::size_t granularity = runtime_.device_properties(device).granularity_bytes;
+  const std::size_t granularity = runtime_.devices().properties(device).granularity_bytes;
   const std::size_t span = round_up(bytes, granularity);
   std::lock_guard lock(mutex_);
   result<std::uintptr_t> address =
@@ -154,7 +154,8 @@ status graph_memory::prepare(exec_memory& exec, stream_object& stream, bool auto
     if (exec.mapped != nullptr) {
       // Its addresses map another backing, which its last launch may still use.
       if (exec.last_stream != nullptr) {
-        if (status done = runtime_.wait_until(*exec.last_stream, exec.last_position); !done.ok())
+        if (status done = runtime_.streams().wait_until(*exec.last_stream, exec.last_position);
+            !done.ok())
           return done;
       }
       unmap_locked(exec);
@@ -162,7 +163,7 @@ status graph_memory::prepare(exec_memory& exec, stream_object& stream, bool auto
     if (status mapped = map_locked(exec, *b); !mapped.ok()) return mapped;
   }
   for (const auto& [source, position] : b->waits) {
-    if (status ordered = runtime_.order_stream_after(stream, *source, position); !ordered.ok())
+    if (status ordered = runtime_.streams().order_after(stream, *source, position); !ordered.ok())
       return ordered;
   }
   b->waits.clear();
@@ -215,7 +216,7 @@ backing* graph_memory::choose_backing_locked(exec_memory& exec, const stream_obj
 }
 
 status graph_memory::grow_locked(backing& b, std::size_t bytes) {
-  const backend::device_properties& props = runtime_.device_properties(b.device);
+  const backend::device_properties& props = runtime_.devices().properties(b.device);
   const std::size_t more = round_up(bytes - b.capacity, props.granularity_bytes);
   // Where a physical allocation maps only whole, each granule is one, so any granule-aligned
   // range of the backing maps piece by piece.

@@ -106,7 +106,7 @@ result<node*> graph_service::add_alloc(graph_model& g, std::span<node* const> af
                                                  std::to_string(r.location_type) +
                                                  " is not somaMemLocationTypeDevice");
   }
-  if (status ok = runtime_.device_valid(r.location_id); !ok.ok()) return ok;
+  if (status ok = runtime_.devices().check(r.location_id); !ok.ok()) return ok;
   if (r.handle_types != 0 || r.extra_properties) {
     return status(error_code::invalid_value,
                   std::string(call) +
@@ -114,19 +114,19 @@ result<node*> graph_service::add_alloc(graph_model& g, std::span<node* const> af
                       "attributes or reserved bytes; leave them 0");
   }
   if (r.bytes == 0) return status(error_code::invalid_value, std::string(call) + ": bytesize is 0");
-  if (status ok = runtime_.check_access_list(r.access, r.access_count); !ok.ok()) return ok;
+  if (status ok = runtime_.pools().check_access_list(r.access, r.access_count); !ok.ok()) return ok;
   std::vector<access_grant> grants;
   for (std::size_t i = 0; i < r.access_count; ++i) {
-    const runtime::access_request& a = r.access[i];
+    const access_request& a = r.access[i];
     const std::string what = std::string(call) + ": accessDescs[" + std::to_string(i) + "]";
     if (a.location_type != 1)
       return status(error_code::invalid_value, what + " is not a device location");
-    if (status ok = runtime_.device_valid(a.location_id); !ok.ok()) return ok;
+    if (status ok = runtime_.devices().check(a.location_id); !ok.ok()) return ok;
     if (a.flags != 0 && a.flags != 1 && a.flags != 3)
       return status(error_code::invalid_value,
                     what + ": flags " + std::to_string(a.flags) + " are not somaMemAccessFlags*");
     if (a.location_id == r.location_id || a.flags == 0) continue;
-    result<bool> peer = runtime_.can_access_peer(a.location_id, r.location_id);
+    result<bool> peer = runtime_.devices().can_access_peer(a.location_id, r.location_id);
     if (!peer.ok()) return peer.take_error();
     if (!peer.value()) {
       return status(error_code::invalid_device, what + ": device " + std::to_string(a.location_id) +

@@ -29,7 +29,7 @@ struct alloc_request {
   int location_type = 0;
   int location_id = 0;
   bool extra_properties = false;  ///< win32 attributes, max size, usage or reserved bytes set
-  const runtime::access_request* access = nullptr;
+  const access_request* access = nullptr;
   std::size_t access_count = 0;
   std::size_t bytes = 0;
 };

@@ -54,8 +54,8 @@ result<touched_range> node_builder::touch(const graph_model& g, const void* poin
     }
     return t;
   }
-  const int device = g.memory_device() >= 0 ? g.memory_device() : runtime_.current_device();
-  if (status ok = runtime_.check_memory_use(pointer, bytes, what.c_str(), device, needed); !ok.ok())
+  const int device = g.memory_device() >= 0 ? g.memory_device() : runtime_.devices().current();
+  if (status ok = runtime_.check_use(pointer, bytes, what.c_str(), device, needed); !ok.ok())
     return ok;
   return t;
 }
@@ -125,7 +125,7 @@ result<node*> node_builder::host(graph_model& g, dependencies after, void (*func
 
 result<node*> node_builder::event(graph_model& g, dependencies after, node_kind kind,
                                   std::uintptr_t event, const char* call) {
-  if (result<event_object*> e = runtime_.event_of(event); !e.ok()) {
+  if (result<event_object*> e = runtime_.streams().resolve_event(event); !e.ok()) {
     return status(e.error().code(), std::string(call) + ": " + e.error().message());
   }
   node n;
@@ -142,10 +142,10 @@ result<node*> node_builder::native_child(graph_model& g, dependencies after, voi
                                          bool owned, const char* call) {
   if (native == nullptr)
     return status(error_code::invalid_value, std::string(call) + ": nativeGraph is NULL");
-  if (runtime_.backend_name() != "cuda") {
+  if (runtime_.devices().backend_name() != "cuda") {
     if (owned) runtime_.platform().destroy_native_graph(native);
     return status(error_code::not_supported,
-                  std::string(call) + ": the " + runtime_.backend_name() +
+                  std::string(call) + ": the " + runtime_.devices().backend_name() +
                       " backend has no native graphs; a native child graph needs the cuda backend");
   }
   node n;

@@ -28,13 +28,13 @@ status graph_service::begin_capture(std::uintptr_t stream, int mode) {
                       ": the default stream (NULL) cannot be captured; capture a "
                       "stream made by somaStreamCreate");
   }
-  result<stream_object*> s = runtime_.stream_of(stream);
+  result<stream_object*> s = runtime_.streams().resolve(stream);
   if (!s.ok()) return s.take_error();
   if (mode < 0 || mode > 2) {
     return status(error_code::invalid_value, std::string(call) + ": mode " + std::to_string(mode) +
                                                  " is not a somaStreamCaptureMode");
   }
-  std::shared_ptr<backend::stream> queue = runtime_.queue_of(*s.value());
+  std::shared_ptr<backend::stream> queue = runtime_.streams().queue_of(*s.value());
   if (queue == nullptr)
     return status(error_code::invalid_handle, std::string(call) + ": the stream was destroyed");
   std::lock_guard lock(mutex_);
@@ -65,7 +65,7 @@ status graph_service::capture_node(
   stream_capture::member* m = c.find(stream);
   if (m == nullptr)
     return status(error_code::capture_unmatched, "the stream does not take part in the capture");
-  std::shared_ptr<backend::stream> queue = runtime_.queue_of(*m->object);
+  std::shared_ptr<backend::stream> queue = runtime_.streams().queue_of(*m->object);
   if (queue == nullptr)
     return status(error_code::invalid_handle, "the capturing stream was destroyed");
   backend::backend& platform = runtime_.platform();
@@ -89,23 +89,23 @@ status graph_service::capture_alloc(stream_capture& c, std::uintptr_t stream, vo
                                     std::size_t bytes, std::uintptr_t pool) {
   *out = nullptr;
   if (bytes == 0) return status::success();
-  result<stream_object*> s = runtime_.stream_of(stream);
+  result<stream_object*> s = runtime_.streams().resolve(stream);
   if (!s.ok()) return s.take_error();
   int device = s.value()->device;
   if (pool != 0) {
-    result<int> d = runtime_.pool_device(pool);
+    result<int> d = runtime_.ipc().pool_device(pool);
     if (!d.ok()) return d.take_error();
     device = d.value();
   } else {
-    result<std::uintptr_t> current = runtime_.device_pool(device);
+    result<std::uintptr_t> current = runtime_.pools().current(device);
     if (!current.ok()) return current.take_error();
     pool = current.value();
   }
   // The pool's access list is copied into the node at capture time, as CUDA does.
   std::vector<access_grant> grants;
-  for (int peer = 0; peer < runtime_.device_count(); ++peer) {
+  for (int peer = 0; peer < runtime_.devices().count(); ++peer) {
     if (peer == device) continue;
-    result<int> flags = runtime_.pool_access(pool, 1, peer);
+    result<int> flags = runtime_.pools().access(pool, 1, peer);
     if (flags.ok() && flags.value() != 0)
       grants.push_back({peer, static_cast<backend::access_flags>(flags.value())});
   }
@@ -198,12 +198,12 @@ std::optional<status> graph_service::capture_wait(std::uintptr_t stream, std::ui
                       ": the event was recorded in another stream's capture; "
                       "captures cannot depend on each other");
   }
-  result<stream_object*> s = runtime_.stream_of(stream);
+  result<stream_object*> s = runtime_.streams().resolve(stream);
   if (!s.ok()) return s.take_error();
   std::lock_guard lock(mutex_);
   if (mine == nullptr) {
     // The stream joins the capture: its next work follows the recorded point.
-    std::shared_ptr<backend::stream> queue = runtime_.queue_of(*s.value());
+    std::shared_ptr<backend::stream> queue = runtime_.streams().queue_of(*s.value());
     if (queue == nullptr)
       return status(error_code::invalid_handle, std::string(call) + ": the stream was destroyed");
     if (status native = runtime_.platform().begin_native_capture(*queue); !native.ok())
@@ -229,7 +229,7 @@ std::optional<status> graph_service::refuse_while_capturing(std::uintptr_t strea
 }
 
 result<int> graph_service::capture_status(std::uintptr_t stream) {
-  if (result<stream_object*> s = runtime_.stream_of(stream); !s.ok()) return s.take_error();
+  if (result<stream_object*> s = runtime_.streams().resolve(stream); !s.ok()) return s.take_error();
   stream_capture* c = capture_of(stream);
   if (c == nullptr) return 0;
   std::lock_guard lock(mutex_);
@@ -238,7 +238,7 @@ result<int> graph_service::capture_status(std::uintptr_t stream) {
 
 result<graph_model*> graph_service::end_capture(std::uintptr_t stream) {
   const char* call = "somaStreamEndCapture";
-  if (result<stream_object*> s = runtime_.stream_of(stream); !s.ok()) return s.take_error();
+  if (result<stream_object*> s = runtime_.streams().resolve(stream); !s.ok()) return s.take_error();
   std::unique_ptr<graph_model> graph;
   status outcome;
   {
@@ -256,7 +256,7 @@ result<graph_model*> graph_service::end_capture(std::uintptr_t stream) {
     }
     // Close the native captures: their last segments become the streams' last nodes.
     for (stream_capture::member& m : c.members) {
-      std::shared_ptr<backend::stream> queue = runtime_.queue_of(*m.object);
+      std::shared_ptr<backend::stream> queue = runtime_.streams().queue_of(*m.object);
       if (queue == nullptr) continue;
       status closed = close_native_segment_locked(c, m, *queue, call);
       if (!closed.ok() && c.failure.ok()) c.failure = closed;
@@ -326,7 +326,7 @@ void graph_service::stream_destroyed(std::uintptr_t stream) {
   stream_capture& c = *found->second;
   // Native captures stop with soma's (cuda: the stream's own capture would outlive it).
   auto end_native = [&](const stream_capture::member& m) {
-    std::shared_ptr<backend::stream> queue = runtime_.queue_of(*m.object);
+    std::shared_ptr<backend::stream> queue = runtime_.streams().queue_of(*m.object);
     if (queue == nullptr) return;
     result<void*> segment = runtime_.platform().end_native_capture(*queue);
     if (segment.ok() && segment.value() != nullptr)

@@ -119,7 +119,7 @@ bool export_service::answer(runtime& rt, connection& c) {
       reply.pool_id = c.pool_id;
       reply.device = c.device;
       reply.exporter_pid = static_cast<std::int32_t>(::getpid());
-      wire::put_text(reply.backend, rt.backend_name());
+      wire::put_text(reply.backend, rt.devices().backend_name());
       return send_message(c.socket.get(), &reply, sizeof reply, {}, until).ok();
     }
     case wire::kind::map: {
@@ -153,7 +153,7 @@ bool export_service::answer_map(runtime& rt, connection& c, std::uint32_t reques
                          "the exporting process"));
   }
   result<exported_memory> memory =
-      rt.export_memory(c.pool_handle, fields.export_id, fields.nonce, fields.bytes);
+      rt.ipc().export_memory(c.pool_handle, fields.export_id, fields.nonce, fields.bytes);
   if (!memory.ok()) return refuse(memory.error());
   std::vector<unique_fd> owned;  // closed once sent: the importer has its own copies then
   owned.reserve(memory.value().pieces.size());

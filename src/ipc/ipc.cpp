@@ -129,12 +129,12 @@ result<int> export_pool(runtime& rt, std::uintptr_t pool_handle, int handle_type
   const char* call = "somaMemPoolExportToShareableHandle";
   result<std::uint64_t> proposed = random_id();
   if (!proposed.ok()) return proposed.take_error();
-  result<std::uint64_t> pool_id =
-      rt.exportable_pool(pool_handle, static_cast<unsigned>(handle_type), proposed.value(), call);
+  result<std::uint64_t> pool_id = rt.ipc().exportable_pool(
+      pool_handle, static_cast<unsigned>(handle_type), proposed.value(), call);
   if (!pool_id.ok()) return pool_id.take_error();
   if (status checked = check_type_and_flags(call, handle_type, flags); !checked.ok())
     return checked;
-  result<int> device = rt.pool_device(pool_handle);
+  result<int> device = rt.ipc().pool_device(pool_handle);
   if (!device.ok()) return device.take_error();
   return export_service::instance().open_connection(rt, pool_handle, pool_id.value(),
                                                     device.value());
@@ -145,7 +145,7 @@ result<export_data_bytes> export_pointer(runtime& rt, const void* pointer) {
   if (!proposed.ok()) return proposed.take_error();
   export_nonce nonce{};
   if (status s = random_bytes(nonce.data(), nonce.size()); !s.ok()) return s;
-  result<pointer_export> exported = rt.export_pointer(pointer, proposed.value(), nonce);
+  result<pointer_export> exported = rt.ipc().export_pointer(pointer, proposed.value(), nonce);
   if (!exported.ok()) return exported.take_error();
   export_data data;
   data.pool_id = exported.value().pool_id;
@@ -192,23 +192,23 @@ result<std::uintptr_t> import_pool(runtime& rt, std::intptr_t os_handle, int han
   if (!connection.ok())
     return status(connection.error().code(), call + ": " + connection.error().message());
   const exporter_info& exporter = connection.value()->exporter();
-  if (exporter.backend != rt.backend_name()) {
+  if (exporter.backend != rt.devices().backend_name()) {
     return invalid(which + ": the exporting process runs the " + exporter.backend +
-                   " backend, this one the " + rt.backend_name() + " backend");
+                   " backend, this one the " + rt.devices().backend_name() + " backend");
   }
-  if (exporter.device < 0 || exporter.device >= rt.device_count()) {
+  if (exporter.device < 0 || exporter.device >= rt.devices().count()) {
     return invalid(which + ": the exported pool is on device " + std::to_string(exporter.device) +
-                   ", which this process does not have (" + std::to_string(rt.device_count()) +
+                   ", which this process does not have (" + std::to_string(rt.devices().count()) +
                    " devices)");
   }
-  return rt.create_imported_pool(exporter.device, connection.value(),
-                                 "imported from process " + std::to_string(exporter.pid));
+  return rt.ipc().create_imported_pool(exporter.device, connection.value(),
+                                       "imported from process " + std::to_string(exporter.pid));
 }
 
 result<void*> import_pointer(runtime& rt, std::uintptr_t pool_handle,
                              const export_data_bytes& raw) {
   const std::string call = "somaMemPoolImportPointer";
-  result<imported_pool_view> pool = rt.imported_pool(pool_handle, call.c_str());
+  result<imported_pool_view> pool = rt.ipc().imported_pool(pool_handle, call.c_str());
   if (!pool.ok()) return pool.take_error();
   auto& connection = static_cast<import_connection&>(*pool.value().link);
   result<export_data> decoded = decode_export_data(raw);
@@ -225,7 +225,8 @@ result<void*> import_pointer(runtime& rt, std::uintptr_t pool_handle,
   // The same allocation imported before and still live: the same pointer, without asking
   // again, but only for exactly the data the exporter accepted then.
   if (connection.was_served(data.export_id, raw)) {
-    if (void* existing = rt.find_imported_allocation(pool_handle, data.export_id)) return existing;
+    if (void* existing = rt.ipc().find_imported_allocation(pool_handle, data.export_id))
+      return existing;
   }
   result<received_memory> memory = connection.request_memory(raw, timeout_ms());
   if (!memory.ok()) return status(memory.error().code(), call + ": " + memory.error().message());
@@ -247,7 +248,7 @@ result<void*> import_pointer(runtime& rt, std::uintptr_t pool_handle,
   }
   const mapped_range range = mapped.value();
   connection.served(data.export_id, raw);
-  return rt.add_imported_allocation(
+  return rt.ipc().add_imported_allocation(
       pool_handle, data.export_id, range.base + static_cast<std::uintptr_t>(data.offset_bytes),
       static_cast<std::size_t>(data.bytes), [&platform, range] { unmap_range(platform, range); });
 }

@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <mutex>
 #include <random>
+#include <string>
 #include <vector>
+
+#include "core/status.hpp"
 
 namespace soma::detail {
 
@@ -64,6 +67,15 @@ class handle_table {
     const slot& s = (*segment)[index % slots_per_segment];
     if (s.generation.load(std::memory_order_acquire) != generation) return nullptr;
     return s.object.load(std::memory_order_acquire);
+  }
+
+  /// find, or invalid_handle saying "<noun> 0x... is not a live <noun> (destroyed, or never
+  /// created by <creator>)".
+  result<T*> resolve(std::uintptr_t handle, const char* noun, const char* creator) const {
+    if (T* object = find(handle); object != nullptr) return object;
+    return status(error_code::invalid_handle,
+                  std::string(noun) + " " + format_address(handle) + " is not a live " + noun +
+                      " (destroyed, or never created by " + creator + ")");
   }
 
   /// Invalidates handle but keeps its slot out of use until release_slot: the caller still

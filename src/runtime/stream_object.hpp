@@ -14,7 +14,7 @@ namespace soma::detail {
 
 /// Shared: a destroyed stream's record stays while its queued work runs (blocks freed on it
 /// name its timeline) and while events recorded on it are alive. Once its work has run the
-/// runtime forgets it (runtime::forget_finished_streams).
+/// runtime forgets it (stream_registry::forget_finished).
 struct stream_object : std::enable_shared_from_this<stream_object> {
   stream_object(int device_index, std::uint32_t cache_slot, timeline_registry* registry)
       : timeline(cache_slot, registry), device(device_index) {}

@@ -13,7 +13,10 @@
 namespace {
 
 using soma::detail::block;
-using soma::detail::pointer_table;
+// The owner type is the layer above's; here a plain tag.
+struct owner_tag {};
+using pointer_table = soma::detail::pointer_table<owner_tag>;
+owner_tag the_owner;
 
 constexpr std::uintptr_t kBase = 0x7f0000000000;
 
@@ -32,8 +35,8 @@ std::vector<std::unique_ptr<block>> make_blocks(std::size_t count, std::uintptr_
 TEST(S2_PointerTable, EmptyTableFindsNothing) {
   pointer_table table;
   EXPECT_EQ(table.size(), 0u);
-  EXPECT_EQ(table.find(kBase), nullptr);
-  EXPECT_EQ(table.remove(kBase), nullptr);
+  EXPECT_EQ(table.find(kBase).live, nullptr);
+  EXPECT_EQ(table.remove(kBase).live, nullptr);
 }
 
 TEST(S2_PointerTable, InsertFindRemove) {
@@ -41,13 +44,13 @@ TEST(S2_PointerTable, InsertFindRemove) {
   block b;
   b.address = kBase;
   b.size_bytes = 1024;
-  table.insert(&b);
+  table.insert(&b, the_owner);
   EXPECT_EQ(table.size(), 1u);
-  EXPECT_EQ(table.find(kBase), &b);
-  EXPECT_EQ(table.remove(kBase), &b);
+  EXPECT_EQ(table.find(kBase).live, &b);
+  EXPECT_EQ(table.remove(kBase).live, &b);
   EXPECT_EQ(table.size(), 0u);
-  EXPECT_EQ(table.find(kBase), nullptr);
-  EXPECT_EQ(table.remove(kBase), nullptr);  // a second free of the same pointer misses
+  EXPECT_EQ(table.find(kBase).live, nullptr);
+  EXPECT_EQ(table.remove(kBase).live, nullptr);  // a second free of the same pointer misses
 }
 
 TEST(S14_PointerTable, InteriorAddressesMiss) {
@@ -55,11 +58,11 @@ TEST(S14_PointerTable, InteriorAddressesMiss) {
   block b;
   b.address = kBase;
   b.size_bytes = 4096;
-  table.insert(&b);
-  EXPECT_EQ(table.find(kBase + 256), nullptr);
-  EXPECT_EQ(table.find(kBase + 1), nullptr);
-  EXPECT_EQ(table.find(kBase - 256), nullptr);
-  EXPECT_EQ(table.remove(kBase + 256), nullptr);
+  table.insert(&b, the_owner);
+  EXPECT_EQ(table.find(kBase + 256).live, nullptr);
+  EXPECT_EQ(table.find(kBase + 1).live, nullptr);
+  EXPECT_EQ(table.find(kBase - 256).live, nullptr);
+  EXPECT_EQ(table.remove(kBase + 256).live, nullptr);
   EXPECT_EQ(table.size(), 1u);
 }
 
@@ -67,9 +70,9 @@ TEST(S2_PointerTable, ManyEntriesSurviveGrowthAndRandomRemoval) {
   pointer_table table;
   // Dense, 256-byte aligned addresses: the hash must spread them over shards and slots.
   auto blocks = make_blocks(20000, kBase, 256);
-  for (auto& b : blocks) table.insert(b.get());
+  for (auto& b : blocks) table.insert(b.get(), the_owner);
   ASSERT_EQ(table.size(), blocks.size());
-  for (auto& b : blocks) ASSERT_EQ(table.find(b->address), b.get());
+  for (auto& b : blocks) ASSERT_EQ(table.find(b->address).live, b.get());
 
   std::vector<std::size_t> order(blocks.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -78,35 +81,35 @@ TEST(S2_PointerTable, ManyEntriesSurviveGrowthAndRandomRemoval) {
   std::vector<bool> removed(blocks.size(), false);
   for (std::size_t k = 0; k < order.size() / 2; ++k) {
     const std::size_t i = order[k];
-    ASSERT_EQ(table.remove(blocks[i]->address), blocks[i].get());
+    ASSERT_EQ(table.remove(blocks[i]->address).live, blocks[i].get());
     removed[i] = true;
     // Backward-shift deletion must keep every other probe chain intact: spot-check.
     if (k % 97 == 0) {
       for (std::size_t j = 0; j < blocks.size(); ++j) {
-        ASSERT_EQ(table.find(blocks[j]->address), removed[j] ? nullptr : blocks[j].get())
+        ASSERT_EQ(table.find(blocks[j]->address).live, removed[j] ? nullptr : blocks[j].get())
             << "after removing " << k + 1 << " entries, entry " << j;
       }
     }
   }
   EXPECT_EQ(table.size(), blocks.size() - order.size() / 2);
   for (std::size_t j = 0; j < blocks.size(); ++j) {
-    EXPECT_EQ(table.find(blocks[j]->address), removed[j] ? nullptr : blocks[j].get());
+    EXPECT_EQ(table.find(blocks[j]->address).live, removed[j] ? nullptr : blocks[j].get());
   }
   // Re-insert what was removed: the table accepts them again.
   for (std::size_t j = 0; j < blocks.size(); ++j) {
-    if (removed[j]) table.insert(blocks[j].get());
+    if (removed[j]) table.insert(blocks[j].get(), the_owner);
   }
   EXPECT_EQ(table.size(), blocks.size());
-  for (auto& b : blocks) EXPECT_EQ(table.find(b->address), b.get());
+  for (auto& b : blocks) EXPECT_EQ(table.find(b->address).live, b.get());
 }
 
 TEST(S2_PointerTable, WidelySpacedAddresses) {
   pointer_table table;
   // Granule-spaced starts (2 MiB apart) stress a hash that drops only the low 8 bits.
   auto blocks = make_blocks(5000, kBase, std::size_t{2} << 20);
-  for (auto& b : blocks) table.insert(b.get());
-  for (auto& b : blocks) ASSERT_EQ(table.find(b->address), b.get());
-  for (auto& b : blocks) ASSERT_EQ(table.remove(b->address), b.get());
+  for (auto& b : blocks) table.insert(b.get(), the_owner);
+  for (auto& b : blocks) ASSERT_EQ(table.find(b->address).live, b.get());
+  for (auto& b : blocks) ASSERT_EQ(table.remove(b->address).live, b.get());
   EXPECT_EQ(table.size(), 0u);
 }
 
@@ -124,9 +127,9 @@ TEST(S2_PointerTable, ConcurrentInsertFindRemoveOnDisjointAddresses) {
     threads.emplace_back([&, t] {
       auto& mine = per_thread[static_cast<std::size_t>(t)];
       for (int round = 0; round < 3; ++round) {
-        for (auto& b : mine) table.insert(b.get());
-        for (auto& b : mine) failures[t] += table.find(b->address) != b.get();
-        for (auto& b : mine) failures[t] += table.remove(b->address) != b.get();
+        for (auto& b : mine) table.insert(b.get(), the_owner);
+        for (auto& b : mine) failures[t] += table.find(b->address).live != b.get();
+        for (auto& b : mine) failures[t] += table.remove(b->address).live != b.get();
       }
     });
   }

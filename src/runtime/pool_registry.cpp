@@ -1,0 +1,250 @@
+// Pools: creation with checked properties, default and current pools, use by allocations,
+// deferred destruction (S3, S4, S5), and what is asked of all pools at once.
+#include "runtime/pool_registry.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "runtime/pool_hazards.hpp"
+
+namespace soma::detail {
+namespace {
+
+constexpr unsigned known_handle_types = 1 | 2 | 4 | 8;
+
+status invalid(const std::string& message) { return status(error_code::invalid_value, message); }
+
+}  // namespace
+
+pool_registry::pool_registry(backend::backend& platform, const device_table& devices)
+    : platform_(platform), devices_(devices) {}
+
+status pool_registry::start() {
+  for (int device = 0; device < devices_.count(); ++device) {
+    per_device_.push_back(std::make_unique<device_pools>());
+    pool_properties properties;
+    properties.device = device;
+    result<pool_object*> created = add(properties, /*is_default=*/true, "default");
+    if (!created.ok()) return created.take_error();
+    per_device_.back()->default_pool = created.value();
+    per_device_.back()->current.store(created.value());
+  }
+  return status::success();
+}
+
+result<pool_object*> pool_registry::resolve(std::uintptr_t handle) const {
+  // As CUDA: a NULL pool is a bad argument; any other unknown value is a bad handle.
+  if (handle == 0) return status(error_code::invalid_value, "the pool is NULL");
+  return handles_.resolve(handle, "pool", "somaMemPoolCreate");
+}
+
+result<pool_object*> pool_registry::add(const pool_properties& properties, bool is_default,
+                                        std::string name) {
+  const backend::device_properties& device = devices_.properties(properties.device);
+  pool_config config;
+  config.device = properties.device;
+  config.name = std::move(name);
+  const std::size_t granularity = device.granularity_bytes;
+  config.max_size_bytes = properties.max_size_bytes == 0
+                              ? device.total_memory_bytes
+                              : round_up(properties.max_size_bytes, granularity);
+  // Twice the cap: fragmentation then costs address space, not physical memory.
+  config.reservation_bytes = config.max_size_bytes * 2;
+  config.growth_step_bytes = round_up(std::max(device.growth_step_bytes, granularity), granularity);
+  auto memory = std::make_unique<backend_memory_provider>(platform_, properties.device,
+                                                          properties.export_handle_types);
+  auto created =
+      std::make_unique<pool_object>(std::move(config), std::move(memory), properties, is_default);
+  pool_object* p = created.get();
+  const std::uintptr_t handle = handles_.add(p);
+  if (handle == 0) return status(error_code::out_of_memory, "too many live pools");
+  p->set_handle(handle);
+  std::lock_guard lock(mutex_);
+  pools_.push_back(std::move(created));
+  return p;
+}
+
+result<std::uintptr_t> pool_registry::create(const raw_pool_properties& raw) {
+  if (raw.allocation_type == allocation_type_managed)
+    return status(error_code::not_supported, "somaMemPoolCreate: managed pools are not supported");
+  if (raw.allocation_type != allocation_type_pinned)
+    return invalid("somaMemPoolCreate: allocType " + std::to_string(raw.allocation_type) +
+                   " is not somaMemAllocationTypePinned (1)");
+  if (raw.location_type == location_type_host || raw.location_type == location_type_host_numa)
+    return status(error_code::not_supported,
+                  "somaMemPoolCreate: host and host-NUMA pools are not supported; use a device");
+  if (raw.location_type != location_type_device)
+    return invalid("somaMemPoolCreate: location.type " + std::to_string(raw.location_type) +
+                   " is not somaMemLocationTypeDevice (1)");
+  if (raw.location_id < 0 || raw.location_id >= devices_.count())
+    return invalid("somaMemPoolCreate: location.id " + std::to_string(raw.location_id) +
+                   " is not a device (there are " + std::to_string(devices_.count()) + ")");
+  if ((raw.handle_types & ~known_handle_types) != 0)
+    return invalid("somaMemPoolCreate: handleTypes " + std::to_string(raw.handle_types) +
+                   " has unknown bits");
+  const backend::device_properties& device = devices_.properties(raw.location_id);
+  if ((raw.handle_types & ~device.supported_handle_types) != 0)
+    return status(error_code::not_supported,
+                  "somaMemPoolCreate: handleTypes " + std::to_string(raw.handle_types) +
+                      " not supported by the " + platform_.name() + " backend (supported mask " +
+                      std::to_string(device.supported_handle_types) + ")");
+  if (raw.has_win32_security_attributes)
+    return invalid("somaMemPoolCreate: win32SecurityAttributes must be NULL");
+  if (raw.usage != 0)
+    return invalid("somaMemPoolCreate: usage " + std::to_string(raw.usage) + " must be 0");
+  if (!raw.reserved_is_zero) return invalid("somaMemPoolCreate: reserved bytes must be zero");
+  pool_properties properties;
+  properties.device = raw.location_id;
+  properties.export_handle_types = raw.handle_types;
+  // A cap above the device's memory means the device's memory.
+  properties.max_size_bytes =
+      raw.max_size_bytes > device.total_memory_bytes ? 0 : raw.max_size_bytes;
+  result<pool_object*> created = add(properties, /*is_default=*/false, "");
+  if (!created.ok()) return created.take_error();
+  return created.value()->handle();
+}
+
+result<pool_object*> pool_registry::create_imported(int device, std::string name) {
+  if (status checked = devices_.check(device); !checked.ok()) return checked;
+  pool_properties properties;
+  properties.device = device;
+  properties.imported = true;
+  result<pool_object*> created = add(properties, /*is_default=*/false, std::move(name));
+  if (created.ok()) has_imported_pools_.store(true, std::memory_order_release);
+  return created;
+}
+
+status pool_registry::destroy(std::uintptr_t handle) {
+  result<pool_object*> found = resolve(handle);
+  if (!found.ok()) return found.take_error();
+  pool_object* p = found.value();
+  if (p->is_default()) {
+    return invalid("somaMemPoolDestroy: " + p->describe() +
+                   " is a default pool and cannot be destroyed");
+  }
+  if (!handles_.remove(handle)) return resolve(handle).take_error();
+  pool_object* expected = p;
+  current_of(p->config().device)
+      .compare_exchange_strong(
+          expected, per_device_[static_cast<std::size_t>(p->config().device)]->default_pool);
+  p->mark_destroyed();
+  // S7: an imported pool lets go of its exporter now; its imported allocations stay until freed.
+  if (p->imports() != nullptr) p->imports()->set_link(nullptr);
+  // With nothing live and every free complete it goes now; otherwise after its last free.
+  reap();
+  return status::success();
+}
+
+result<std::uintptr_t> pool_registry::default_pool(int device) const {
+  if (status checked = devices_.check(device); !checked.ok()) return checked;
+  return per_device_[static_cast<std::size_t>(device)]->default_pool->handle();
+}
+
+status pool_registry::set_current(int device, std::uintptr_t pool_handle) {
+  if (status checked = devices_.check(device); !checked.ok()) return checked;
+  result<pool_object*> p = resolve(pool_handle);
+  if (!p.ok()) return p.take_error();
+  if (p.value()->is_imported()) {
+    return invalid("somaDeviceSetMemPool: " + p.value()->describe() +
+                   " is an imported pool, which cannot allocate and so cannot be a current pool");
+  }
+  if (p.value()->config().device != device) {
+    return invalid("somaDeviceSetMemPool: " + p.value()->describe() +
+                   " cannot be the current pool of device " + std::to_string(device));
+  }
+  current_of(device).store(p.value(), std::memory_order_release);
+  return status::success();
+}
+
+result<std::uintptr_t> pool_registry::current(int device) const {
+  if (status checked = devices_.check(device); !checked.ok()) return checked;
+  const std::uintptr_t handle = acquire_current(device)->handle();
+  release();
+  return handle;
+}
+
+// ---- use by allocations ---------------------------------------------------------------------
+
+pool_object* pool_registry::acquire_current(int device) const {
+  const std::atomic<pool_object*>& current = current_of(device);
+  std::atomic<const void*>& hazard = pool_hazards::mine();
+  pool_object* pool = current.load(std::memory_order_acquire);
+  for (;;) {
+    hazard.store(pool, std::memory_order_seq_cst);
+    pool_object* again = current.load(std::memory_order_seq_cst);
+    if (again == pool) return pool;
+    pool = again;
+  }
+}
+
+result<pool_object*> pool_registry::acquire(std::uintptr_t handle) const {
+  std::atomic<const void*>& hazard = pool_hazards::mine();
+  for (;;) {
+    result<pool_object*> found = resolve(handle);
+    if (!found.ok()) return found;
+    hazard.store(found.value(), std::memory_order_seq_cst);
+    if (handles_.find(handle) == found.value()) return found;
+  }
+}
+
+void pool_registry::release() noexcept {
+  pool_hazards::mine().store(nullptr, std::memory_order_release);
+}
+
+status pool_registry::with_pool(std::uintptr_t handle,
+                                const std::function<status(pool_object*)>& fn) const {
+  std::lock_guard lock(mutex_);
+  return fn(handles_.find(handle));
+}
+
+// ---- deferred destruction and the stream_listener ---------------------------------------------
+
+void pool_registry::reap() {
+  std::unique_lock deleting(reap_mutex_);
+  std::vector<std::unique_ptr<pool_object>> finished;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = pools_.begin(); it != pools_.end();) {
+      pool_object& p = **it;
+      const bool imports_released = release_imported(p);  // S7: unmaps what was freed
+      // A pool another thread still uses (it found it current just before the destroy)
+      // stays until a later reap; whatever it allocated keeps it alive anyway.
+      if (p.is_destroyed() && imports_released && !pool_hazards::is_in_use(&p) &&
+          p.try_release_everything()) {
+        finished.push_back(std::move(*it));
+        it = pools_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // finished pools are deleted here, outside the registry lock but under `deleting`.
+  finished.clear();
+}
+
+void pool_registry::stream_destroyed(const stream_timeline& timeline) {
+  std::lock_guard lock(mutex_);
+  for (const auto& p : pools_) p->forget_stream(timeline);
+}
+
+void pool_registry::timeline_forgotten(const stream_timeline& timeline, free_stamp instead) {
+  std::lock_guard lock(mutex_);
+  for (const auto& p : pools_) p->forget_timeline(timeline, instead);
+}
+
+void pool_registry::synchronized() {
+  {
+    // Shared: a concurrent reap cannot delete a pool while it releases memory here.
+    std::shared_lock using_pools(reap_mutex_);
+    std::vector<pool_object*> pools;
+    {
+      std::lock_guard lock(mutex_);
+      pools.reserve(pools_.size());
+      for (const auto& p : pools_) pools.push_back(p.get());
+    }
+    for (pool_object* p : pools) p->on_synchronize();
+  }
+  reap();
+}
+
+}  // namespace soma::detail

@@ -7,7 +7,7 @@
 //   int exporter(soma_test::ipc::role_context& peers) { ... peers[1].send_fd(fd) ...; return 0; }
 //   const soma_test::ipc::role kRoles[] = {{"exporter", exporter}, {"importer", importer}};
 //   const int kDispatched = soma_test::ipc::dispatch_role(kRoles);  // after the table, at the end
-//   TEST(S7_..., ...) { EXPECT_ROLES_PASS(soma_test::ipc::run_roles({"exporter", "importer"})); }
+//   TEST(S7_..., ...) { EXPECT_ROLES_EXIT(run_roles({"exporter", "importer"}), 0, 0); }
 //
 // dispatch_role runs during static initialization: in a role process (SOMA_IPC_TEST_ROLE set)
 // it runs the role and leaves with _exit, so gtest never starts there; in the test process it
@@ -33,7 +33,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <initializer_list>
 #include <span>
 #include <string>
 #include <thread>
@@ -217,7 +216,7 @@ struct role_outcome {
 /// Runs the named roles, each in its own process, all connected pairwise; waits at most
 /// timeout for all of them (then kills the rest). Role i's peers[j] talks to role j.
 inline std::vector<role_outcome> run_roles(
-    std::initializer_list<const char*> names,
+    const std::vector<const char*>& names,
     std::chrono::seconds timeout = std::chrono::seconds(90)) {
   const std::size_t n = names.size();
   std::vector<std::vector<int>> link(n, std::vector<int>(n, -1));

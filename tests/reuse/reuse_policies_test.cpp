@@ -86,12 +86,8 @@ TEST_P(S11_ReusePolicies, SameStreamReuseIsAlwaysAllowed) {
 // with an inserted wait iff internal dependencies are on; otherwise out of memory.
 TEST_P(S11_ReusePolicies, UnorderedPendingFreeGrowsFirstAndWaitsOnlyWhenFull) {
   ASSERT_NO_FATAL_FAILURE(make_pool(2, policy()));
-  void* p = nullptr;
-  SOMA_ASSERT_OK(allocate(&p, a_));
-  SOMA_ASSERT_OK(gate_.hold(a_));
-  const writer& a_wrote = make_writer(p, granule_, 0xA1);
-  SOMA_ASSERT_OK(launch_writer(a_, a_wrote));
-  SOMA_ASSERT_OK(somaFreeAsync(p, a_));
+  ASSERT_NO_FATAL_FAILURE(free_on_a(/*hold=*/true));
+  void* const p = freed_;
 
   void* q = nullptr;
   SOMA_ASSERT_OK(allocate(&q, b_)) << "the pool has room for one more granule";
@@ -107,13 +103,8 @@ TEST_P(S11_ReusePolicies, UnorderedPendingFreeGrowsFirstAndWaitsOnlyWhenFull) {
   if (policy().internal) {
     SOMA_ASSERT_OK(status) << "full pool: internal dependencies take A's pending block";
     EXPECT_EQ(r, p);
-    probe& b_probe = make_probe(r, granule_, 0xB2);
-    SOMA_ASSERT_OK(launch_probe(b_, b_probe));
-    expect_held_back(b_, b_probe.ran, "the pool made B wait for A's free");
-    gate_.open();
-    SOMA_ASSERT_OK(somaStreamSynchronize(b_));
-    EXPECT_TRUE(b_probe.ran.is_set());
-    EXPECT_TRUE(b_probe.saw(a_wrote)) << "B's work on the reused block ran before A's work on it";
+    ASSERT_NO_FATAL_FAILURE(
+        expect_probe_waits_for_a(b_, r, 0xB2, "the pool made B wait for A's free"));
     EXPECT_EQ(used(), 2 * granule_);
     SOMA_ASSERT_OK(somaFreeAsync(r, b_));
   } else {
@@ -142,34 +133,16 @@ TEST_P(S11_ReusePolicies, UnorderedPendingFreeGrowsFirstAndWaitsOnlyWhenFull) {
 // opportunistic cannot apply, and internal dependencies do not apply while the pool can grow).
 TEST_P(S11_ReusePolicies, EventAfterFreeIsFollowedWhenThePoolCanGrow) {
   ASSERT_NO_FATAL_FAILURE(make_growable_pool(policy()));
-  void* p = nullptr;
-  SOMA_ASSERT_OK(allocate(&p, a_));
-  ASSERT_NO_FATAL_FAILURE(take_headroom());
-  SOMA_ASSERT_OK(gate_.hold(a_));
-  const writer& a_wrote = make_writer(p, granule_, 0xA1);
-  SOMA_ASSERT_OK(launch_writer(a_, a_wrote));
-  SOMA_ASSERT_OK(somaFreeAsync(p, a_));
-  unique_event freed;
-  SOMA_ASSERT_OK(somaEventRecord(freed, a_));
-  SOMA_ASSERT_OK(somaStreamWaitEvent(b_, freed, 0));
+  ASSERT_NO_FATAL_FAILURE(free_on_a(/*hold=*/true));
+  ASSERT_NO_FATAL_FAILURE(wait_for(b_, a_));
 
-  const std::uint64_t reserved_before = reserved();
   void* q = nullptr;
-  SOMA_ASSERT_OK(allocate(&q, b_));
-  if (policy().follow) {
-    EXPECT_EQ(q, p) << "B already waits on the free: reuse without growth";
-    EXPECT_EQ(reserved(), reserved_before);
-  } else {
-    EXPECT_NE(q, p) << "follow event dependencies off: the pool grows instead";
-    expect_grew(reserved_before, "follow event dependencies are off");
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_served(&q, b_, freed_, policy().follow,
+                                        "B already waits on the free: reuse without growth",
+                                        "follow event dependencies are off"));
   EXPECT_EQ(used(), granule_);
-  probe& b_probe = make_probe(q, granule_, 0xB2);
-  SOMA_ASSERT_OK(launch_probe(b_, b_probe));
-  expect_held_back(b_, b_probe.ran, "B waits on the event (the user's own dependency)");
-  gate_.open();
-  SOMA_ASSERT_OK(somaStreamSynchronize(b_));
-  EXPECT_TRUE(b_probe.saw(a_wrote));
+  ASSERT_NO_FATAL_FAILURE(
+      expect_probe_waits_for_a(b_, q, 0xB2, "B waits on the event (the user's own dependency)"));
   SOMA_ASSERT_OK(somaFreeAsync(q, b_));
   SOMA_ASSERT_OK(somaStreamSynchronize(b_));
 }
@@ -178,27 +151,15 @@ TEST_P(S11_ReusePolicies, EventAfterFreeIsFollowedWhenThePoolCanGrow) {
 // or through an (here redundant) internal dependency; with both off, out of memory.
 TEST_P(S11_ReusePolicies, EventAfterFreeWhenThePoolIsFull) {
   ASSERT_NO_FATAL_FAILURE(make_pool(1, policy()));
-  void* p = nullptr;
-  SOMA_ASSERT_OK(allocate(&p, a_));
-  SOMA_ASSERT_OK(gate_.hold(a_));
-  const writer& a_wrote = make_writer(p, granule_, 0xA1);
-  SOMA_ASSERT_OK(launch_writer(a_, a_wrote));
-  SOMA_ASSERT_OK(somaFreeAsync(p, a_));
-  unique_event freed;
-  SOMA_ASSERT_OK(somaEventRecord(freed, a_));
-  SOMA_ASSERT_OK(somaStreamWaitEvent(b_, freed, 0));
+  ASSERT_NO_FATAL_FAILURE(free_on_a(/*hold=*/true));
+  ASSERT_NO_FATAL_FAILURE(wait_for(b_, a_));
 
   void* q = nullptr;
   const somaError_t status = allocate(&q, b_);
   if (policy().follow || policy().internal) {
     SOMA_ASSERT_OK(status);
-    EXPECT_EQ(q, p);
-    probe& b_probe = make_probe(q, granule_, 0xB2);
-    SOMA_ASSERT_OK(launch_probe(b_, b_probe));
-    expect_held_back(b_, b_probe.ran, "B is ordered after A's free");
-    gate_.open();
-    SOMA_ASSERT_OK(somaStreamSynchronize(b_));
-    EXPECT_TRUE(b_probe.saw(a_wrote));
+    EXPECT_EQ(q, freed_);
+    ASSERT_NO_FATAL_FAILURE(expect_probe_waits_for_a(b_, q, 0xB2, "B is ordered after A's free"));
     SOMA_ASSERT_OK(somaFreeAsync(q, b_));
   } else {
     EXPECT_EQ(status, somaErrorMemoryAllocation)
@@ -213,38 +174,18 @@ TEST_P(S11_ReusePolicies, EventAfterFreeWhenThePoolIsFull) {
 // A -> event -> B -> event -> C: C's clock covers A's free through B.
 TEST_P(S11_ReusePolicies, EventChainIsTransitive) {
   ASSERT_NO_FATAL_FAILURE(make_growable_pool(policy()));
-  void* p = nullptr;
-  SOMA_ASSERT_OK(allocate(&p, a_));
-  ASSERT_NO_FATAL_FAILURE(take_headroom());
-  SOMA_ASSERT_OK(gate_.hold(a_));
-  const writer& a_wrote = make_writer(p, granule_, 0xA1);
-  SOMA_ASSERT_OK(launch_writer(a_, a_wrote));
-  SOMA_ASSERT_OK(somaFreeAsync(p, a_));
-  unique_event on_a, on_b;
-  SOMA_ASSERT_OK(somaEventRecord(on_a, a_));
-  SOMA_ASSERT_OK(somaStreamWaitEvent(b_, on_a, 0));
+  ASSERT_NO_FATAL_FAILURE(free_on_a(/*hold=*/true));
+  ASSERT_NO_FATAL_FAILURE(wait_for(b_, a_));
   stream_flag b_ran;
   SOMA_ASSERT_OK(launch_marker(b_, b_ran));  // B has work of its own between the two events
-  SOMA_ASSERT_OK(somaEventRecord(on_b, b_));
-  SOMA_ASSERT_OK(somaStreamWaitEvent(c_, on_b, 0));
+  ASSERT_NO_FATAL_FAILURE(wait_for(c_, b_));
 
-  const std::uint64_t reserved_before = reserved();
   void* q = nullptr;
-  SOMA_ASSERT_OK(allocate(&q, c_));
-  if (policy().follow) {
-    EXPECT_EQ(q, p) << "C waits on B, which waits on A's free";
-    EXPECT_EQ(reserved(), reserved_before);
-  } else {
-    EXPECT_NE(q, p);
-    expect_grew(reserved_before, "follow event dependencies are off");
-  }
-  probe& c_probe = make_probe(q, granule_, 0xC3);
-  SOMA_ASSERT_OK(launch_probe(c_, c_probe));
-  expect_held_back(c_, c_probe.ran, "C waits on B, which waits on A");
-  EXPECT_FALSE(b_ran.is_set()) << "B waits on A";
-  gate_.open();
-  SOMA_ASSERT_OK(somaStreamSynchronize(c_));
-  EXPECT_TRUE(c_probe.saw(a_wrote));
+  ASSERT_NO_FATAL_FAILURE(expect_served(&q, c_, freed_, policy().follow,
+                                        "C waits on B, which waits on A's free",
+                                        "follow event dependencies are off"));
+  ASSERT_NO_FATAL_FAILURE(
+      expect_probe_waits_for_a(c_, q, 0xC3, "C waits on B, which waits on A", &b_ran));
   SOMA_ASSERT_OK(somaFreeAsync(q, c_));
   SOMA_ASSERT_OK(somaDeviceSynchronize());
 }
@@ -253,30 +194,13 @@ TEST_P(S11_ReusePolicies, EventChainIsTransitive) {
 // orders B after it: reused iff opportunistic; otherwise the pool grows.
 TEST_P(S11_ReusePolicies, CompletedFreeIsReusedOnlyOpportunistically) {
   ASSERT_NO_FATAL_FAILURE(make_growable_pool(policy()));
-  void* p = nullptr;
-  SOMA_ASSERT_OK(allocate(&p, a_));
-  ASSERT_NO_FATAL_FAILURE(take_headroom());
-  const writer& a_wrote = make_writer(p, granule_, 0xA1);
-  SOMA_ASSERT_OK(launch_writer(a_, a_wrote));
-  SOMA_ASSERT_OK(somaFreeAsync(p, a_));
-  stream_flag a_after_free;
-  SOMA_ASSERT_OK(launch_marker(a_, a_after_free));
-  ASSERT_TRUE(wait_completed(a_after_free)) << "A did not run";  // no synchronize, no query
+  ASSERT_NO_FATAL_FAILURE(complete_free_on_a());
 
-  const std::uint64_t reserved_before = reserved();
   void* q = nullptr;
-  SOMA_ASSERT_OK(allocate(&q, b_));
-  if (policy().opportunistic) {
-    EXPECT_EQ(q, p) << "the free already ran: reuse without growth";
-    EXPECT_EQ(reserved(), reserved_before);
-  } else {
-    EXPECT_NE(q, p) << "opportunistic off: only proof or a dependency lets B reuse";
-    expect_grew(reserved_before, "opportunistic reuse is off");
-  }
-  probe& b_probe = make_probe(q, granule_, 0xB2);
-  SOMA_ASSERT_OK(launch_probe(b_, b_probe));
-  expect_runs(b_, b_probe.ran, "nothing B waits for is pending");
-  EXPECT_TRUE(b_probe.saw(a_wrote));
+  ASSERT_NO_FATAL_FAILURE(expect_served(
+      &q, b_, freed_, policy().opportunistic, "the free already ran: reuse without growth",
+      "opportunistic reuse is off: only proof or a dependency lets B reuse"));
+  ASSERT_NO_FATAL_FAILURE(expect_probe_runs_after_a(b_, q, 0xB2, "nothing B waits for is pending"));
   SOMA_ASSERT_OK(somaFreeAsync(q, b_));
   SOMA_ASSERT_OK(somaDeviceSynchronize());
 }
@@ -285,24 +209,15 @@ TEST_P(S11_ReusePolicies, CompletedFreeIsReusedOnlyOpportunistically) {
 // position A has already reached (B does not actually wait), else out of memory.
 TEST_P(S11_ReusePolicies, CompletedFreeWhenThePoolIsFull) {
   ASSERT_NO_FATAL_FAILURE(make_pool(1, policy()));
-  void* p = nullptr;
-  SOMA_ASSERT_OK(allocate(&p, a_));
-  const writer& a_wrote = make_writer(p, granule_, 0xA1);
-  SOMA_ASSERT_OK(launch_writer(a_, a_wrote));
-  SOMA_ASSERT_OK(somaFreeAsync(p, a_));
-  stream_flag a_after_free;
-  SOMA_ASSERT_OK(launch_marker(a_, a_after_free));
-  ASSERT_TRUE(wait_completed(a_after_free)) << "A did not run";
+  ASSERT_NO_FATAL_FAILURE(complete_free_on_a());
 
   void* q = nullptr;
   const somaError_t status = allocate(&q, b_);
   if (policy().opportunistic || policy().internal) {
     SOMA_ASSERT_OK(status);
-    EXPECT_EQ(q, p);
-    probe& b_probe = make_probe(q, granule_, 0xB2);
-    SOMA_ASSERT_OK(launch_probe(b_, b_probe));
-    expect_runs(b_, b_probe.ran, "A has already passed the free");
-    EXPECT_TRUE(b_probe.saw(a_wrote));
+    EXPECT_EQ(q, freed_);
+    ASSERT_NO_FATAL_FAILURE(
+        expect_probe_runs_after_a(b_, q, 0xB2, "A has already passed the free"));
     SOMA_ASSERT_OK(somaFreeAsync(q, b_));
   } else {
     EXPECT_EQ(status, somaErrorMemoryAllocation) << "opportunistic and internal off, no proof";
@@ -381,17 +296,12 @@ TEST_P(S11_ReusePolicies, ProvenFreeServesAnyStreamBeforeGrowth) {
 // the pool drains every stream's cache on a miss instead of growing.
 TEST_P(S11_ReusePolicies, IdleStreamCacheServesAnotherStreamOnceProven) {
   ASSERT_NO_FATAL_FAILURE(make_growable_pool(policy()));
-  void* p = nullptr;
-  SOMA_ASSERT_OK(allocate(&p, a_));
-  ASSERT_NO_FATAL_FAILURE(take_headroom());
-  SOMA_ASSERT_OK(launch_writer(a_, make_writer(p, granule_, 0xA1)));
-  SOMA_ASSERT_OK(somaFreeAsync(p, a_));  // same size as the next request: into A's cache
+  // The free is of the size of the next request: into A's cache.
+  ASSERT_NO_FATAL_FAILURE(free_on_a(/*hold=*/false));
   SOMA_ASSERT_OK(somaStreamSynchronize(a_));
-  const std::uint64_t reserved_before = reserved();
   void* q = nullptr;
-  SOMA_ASSERT_OK(allocate(&q, b_));
-  EXPECT_EQ(q, p);
-  EXPECT_EQ(reserved(), reserved_before);
+  ASSERT_NO_FATAL_FAILURE(
+      expect_served(&q, b_, freed_, /*reused=*/true, "a proven free in A's cache serves B", ""));
   SOMA_ASSERT_OK(somaFreeAsync(q, b_));
   SOMA_ASSERT_OK(somaStreamSynchronize(b_));
 }
@@ -401,44 +311,23 @@ TEST_P(S11_ReusePolicies, IdleStreamCacheServesAnotherStreamOnceProven) {
 // a pool that cannot grow.
 TEST_P(S11_ReusePolicies, FreesOfADestroyedStreamAreNotStranded) {
   ASSERT_NO_FATAL_FAILURE(make_pool(1, policy()));
-  void* p = nullptr;
-  SOMA_ASSERT_OK(allocate(&p, a_));
-  SOMA_ASSERT_OK(launch_writer(a_, make_writer(p, granule_, 0xA1)));
-  SOMA_ASSERT_OK(somaFreeAsync(p, a_));
-  stream_flag a_after_free;
-  SOMA_ASSERT_OK(launch_marker(a_, a_after_free));
-  a_.reset();  // somaStreamDestroy
+  ASSERT_NO_FATAL_FAILURE(free_on_a(/*hold=*/false));
+  const stream_flag& a_after_free = mark_and_destroy_a();
   ASSERT_TRUE(a_after_free.wait()) << "a destroyed stream still runs its queued work";
   SOMA_ASSERT_OK(somaDeviceSynchronize());
-
-  void* q = nullptr;
-  const somaError_t status = allocate(&q, b_);
-  SOMA_EXPECT_OK(status) << "memory freed on a destroyed stream is stranded";
-  EXPECT_EQ(q, p);
-  if (status == somaSuccess) {
-    SOMA_ASSERT_OK(somaFreeAsync(q, b_));
-  }
-  SOMA_ASSERT_OK(somaStreamSynchronize(b_));
+  expect_b_reuses_freed("memory freed on a destroyed stream is stranded");
 }
 
 // Same, proven through an event recorded on the stream after the free.
 TEST_P(S11_ReusePolicies, FreesOfADestroyedStreamProvenByAnEvent) {
   ASSERT_NO_FATAL_FAILURE(make_pool(1, policy()));
-  void* p = nullptr;
-  SOMA_ASSERT_OK(allocate(&p, a_));
-  SOMA_ASSERT_OK(gate_.hold(a_));
-  SOMA_ASSERT_OK(launch_writer(a_, make_writer(p, granule_, 0xA1)));
-  SOMA_ASSERT_OK(somaFreeAsync(p, a_));
+  ASSERT_NO_FATAL_FAILURE(free_on_a(/*hold=*/true));
   unique_event after_free;
   SOMA_ASSERT_OK(somaEventRecord(after_free, a_));
   a_.reset();
   gate_.open();
   SOMA_ASSERT_OK(somaEventSynchronize(after_free));
-  void* q = nullptr;
-  SOMA_ASSERT_OK(allocate(&q, b_));
-  EXPECT_EQ(q, p);
-  SOMA_ASSERT_OK(somaFreeAsync(q, b_));
-  SOMA_ASSERT_OK(somaStreamSynchronize(b_));
+  expect_b_reuses_freed("the event proved the free of a destroyed stream");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllCombinations, S11_ReusePolicies, ::testing::Range(0, 8), policy_name);

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <ostream>
+#include <string>
 #include <thread>
 
 #include "reuse_test_fixture.hpp"
@@ -26,27 +28,22 @@ class S11_InternalDependencies : public reuse_fixture {};
 // finds A's writes done; an event recorded on B after the allocation is not ready either.
 TEST_F(S11_InternalDependencies, InsertedWaitHoldsBackLaterWorkUntilTheFreeCompletes) {
   ASSERT_NO_FATAL_FAILURE(make_pool(1, policies{}));
-  void* p = nullptr;
-  SOMA_ASSERT_OK(allocate(&p, a_));
-  SOMA_ASSERT_OK(gate_.hold(a_));
-  const writer& a_wrote = make_writer(p, granule_, 0xA1);
-  SOMA_ASSERT_OK(launch_writer(a_, a_wrote));
-  SOMA_ASSERT_OK(somaFreeAsync(p, a_));
+  ASSERT_NO_FATAL_FAILURE(free_on_a(/*hold=*/true));
 
   void* q = nullptr;
   SOMA_ASSERT_OK(allocate(&q, b_));
-  ASSERT_EQ(q, p);
+  ASSERT_EQ(q, freed_);
   probe& b_probe = make_probe(q, granule_, 0xB2);
   SOMA_ASSERT_OK(launch_probe(b_, b_probe));
   unique_event on_b;
   SOMA_ASSERT_OK(somaEventRecord(on_b, b_));
   expect_held_back(b_, b_probe.ran, "B must wait for A's free");
   EXPECT_EQ(somaEventQuery(on_b), somaErrorNotReady);
-  EXPECT_FALSE(a_wrote.done.is_set());
+  EXPECT_FALSE(a_wrote().done.is_set());
   gate_.open();
   SOMA_ASSERT_OK(somaEventSynchronize(on_b));
   EXPECT_TRUE(b_probe.ran.is_set());
-  EXPECT_TRUE(b_probe.saw(a_wrote)) << "B's work ran before A's writer finished";
+  EXPECT_TRUE(b_probe.saw(a_wrote())) << "B's work ran before A's writer finished";
   SOMA_ASSERT_OK(somaFreeAsync(q, b_));
   SOMA_ASSERT_OK(somaDeviceSynchronize());
 }
@@ -94,36 +91,20 @@ class S11_DestroyedStreams : public reuse_fixture {};
 // a dead stream, no stranded memory).
 TEST_F(S11_DestroyedStreams, HeldStreamDestroyedThenDeviceSynchronize) {
   ASSERT_NO_FATAL_FAILURE(make_pool(1, policies{false, false, true}));
-  void* p = nullptr;
-  SOMA_ASSERT_OK(allocate(&p, a_));
-  SOMA_ASSERT_OK(gate_.hold(a_));
-  SOMA_ASSERT_OK(somaFreeAsync(p, a_));
-  stream_flag a_done;
-  SOMA_ASSERT_OK(launch_marker(a_, a_done));
-  a_.reset();
+  ASSERT_NO_FATAL_FAILURE(free_on_a(/*hold=*/true));
+  const stream_flag& a_done = mark_and_destroy_a();
   gate_.open();
   ASSERT_TRUE(a_done.wait());
   SOMA_ASSERT_OK(somaDeviceSynchronize());
-  void* q = nullptr;
-  SOMA_EXPECT_OK(allocate(&q, b_)) << "memory freed on a destroyed stream is stranded";
-  EXPECT_EQ(q, p);
-  if (q != nullptr) {
-    SOMA_ASSERT_OK(somaFreeAsync(q, b_));
-  }
-  SOMA_ASSERT_OK(somaStreamSynchronize(b_));
+  expect_b_reuses_freed("memory freed on a destroyed stream is stranded");
 }
 
 // somaDeviceSynchronize waits for the queued work of a destroyed stream (S12: it observes all
 // work of the device) and so proves its frees, whatever the flags.
 TEST_F(S11_DestroyedStreams, DeviceSynchronizeWaitsForTheirWorkAndProvesTheirFrees) {
   ASSERT_NO_FATAL_FAILURE(make_pool(1, policies{false, false, false}));
-  void* p = nullptr;
-  SOMA_ASSERT_OK(allocate(&p, a_));
-  SOMA_ASSERT_OK(gate_.hold(a_));
-  SOMA_ASSERT_OK(somaFreeAsync(p, a_));
-  stream_flag a_done;
-  SOMA_ASSERT_OK(launch_marker(a_, a_done));
-  a_.reset();
+  ASSERT_NO_FATAL_FAILURE(free_on_a(/*hold=*/true));
+  const stream_flag& a_done = mark_and_destroy_a();
   std::thread opener([this] {
     std::this_thread::sleep_for(kHeldBackWindow);
     gate_.open();
@@ -134,92 +115,82 @@ TEST_F(S11_DestroyedStreams, DeviceSynchronizeWaitsForTheirWorkAndProvesTheirFre
   SOMA_EXPECT_OK(synchronized);
   EXPECT_TRUE(done_at_return) << "somaDeviceSynchronize returned before a destroyed stream's "
                                  "queued work ran";
-  void* q = nullptr;
-  SOMA_EXPECT_OK(allocate(&q, b_)) << "the device synchronize did not prove the free";
-  EXPECT_EQ(q, p);
-  if (q != nullptr) {
-    SOMA_ASSERT_OK(somaFreeAsync(q, b_));
+  expect_b_reuses_freed("the device synchronize did not prove the free");
+}
+
+// Where on A the event B waits on is recorded, around A's last use of the block (a writer)
+// and its free. The free is only a stamp (A, k): an event recorded just before it, with no work
+// on A in between, captures the same position and covers it; one recorded before the last use
+// of the block does not.
+struct event_position {
+  const char* name;
+  policies flags;
+  bool before_last_use;  ///< else right before the free
+};
+
+/// How gtest shows the parameter: where the event is recorded.
+void PrintTo(const event_position& at, std::ostream* out) {
+  *out << (at.before_last_use ? "before the last use" : "right before the free");
+}
+
+class S11_EventRecordedOnA : public reuse_fixture,
+                             public ::testing::WithParamInterface<event_position> {};
+
+TEST_P(S11_EventRecordedOnA, CoversTheFreeOnlyAfterTheLastUse) {
+  const event_position& at = GetParam();
+  ASSERT_NO_FATAL_FAILURE(make_growable_pool(at.flags));
+  void* p = nullptr;
+  SOMA_ASSERT_OK(allocate(&p, a_));
+  ASSERT_NO_FATAL_FAILURE(take_headroom());
+  SOMA_ASSERT_OK(gate_.hold(a_));
+  if (at.before_last_use) {
+    ASSERT_NO_FATAL_FAILURE(wait_for(b_, a_));
   }
-  SOMA_ASSERT_OK(somaStreamSynchronize(b_));
-}
-
-class S11_EventDependencies : public reuse_fixture {};
-
-// An event recorded before the last use of the block on A does not cover the free.
-TEST_F(S11_EventDependencies, EventRecordedBeforeTheLastUseDoesNotCoverTheFree) {
-  ASSERT_NO_FATAL_FAILURE(make_growable_pool(policies{true, true, true}));
-  void* p = nullptr;
-  SOMA_ASSERT_OK(allocate(&p, a_));
-  ASSERT_NO_FATAL_FAILURE(take_headroom());
-  SOMA_ASSERT_OK(gate_.hold(a_));
-  unique_event too_early;
-  SOMA_ASSERT_OK(somaEventRecord(too_early, a_));
-  SOMA_ASSERT_OK(launch_writer(a_, make_writer(p, granule_, 0xA1)));  // last use of p on A
-  SOMA_ASSERT_OK(somaFreeAsync(p, a_));
-  SOMA_ASSERT_OK(somaStreamWaitEvent(b_, too_early, 0));
-  const std::uint64_t reserved_before = reserved();
-  void* q = nullptr;
-  SOMA_ASSERT_OK(allocate(&q, b_));
-  EXPECT_NE(q, p) << "B's clock covers A only up to the event, not up to the free";
-  expect_grew(reserved_before, "B is not ordered after A's free");
-  gate_.open();
-  SOMA_ASSERT_OK(somaFreeAsync(q, b_));
-  SOMA_ASSERT_OK(somaDeviceSynchronize());
-}
-
-// The free is only a stamp (A, k): an event recorded just before it, with no work on A in
-// between, captures the same position and covers it.
-TEST_F(S11_EventDependencies, EventRecordedRightBeforeTheFreeCoversIt) {
-  ASSERT_NO_FATAL_FAILURE(make_growable_pool(policies{true, false, false}));
-  void* p = nullptr;
-  SOMA_ASSERT_OK(allocate(&p, a_));
-  ASSERT_NO_FATAL_FAILURE(take_headroom());
-  SOMA_ASSERT_OK(gate_.hold(a_));
   const writer& a_wrote = make_writer(p, granule_, 0xA1);
   SOMA_ASSERT_OK(launch_writer(a_, a_wrote));  // last use of p on A
-  unique_event before_free;
-  SOMA_ASSERT_OK(somaEventRecord(before_free, a_));
+  if (!at.before_last_use) {
+    ASSERT_NO_FATAL_FAILURE(wait_for(b_, a_));
+  }
   SOMA_ASSERT_OK(somaFreeAsync(p, a_));
-  SOMA_ASSERT_OK(somaStreamWaitEvent(b_, before_free, 0));
-  const std::uint64_t reserved_before = reserved();
+
   void* q = nullptr;
-  SOMA_ASSERT_OK(allocate(&q, b_));
-  EXPECT_EQ(q, p);
-  EXPECT_EQ(reserved(), reserved_before);
-  probe& b_probe = make_probe(q, granule_, 0xB2);
-  SOMA_ASSERT_OK(launch_probe(b_, b_probe));
-  gate_.open();
-  SOMA_ASSERT_OK(somaStreamSynchronize(b_));
-  EXPECT_TRUE(b_probe.saw(a_wrote));
-  SOMA_ASSERT_OK(somaFreeAsync(q, b_));
-  SOMA_ASSERT_OK(somaDeviceSynchronize());
+  ASSERT_NO_FATAL_FAILURE(expect_served(
+      &q, b_, p, /*reused=*/!at.before_last_use, "the event captured the free's position",
+      "B's clock covers A only up to the event, not up to the free: B is not ordered after it"));
+  if (!at.before_last_use) {
+    probe& b_probe = make_probe(q, granule_, 0xB2);
+    SOMA_ASSERT_OK(launch_probe(b_, b_probe));
+    gate_.open();
+    SOMA_ASSERT_OK(somaStreamSynchronize(b_));
+    EXPECT_TRUE(b_probe.saw(a_wrote));
+  }
+  open_gate_and_free({{q, b_}});
 }
+
+const event_position kEventPositions[] = {
+    {"BeforeTheLastUseDoesNotCoverTheFree", policies{true, true, true}, true},
+    {"RightBeforeTheFreeCoversIt", policies{true, false, false}, false},
+};
+INSTANTIATE_TEST_SUITE_P(Positions, S11_EventRecordedOnA, ::testing::ValuesIn(kEventPositions),
+                         [](const ::testing::TestParamInfo<event_position>& info) {
+                           return std::string(info.param.name);
+                         });
+
+class S11_EventDependencies : public reuse_fixture {};
 
 // A wait on an event of B recorded before B waited on A does not carry A's free to C.
 TEST_F(S11_EventDependencies, ChainBrokenByAnEarlierEventIsNotFollowed) {
   ASSERT_NO_FATAL_FAILURE(make_growable_pool(policies{true, false, false}));
-  void* p = nullptr;
-  SOMA_ASSERT_OK(allocate(&p, a_));
-  ASSERT_NO_FATAL_FAILURE(take_headroom());
-  SOMA_ASSERT_OK(gate_.hold(a_));
-  SOMA_ASSERT_OK(somaFreeAsync(p, a_));
-  unique_event on_b_early, on_a;
-  SOMA_ASSERT_OK(somaEventRecord(on_b_early, b_));
-  SOMA_ASSERT_OK(somaEventRecord(on_a, a_));
-  SOMA_ASSERT_OK(somaStreamWaitEvent(b_, on_a, 0));
-  SOMA_ASSERT_OK(somaStreamWaitEvent(c_, on_b_early, 0));
-  const std::uint64_t reserved_before = reserved();
+  ASSERT_NO_FATAL_FAILURE(free_on_a(/*hold=*/true));
+  ASSERT_NO_FATAL_FAILURE(wait_for(c_, b_));  // B's event, recorded before B waited on A
+  ASSERT_NO_FATAL_FAILURE(wait_for(b_, a_));
   void* q = nullptr;
-  SOMA_ASSERT_OK(allocate(&q, c_));
-  EXPECT_NE(q, p);
-  expect_grew(reserved_before, "C is not ordered after A's free");
+  ASSERT_NO_FATAL_FAILURE(
+      expect_served(&q, c_, freed_, /*reused=*/false, "", "C is not ordered after A's free"));
   void* r = nullptr;
   SOMA_ASSERT_OK(allocate(&r, b_, granule_ / 2)) << "B itself is covered";
-  EXPECT_EQ(r, p);
-  gate_.open();
-  SOMA_ASSERT_OK(somaFreeAsync(q, c_));
-  SOMA_ASSERT_OK(somaFreeAsync(r, b_));
-  SOMA_ASSERT_OK(somaDeviceSynchronize());
+  EXPECT_EQ(r, freed_);
+  open_gate_and_free({{q, c_}, {r, b_}});
 }
 
 // X freed on A is covered by B's clock; Y, right next to X, is freed on A later and is not.
@@ -228,28 +199,20 @@ TEST_F(S11_EventDependencies, CoveredFreeStaysUsableNextToALaterFreeOfTheSameStr
   ASSERT_NO_FATAL_FAILURE(make_growable_pool(policies{true, false, false}));
   void* x = nullptr;
   void* y = nullptr;
-  SOMA_ASSERT_OK(allocate(&x, a_));
-  SOMA_ASSERT_OK(allocate(&y, a_));
-  ASSERT_EQ(reinterpret_cast<std::uintptr_t>(y), reinterpret_cast<std::uintptr_t>(x) + granule_)
-      << "the test needs X and Y adjacent";
-  ASSERT_NO_FATAL_FAILURE(take_headroom());
+  ASSERT_NO_FATAL_FAILURE(allocate_adjacent_on_a(&x, &y));
   SOMA_ASSERT_OK(gate_.hold(a_));
   SOMA_ASSERT_OK(somaFreeAsync(x, a_));
-  unique_event x_freed;
-  SOMA_ASSERT_OK(somaEventRecord(x_freed, a_));
-  SOMA_ASSERT_OK(somaStreamWaitEvent(b_, x_freed, 0));
+  ASSERT_NO_FATAL_FAILURE(wait_for(b_, a_));                          // covers X's free
   SOMA_ASSERT_OK(launch_writer(a_, make_writer(y, granule_, 0xA1)));  // Y still in use on A
   SOMA_ASSERT_OK(somaFreeAsync(y, a_));
 
-  const std::uint64_t reserved_before = reserved();
   void* q = nullptr;
-  SOMA_ASSERT_OK(allocate(&q, b_));
-  EXPECT_EQ(q, x) << "B's clock covers X's free; merging X with the later free of Y (stamp of "
-                     "the later one) made X unusable and the pool grew";
-  EXPECT_EQ(reserved(), reserved_before);
-  gate_.open();
-  SOMA_ASSERT_OK(somaFreeAsync(q, b_));
-  SOMA_ASSERT_OK(somaDeviceSynchronize());
+  ASSERT_NO_FATAL_FAILURE(expect_served(&q, b_, x, /*reused=*/true,
+                                        "B's clock covers X's free; merging X with the later "
+                                        "free of Y (stamp of the later one) made X unusable "
+                                        "and the pool grew",
+                                        ""));
+  open_gate_and_free({{q, b_}});
 }
 
 class S11_Opportunistic : public reuse_fixture {};
@@ -259,11 +222,7 @@ TEST_F(S11_Opportunistic, CompletedFreeStaysUsableNextToAPendingFreeOfTheSameStr
   ASSERT_NO_FATAL_FAILURE(make_growable_pool(policies{false, true, false}));
   void* x = nullptr;
   void* y = nullptr;
-  SOMA_ASSERT_OK(allocate(&x, a_));
-  SOMA_ASSERT_OK(allocate(&y, a_));
-  ASSERT_EQ(reinterpret_cast<std::uintptr_t>(y), reinterpret_cast<std::uintptr_t>(x) + granule_)
-      << "the test needs X and Y adjacent";
-  ASSERT_NO_FATAL_FAILURE(take_headroom());
+  ASSERT_NO_FATAL_FAILURE(allocate_adjacent_on_a(&x, &y));
   stream_gate x_gate;
   SOMA_ASSERT_OK(x_gate.hold(a_));
   SOMA_ASSERT_OK(launch_writer(a_, make_writer(x, granule_, 0xA1)));
@@ -286,30 +245,21 @@ TEST_F(S11_Opportunistic, CompletedFreeStaysUsableNextToAPendingFreeOfTheSameStr
   x_gate.open();
   ASSERT_TRUE(x_free_ran.wait());
 
-  const std::uint64_t reserved_before = reserved();
   void* q = nullptr;
-  SOMA_ASSERT_OK(allocate(&q, b_));
-  EXPECT_EQ(q, x) << "X's free has completed; merging it with Y's pending free hid it";
-  EXPECT_EQ(reserved(), reserved_before);
-  gate_.open();
-  SOMA_ASSERT_OK(somaFreeAsync(q, b_));
-  SOMA_ASSERT_OK(somaFreeAsync(fresh, c_));
-  SOMA_ASSERT_OK(somaDeviceSynchronize());
+  ASSERT_NO_FATAL_FAILURE(
+      expect_served(&q, b_, x, /*reused=*/true,
+                    "X's free has completed; merging it with Y's pending free hid it", ""));
+  open_gate_and_free({{q, b_}, {fresh, c_}});
 }
 
 // Part of a block reused through a dependency: the rest stays pending for others.
 TEST_F(S11_EventDependencies, SplitRemainderKeepsTheFreeStamp) {
   ASSERT_NO_FATAL_FAILURE(make_growable_pool(policies{true, false, false}));
-  void* p = nullptr;
-  SOMA_ASSERT_OK(allocate(&p, a_));
-  // cuda committed more than p: without this B's half would come from that fresh memory
-  // before the pool looks at A's cached free.
-  ASSERT_NO_FATAL_FAILURE(take_headroom());
-  SOMA_ASSERT_OK(gate_.hold(a_));
-  SOMA_ASSERT_OK(somaFreeAsync(p, a_));
-  unique_event freed;
-  SOMA_ASSERT_OK(somaEventRecord(freed, a_));
-  SOMA_ASSERT_OK(somaStreamWaitEvent(b_, freed, 0));
+  // cuda committed more than the block: free_on_a takes that headroom, without which B's half
+  // would come from that fresh memory before the pool looks at A's cached free.
+  ASSERT_NO_FATAL_FAILURE(free_on_a(/*hold=*/true));
+  void* const p = freed_;
+  ASSERT_NO_FATAL_FAILURE(wait_for(b_, a_));
   void* half = nullptr;
   SOMA_ASSERT_OK(allocate(&half, b_, granule_ / 2));
   EXPECT_EQ(half, p);
@@ -321,10 +271,7 @@ TEST_F(S11_EventDependencies, SplitRemainderKeepsTheFreeStamp) {
                   reinterpret_cast<std::uintptr_t>(p) + granule_)
       << "C is not ordered after A: the remainder of A's block is not C's";
   expect_grew(reserved_before, "the only free memory is the remainder of A's pending free");
-  gate_.open();
-  SOMA_ASSERT_OK(somaFreeAsync(half, b_));
-  SOMA_ASSERT_OK(somaFreeAsync(other, c_));
-  SOMA_ASSERT_OK(somaDeviceSynchronize());
+  open_gate_and_free({{half, b_}, {other, c_}});
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Shared by the S11 reuse-policy tests (reuse_policies_test.cpp, reuse_rules_test.cpp): the
 // three flags, stream work that writes, probes and marks, and a fixture with streams A, B, C, a
-// gate and an explicit pool of a few granules that keeps freed memory.
+// gate and an explicit pool of a few granules that keeps freed memory, with the steps the tests
+// share (a written block freed on A, a stream made to wait for another, a request served by
+// reuse or by growth, a probe held back until A's free or run at once).
 //
 // Everything here runs on every backend. Pool memory is device memory on cuda, so nothing on
 // the host touches it: a writer is a somaMemsetAsync plus value writes, a probe copies the
@@ -22,9 +24,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "host_words.hpp"
 #include "soma_test_util.hpp"
@@ -230,8 +234,11 @@ class reuse_fixture : public capi_test {
     SOMA_ASSERT_OK(set_policies(*pool_, p));
   }
 
-  /// A pool with room to grow (kGrowableGranules); pair with take_headroom.
-  void make_growable_pool(policies p) { make_pool(kGrowableGranules, p); }
+  /// A pool with room to grow (kGrowableGranules); pair with take_headroom (free_on_a takes it).
+  void make_growable_pool(policies p) {
+    make_pool(kGrowableGranules, p);
+    growable_ = true;
+  }
 
   /// Allocates, on the default stream until TearDown, the memory the pool committed beyond what
   /// is in use. A backend that grows in steps larger than the request (cuda: 32 MiB) leaves
@@ -295,6 +302,124 @@ class reuse_fixture : public capi_test {
     return *probes_.back();
   }
 
+  /// The start of most tests: freed_, one granule allocated on A (in a growable pool the
+  /// headroom is taken right after it), then, with `hold`, A held behind the gate, and on A a
+  /// writer over freed_ (a_wrote()) and the free of freed_. With `hold` that free is pending.
+  void free_on_a(bool hold) {
+    SOMA_ASSERT_OK(allocate(&freed_, a_));
+    if (growable_) {
+      ASSERT_NO_FATAL_FAILURE(take_headroom());
+    }
+    if (hold) {
+      SOMA_ASSERT_OK(gate_.hold(a_));
+    }
+    a_wrote_ = &make_writer(freed_, granule_, 0xA1);
+    SOMA_ASSERT_OK(launch_writer(a_, *a_wrote_));
+    SOMA_ASSERT_OK(somaFreeAsync(freed_, a_));
+  }
+  /// The writer free_on_a enqueued on A before the free.
+  const writer& a_wrote() const { return *a_wrote_; }
+
+  /// Records an event on `from` now and makes `waiter` wait on it: waiter's clock covers all
+  /// that `from` enqueued so far. The event lives as long as the fixture.
+  void wait_for(somaStream_t waiter, somaStream_t from) {
+    unique_event& event = events_.emplace_back();
+    SOMA_ASSERT_OK(somaEventRecord(event, from));
+    SOMA_ASSERT_OK(somaStreamWaitEvent(waiter, event, 0));
+  }
+
+  /// Allocates one granule on `stream` into *q and asserts how it was served: by `freed`
+  /// without growth when `reused` (`why_reused`), else by memory the pool grew for, because
+  /// `why_grew`.
+  void expect_served(void** q, somaStream_t stream, const void* freed, bool reused,
+                     const char* why_reused, const char* why_grew) {
+    const std::uint64_t reserved_before = reserved();
+    SOMA_ASSERT_OK(allocate(q, stream));
+    if (reused) {
+      EXPECT_EQ(*q, freed) << why_reused;
+      EXPECT_EQ(reserved(), reserved_before) << why_reused;
+    } else {
+      EXPECT_NE(*q, freed) << why_grew;
+      expect_grew(reserved_before, why_grew);
+    }
+  }
+
+  /// Enqueues on `stream` a probe of one granule at `block` that then writes `fill`, asserts
+  /// that it is held back (`why`) until the gate opens, and that once `stream` is synchronized
+  /// it ran after A's writer (a_wrote()). `between`, if given, is the marker of a stream that
+  /// `stream` waits on and that waits on A: it must be held back as well.
+  void expect_probe_waits_for_a(somaStream_t stream, void* block, unsigned char fill,
+                                const char* why, const stream_flag* between = nullptr) {
+    probe& stream_probe = make_probe(block, granule_, fill);
+    SOMA_ASSERT_OK(launch_probe(stream, stream_probe));
+    expect_held_back(stream, stream_probe.ran, why);
+    if (between != nullptr) {
+      EXPECT_FALSE(between->is_set()) << "the stream between ran before A";
+    }
+    gate_.open();
+    SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+    EXPECT_TRUE(stream_probe.ran.is_set());
+    EXPECT_TRUE(stream_probe.saw(a_wrote())) << "the probe ran before A's work on the block";
+  }
+
+  /// free_on_a without the gate, then waits until A ran past the free (a marker enqueued on A
+  /// after it is set) without synchronizing or querying anything: the free has completed, and
+  /// nothing proved it to the pool.
+  void complete_free_on_a() {
+    ASSERT_NO_FATAL_FAILURE(free_on_a(/*hold=*/false));
+    const stream_flag& a_after_free = flags_.emplace_back();
+    SOMA_ASSERT_OK(launch_marker(a_, a_after_free));
+    ASSERT_TRUE(wait_completed(a_after_free)) << "A did not run";
+  }
+
+  /// Enqueues on `stream` a probe of one granule at `block` that then writes `fill`, asserts
+  /// that it runs (`why`: nothing it waits for is pending) and found A's writer's work done.
+  void expect_probe_runs_after_a(somaStream_t stream, void* block, unsigned char fill,
+                                 const char* why) {
+    probe& stream_probe = make_probe(block, granule_, fill);
+    SOMA_ASSERT_OK(launch_probe(stream, stream_probe));
+    expect_runs(stream, stream_probe.ran, why);
+    EXPECT_TRUE(stream_probe.saw(a_wrote()));
+  }
+
+  /// Enqueues a marker on A behind all A has, then destroys A (somaStreamDestroy); its queued
+  /// work still runs. Returns the marker.
+  const stream_flag& mark_and_destroy_a() {
+    const stream_flag& a_done = flags_.emplace_back();
+    SOMA_EXPECT_OK(launch_marker(a_, a_done));
+    a_.reset();
+    return a_done;
+  }
+
+  /// Asserts that a one-granule request on B is served by freed_ (`why` if it is not).
+  void expect_b_reuses_freed(const char* why) {
+    void* q = nullptr;
+    const somaError_t status = allocate(&q, b_);
+    SOMA_EXPECT_OK(status) << why;
+    EXPECT_EQ(q, freed_) << why;
+    if (status == somaSuccess) {
+      SOMA_ASSERT_OK(somaFreeAsync(q, b_));
+    }
+    SOMA_ASSERT_OK(somaStreamSynchronize(b_));
+  }
+
+  /// The end of many tests: opens the gate, frees each {pointer, stream} and synchronizes the
+  /// device.
+  void open_gate_and_free(std::initializer_list<std::pair<void*, somaStream_t>> frees) {
+    gate_.open();
+    for (const auto& [pointer, stream] : frees) SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
+    SOMA_ASSERT_OK(somaDeviceSynchronize());
+  }
+
+  /// Allocates two granules on A, *x then *y right after it, and takes the headroom.
+  void allocate_adjacent_on_a(void** x, void** y) {
+    SOMA_ASSERT_OK(allocate(x, a_));
+    SOMA_ASSERT_OK(allocate(y, a_));
+    ASSERT_EQ(reinterpret_cast<std::uintptr_t>(*y), reinterpret_cast<std::uintptr_t>(*x) + granule_)
+        << "the test needs X and Y adjacent";
+    ASSERT_NO_FATAL_FAILURE(take_headroom());
+  }
+
   /// Asserts that work enqueued on stream before `ran` is held back: `ran` is not set after
   /// kHeldBackWindow, and the stream reports NotReady.
   static void expect_held_back(somaStream_t stream, const stream_flag& ran, const char* why) {
@@ -316,11 +441,16 @@ class reuse_fixture : public capi_test {
   unique_stream b_;
   unique_stream c_;
   stream_gate gate_;
+  void* freed_ = nullptr;  // the block free_on_a freed on A
 
  private:
   void* sentinels_ = nullptr;  // kMaxWriters words of device memory, one per writer
   void* headroom_ = nullptr;   // what take_headroom allocated
   std::uint64_t headroom_bytes_ = 0;
+  bool growable_ = false;
+  const writer* a_wrote_ = nullptr;
+  std::deque<unique_event> events_;
+  std::deque<stream_flag> flags_;
   std::deque<std::unique_ptr<writer>> writers_;
   std::deque<std::unique_ptr<probe>> probes_;
 };

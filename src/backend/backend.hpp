@@ -183,9 +183,10 @@ class backend {
   virtual void discard_physical_part(std::uint64_t handle, std::size_t offset,
                                      std::size_t bytes) = 0;
   /// Maps a whole physical allocation at address (inside a reservation), readable and
-  /// writable by device.
-  virtual status map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
-                     int device) = 0;
+  /// writable by device: map_part from offset 0, which every platform accepts.
+  status map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle, int device) {
+    return map_part(address, bytes, handle, 0, device);
+  }
   /// Maps [offset, offset + bytes) of a physical allocation at address, readable and writable
   /// by device. Requires: offset and bytes granule aligned and inside the allocation; offset 0
   /// unless properties().maps_at_offset (else not_supported). One

@@ -12,100 +12,64 @@
 
 using namespace soma::capi;  // NOLINT(google-build-using-namespace): the C API's helpers
 
+namespace {
+
+// One row per code for somaGetErrorName and somaGetErrorString, so a new code cannot get one
+// and miss the other; the name is the enumerator's own spelling.
+struct error_description {
+  int code;
+  const char* name;
+  const char* text;
+};
+#define SOMA_ERROR(code, text) \
+  error_description { code, #code, text }
+constexpr error_description error_descriptions[] = {
+    SOMA_ERROR(somaSuccess, "no error"),
+    SOMA_ERROR(somaErrorInvalidValue, "invalid argument"),
+    SOMA_ERROR(somaErrorMemoryAllocation, "out of memory"),
+    SOMA_ERROR(somaErrorInitializationError, "initialization error"),
+    SOMA_ERROR(somaErrorInvalidDevice, "invalid device ordinal"),
+    SOMA_ERROR(somaErrorNoDevice, "no device available for the selected backend"),
+    SOMA_ERROR(somaErrorOperatingSystem, "an operating system call failed"),
+    SOMA_ERROR(somaErrorInvalidResourceHandle, "invalid resource handle"),
+    SOMA_ERROR(somaErrorIllegalState, "the operation is not allowed in the object's current state"),
+    SOMA_ERROR(somaErrorNotReady, "device not ready"),
+    SOMA_ERROR(somaErrorIllegalAddress, "an illegal memory access was encountered"),
+    SOMA_ERROR(somaErrorLaunchFailure, "asynchronous work failed"),
+    SOMA_ERROR(somaErrorNotPermitted, "operation not permitted"),
+    SOMA_ERROR(somaErrorNotSupported, "operation not supported"),
+    SOMA_ERROR(somaErrorStreamCaptureUnsupported,
+               "operation not permitted when stream is capturing"),
+    SOMA_ERROR(somaErrorStreamCaptureInvalidated,
+               "operation failed due to a previous error during capture"),
+    SOMA_ERROR(somaErrorStreamCaptureUnmatched, "capture was not initiated in this stream"),
+    SOMA_ERROR(somaErrorStreamCaptureUnjoined, "capturing stream has unjoined work"),
+    SOMA_ERROR(somaErrorUnknown, "unknown error"),
+    SOMA_ERROR(somaErrorAddressSpaceExhausted, "address space reservation failed"),
+};
+#undef SOMA_ERROR
+
+const error_description* describe(somaError_t error) {
+  for (const error_description& known : error_descriptions) {
+    if (known.code == raw_value(error)) return &known;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 extern "C" {
 
 // ---- errors --------------------------------------------------------------------------------
 
 const char* somaGetErrorName(somaError_t error) {
-  switch (raw_value(error)) {
-    case somaSuccess:
-      return "somaSuccess";
-    case somaErrorInvalidValue:
-      return "somaErrorInvalidValue";
-    case somaErrorMemoryAllocation:
-      return "somaErrorMemoryAllocation";
-    case somaErrorInitializationError:
-      return "somaErrorInitializationError";
-    case somaErrorInvalidDevice:
-      return "somaErrorInvalidDevice";
-    case somaErrorNoDevice:
-      return "somaErrorNoDevice";
-    case somaErrorOperatingSystem:
-      return "somaErrorOperatingSystem";
-    case somaErrorInvalidResourceHandle:
-      return "somaErrorInvalidResourceHandle";
-    case somaErrorIllegalState:
-      return "somaErrorIllegalState";
-    case somaErrorNotReady:
-      return "somaErrorNotReady";
-    case somaErrorIllegalAddress:
-      return "somaErrorIllegalAddress";
-    case somaErrorLaunchFailure:
-      return "somaErrorLaunchFailure";
-    case somaErrorNotPermitted:
-      return "somaErrorNotPermitted";
-    case somaErrorNotSupported:
-      return "somaErrorNotSupported";
-    case somaErrorStreamCaptureUnsupported:
-      return "somaErrorStreamCaptureUnsupported";
-    case somaErrorStreamCaptureInvalidated:
-      return "somaErrorStreamCaptureInvalidated";
-    case somaErrorStreamCaptureUnmatched:
-      return "somaErrorStreamCaptureUnmatched";
-    case somaErrorStreamCaptureUnjoined:
-      return "somaErrorStreamCaptureUnjoined";
-    case somaErrorUnknown:
-      return "somaErrorUnknown";
-    case somaErrorAddressSpaceExhausted:
-      return "somaErrorAddressSpaceExhausted";
-  }
-  return "unrecognized error code";
+  const error_description* known = describe(error);
+  return known != nullptr ? known->name : "unrecognized error code";
 }
 
 const char* somaGetErrorString(somaError_t error) {
-  switch (raw_value(error)) {
-    case somaSuccess:
-      return "no error";
-    case somaErrorInvalidValue:
-      return "invalid argument";
-    case somaErrorMemoryAllocation:
-      return "out of memory";
-    case somaErrorInitializationError:
-      return "initialization error";
-    case somaErrorInvalidDevice:
-      return "invalid device ordinal";
-    case somaErrorNoDevice:
-      return "no device available for the selected backend";
-    case somaErrorOperatingSystem:
-      return "an operating system call failed";
-    case somaErrorInvalidResourceHandle:
-      return "invalid resource handle";
-    case somaErrorIllegalState:
-      return "the operation is not allowed in the object's current state";
-    case somaErrorNotReady:
-      return "device not ready";
-    case somaErrorIllegalAddress:
-      return "an illegal memory access was encountered";
-    case somaErrorLaunchFailure:
-      return "asynchronous work failed";
-    case somaErrorNotPermitted:
-      return "operation not permitted";
-    case somaErrorNotSupported:
-      return "operation not supported";
-    case somaErrorStreamCaptureUnsupported:
-      return "operation not permitted when stream is capturing";
-    case somaErrorStreamCaptureInvalidated:
-      return "operation failed due to a previous error during capture";
-    case somaErrorStreamCaptureUnmatched:
-      return "capture was not initiated in this stream";
-    case somaErrorStreamCaptureUnjoined:
-      return "capturing stream has unjoined work";
-    case somaErrorUnknown:
-      return "unknown error";
-    case somaErrorAddressSpaceExhausted:
-      return "address space reservation failed";
-  }
-  return "unrecognized error code";
+  const error_description* known = describe(error);
+  return known != nullptr ? known->text : "unrecognized error code";
 }
 
 const char* somaGetLastErrorMessage(void) { return soma::detail::last_error_message().c_str(); }

@@ -38,6 +38,30 @@ status add_node(runtime& rt, const char* call, somaGraphNode_t* out, somaGraph_t
   return status::success();
 }
 
+// somaGraphAddEventRecordNode and somaGraphAddEventWaitNode, which differ in the node's kind.
+somaError_t add_event_node(const char* call, node_kind kind, somaGraphNode_t* node,
+                           somaGraph_t graph, const somaGraphNode_t* dependencies,
+                           size_t dependency_count, somaEvent_t event) {
+  return with_runtime([&](runtime& rt) -> status {
+    return add_node(rt, call, node, graph, dependencies, dependency_count,
+                    [&](graph_service& graphs, graph_model& g, std::span<graph_node* const> after) {
+                      return graphs.builder().event(g, after, kind, handle_of(event), call);
+                    });
+  });
+}
+
+// The node behind a handle, if it is a live node of `kind` (called `kind_name` in the message).
+result<graph_node*> node_of_kind(runtime& rt, somaGraphNode_t node, node_kind kind,
+                                 const char* kind_name, const char* call) {
+  result<graph_node*> n = graph_service::of(rt).resolve_node(node);
+  if (!n.ok()) return n.take_error();
+  if (n.value()->kind != kind) {
+    return status(error_code::invalid_value,
+                  std::string(call) + ": " + n.value()->name() + " is no " + kind_name + " node");
+  }
+  return n;
+}
+
 status check_memset(const char* call, const somaMemsetParams* p) {
   if (p == nullptr) return null_argument(call, "memsetParams");
   if (p->elementSize != 1 || p->height != 1) {
@@ -198,27 +222,15 @@ somaError_t somaGraphAddHostNodeWithAccess(somaGraphNode_t* node, somaGraph_t gr
 somaError_t somaGraphAddEventRecordNode(somaGraphNode_t* node, somaGraph_t graph,
                                         const somaGraphNode_t* dependencies, size_t numDependencies,
                                         somaEvent_t event) {
-  const char* call = "somaGraphAddEventRecordNode";
-  return with_runtime([&](runtime& rt) -> status {
-    return add_node(rt, call, node, graph, dependencies, numDependencies,
-                    [&](graph_service& graphs, graph_model& g, std::span<graph_node* const> after) {
-                      return graphs.builder().event(g, after, node_kind::event_record,
-                                                    handle_of(event), call);
-                    });
-  });
+  return add_event_node("somaGraphAddEventRecordNode", node_kind::event_record, node, graph,
+                        dependencies, numDependencies, event);
 }
 
 somaError_t somaGraphAddEventWaitNode(somaGraphNode_t* node, somaGraph_t graph,
                                       const somaGraphNode_t* dependencies, size_t numDependencies,
                                       somaEvent_t event) {
-  const char* call = "somaGraphAddEventWaitNode";
-  return with_runtime([&](runtime& rt) -> status {
-    return add_node(rt, call, node, graph, dependencies, numDependencies,
-                    [&](graph_service& graphs, graph_model& g, std::span<graph_node* const> after) {
-                      return graphs.builder().event(g, after, node_kind::event_wait,
-                                                    handle_of(event), call);
-                    });
-  });
+  return add_event_node("somaGraphAddEventWaitNode", node_kind::event_wait, node, graph,
+                        dependencies, numDependencies, event);
 }
 
 somaError_t somaGraphAddEmptyNode(somaGraphNode_t* node, somaGraph_t graph,
@@ -260,11 +272,8 @@ somaError_t somaGraphMemAllocNodeGetParams(somaGraphNode_t node,
   const char* call = "somaGraphMemAllocNodeGetParams";
   return with_runtime([&](runtime& rt) -> status {
     if (paramsOut == nullptr) return null_argument(call, "paramsOut");
-    result<soma::detail::graph::node*> n = graph_service::of(rt).resolve_node(node);
+    result<graph_node*> n = node_of_kind(rt, node, node_kind::mem_alloc, "alloc", call);
     if (!n.ok()) return n.take_error();
-    if (n.value()->kind != node_kind::mem_alloc)
-      return status(error_code::invalid_value,
-                    std::string(call) + ": " + n.value()->name() + " is no alloc node");
     const auto& a = *n.value()->allocation;
     // The access list lives in the node, as CUDA's lives in the graph.
     auto& descs = n.value()->access_descs;
@@ -291,11 +300,8 @@ somaError_t somaGraphMemFreeNodeGetParams(somaGraphNode_t node, void** dptrOut) 
   const char* call = "somaGraphMemFreeNodeGetParams";
   return with_runtime([&](runtime& rt) -> status {
     if (dptrOut == nullptr) return null_argument(call, "dptrOut");
-    result<soma::detail::graph::node*> n = graph_service::of(rt).resolve_node(node);
+    result<graph_node*> n = node_of_kind(rt, node, node_kind::mem_free, "free", call);
     if (!n.ok()) return n.take_error();
-    if (n.value()->kind != node_kind::mem_free)
-      return status(error_code::invalid_value,
-                    std::string(call) + ": " + n.value()->name() + " is no free node");
     *dptrOut = reinterpret_cast<void*>(n.value()->allocation->address);
     return status::success();
   });

@@ -1,8 +1,26 @@
 #include "graph/graph_service.hpp"
 
+#include <string>
+#include <unordered_set>
+
 #include "graph/stream_capture.hpp"
 
 namespace soma::detail::graph {
+namespace {
+
+// The object behind a handle the C API was given, if it is in `live`; else invalid_value
+// naming the handle: "<kind> 0x... <why_not>".
+template <typename T>
+result<T*> find_live(const std::unordered_set<const T*>& live, const void* handle, const char* kind,
+                     const char* why_not) {
+  auto found = live.find(static_cast<const T*>(handle));
+  if (found != live.end()) return const_cast<T*>(*found);
+  return status(error_code::invalid_value,
+                std::string(kind) + " " + format_address(reinterpret_cast<std::uintptr_t>(handle)) +
+                    " " + why_not);
+}
+
+}  // namespace
 
 graph_service& graph_service::of(runtime& rt) {
   // Made once, never destroyed: executables and graph allocations may outlive any owner.
@@ -38,25 +56,14 @@ status graph_service::destroy_graph(graph_model* g) {
 
 result<graph_model*> graph_service::resolve(const void* graph) const {
   std::lock_guard lock(mutex_);
-  auto found = graphs_.find(static_cast<const graph_model*>(graph));
-  if (found == graphs_.end()) {
-    return status(error_code::invalid_value,
-                  "graph " + format_address(reinterpret_cast<std::uintptr_t>(graph)) +
-                      " is not a live graph (destroyed, NULL, or never made by somaGraphCreate or "
-                      "somaStreamEndCapture)");
-  }
-  return const_cast<graph_model*>(*found);
+  return find_live(graphs_, graph, "graph",
+                   "is not a live graph (destroyed, NULL, or never made by somaGraphCreate or "
+                   "somaStreamEndCapture)");
 }
 
 result<node*> graph_service::resolve_node(const void* n) const {
   std::lock_guard lock(mutex_);
-  auto found = nodes_.find(static_cast<const node*>(n));
-  if (found == nodes_.end()) {
-    return status(error_code::invalid_value,
-                  "node " + format_address(reinterpret_cast<std::uintptr_t>(n)) +
-                      " is not a node of a live graph");
-  }
-  return const_cast<node*>(*found);
+  return find_live(nodes_, n, "node", "is not a node of a live graph");
 }
 
 result<node*> graph_service::track(result<node*> added) {
@@ -184,13 +191,8 @@ status graph_service::destroy_exec(executable* e) {
 
 result<executable*> graph_service::resolve_exec(const void* e) const {
   std::lock_guard lock(mutex_);
-  auto found = execs_.find(static_cast<const executable*>(e));
-  if (found == execs_.end()) {
-    return status(error_code::invalid_value,
-                  "executable graph " + format_address(reinterpret_cast<std::uintptr_t>(e)) +
-                      " is not live (destroyed, NULL, or never made by somaGraphInstantiate)");
-  }
-  return const_cast<executable*>(*found);
+  return find_live(execs_, e, "executable graph",
+                   "is not live (destroyed, NULL, or never made by somaGraphInstantiate)");
 }
 
 }  // namespace soma::detail::graph

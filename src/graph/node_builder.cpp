@@ -66,36 +66,37 @@ result<node*> node_builder::add_touching(graph_model& g, dependencies after, nod
   return g.add(std::move(n), after, call);
 }
 
-result<node*> node_builder::memset(graph_model& g, dependencies after, void* destination, int value,
-                                   std::size_t bytes, const char* call) {
+result<node> node_builder::writing(const graph_model& g, node_kind kind, void* destination,
+                                   std::size_t bytes, const char* call) const {
   result<touched_range> t = touch(g, destination, bytes, backend::access_flags::read_write,
                                   std::string(call) + " destination");
   if (!t.ok()) return t.take_error();
   node n;
-  n.kind = node_kind::memset;
+  n.kind = kind;
   n.destination = destination;
-  n.value = value;
   n.bytes = bytes;
   n.touches.push_back(std::move(t.value()));
-  return add_touching(g, after, std::move(n), call);
+  return n;
+}
+
+result<node*> node_builder::memset(graph_model& g, dependencies after, void* destination, int value,
+                                   std::size_t bytes, const char* call) {
+  result<node> n = writing(g, node_kind::memset, destination, bytes, call);
+  if (!n.ok()) return n.take_error();
+  n.value().value = value;
+  return add_touching(g, after, std::move(n.value()), call);
 }
 
 result<node*> node_builder::memcpy(graph_model& g, dependencies after, void* destination,
                                    const void* source, std::size_t bytes, const char* call) {
-  result<touched_range> to = touch(g, destination, bytes, backend::access_flags::read_write,
-                                   std::string(call) + " destination");
-  if (!to.ok()) return to.take_error();
+  result<node> n = writing(g, node_kind::memcpy, destination, bytes, call);
+  if (!n.ok()) return n.take_error();
   result<touched_range> from =
       touch(g, source, bytes, backend::access_flags::read, std::string(call) + " source");
   if (!from.ok()) return from.take_error();
-  node n;
-  n.kind = node_kind::memcpy;
-  n.destination = destination;
-  n.source = source;
-  n.bytes = bytes;
-  n.touches.push_back(std::move(to.value()));
-  n.touches.push_back(std::move(from.value()));
-  return add_touching(g, after, std::move(n), call);
+  n.value().source = source;
+  n.value().touches.push_back(std::move(from.value()));
+  return add_touching(g, after, std::move(n.value()), call);
 }
 
 result<node*> node_builder::host(graph_model& g, dependencies after, void (*function)(void*),

@@ -39,6 +39,10 @@ class node_builder {
   /// accepts for a stream of the graph's device.
   result<touched_range> touch(const graph_model& g, const void* pointer, std::size_t bytes,
                               backend::access_flags needed, const std::string& what) const;
+  /// A memset or memcpy node of kind writing bytes at destination, the destination checked
+  /// as touch does (read-write).
+  result<node> writing(const graph_model& g, node_kind kind, void* destination, std::size_t bytes,
+                       const char* call) const;
   result<node*> add_touching(graph_model& g, dependencies after, node n, const char* call);
 
   runtime& runtime_;

@@ -96,51 +96,17 @@ inline somaError_t add_copy(somaGraph_t graph, const node_list& after, void* des
                                   bytes, somaMemcpyDefault);
 }
 
-// ---- RAII (destroy errors are ignored: the test asserts what it needs) --------------------
+// ---- RAII handles (unique_handle.hpp) ------------------------------------------------------
 
-class unique_graph {
+class unique_graph : public unique_handle<somaGraph_t, somaGraphDestroy> {
  public:
-  unique_graph() {
-    const somaError_t status = somaGraphCreate(&graph_, 0);
-    EXPECT_EQ(status, somaSuccess) << "somaGraphCreate: " << last_message();
-  }
+  unique_graph() { expect_created(somaGraphCreate(out(), 0), "somaGraphCreate"); }
   /// Takes ownership of a graph made elsewhere (somaStreamEndCapture).
-  explicit unique_graph(somaGraph_t graph) : graph_(graph) {}
-  ~unique_graph() { reset(); }
-  unique_graph(const unique_graph&) = delete;
-  unique_graph& operator=(const unique_graph&) = delete;
-  somaGraph_t get() const { return graph_; }
-  operator somaGraph_t() const { return graph_; }  // NOLINT(google-explicit-constructor)
-  somaGraph_t release() { return std::exchange(graph_, nullptr); }
-  void reset() {
-    if (graph_ != nullptr) (void)somaGraphDestroy(std::exchange(graph_, nullptr));
-  }
-
- private:
-  somaGraph_t graph_ = nullptr;
+  explicit unique_graph(somaGraph_t graph) : unique_handle(graph) {}
 };
 
-class unique_graph_exec {
- public:
-  unique_graph_exec() = default;
-  ~unique_graph_exec() { reset(); }
-  unique_graph_exec(const unique_graph_exec&) = delete;
-  unique_graph_exec& operator=(const unique_graph_exec&) = delete;
-  somaGraphExec_t get() const { return exec_; }
-  operator somaGraphExec_t() const { return exec_; }  // NOLINT(google-explicit-constructor)
-  /// For somaGraphInstantiate; destroys what it held first.
-  somaGraphExec_t* out() {
-    reset();
-    return &exec_;
-  }
-  somaGraphExec_t release() { return std::exchange(exec_, nullptr); }
-  void reset() {
-    if (exec_ != nullptr) (void)somaGraphExecDestroy(std::exchange(exec_, nullptr));
-  }
-
- private:
-  somaGraphExec_t exec_ = nullptr;
-};
+/// Empty until somaGraphInstantiate fills out().
+using unique_graph_exec = unique_handle<somaGraphExec_t, somaGraphExecDestroy>;
 
 /// Fixture of the S15 tests: every device idle and the graph pool of device 0 trimmed, with
 /// its high watermarks reset, before and after each test, so figures start at 0 even when

@@ -27,6 +27,7 @@
 #include "host_task.hpp"
 #include "host_words.hpp"
 #include "pool_attributes.hpp"
+#include "unique_handle.hpp"
 
 /// gtest prints somaError_t values by name (ADL finds this in the global namespace).
 inline void PrintTo(somaError_t error, std::ostream* out) {
@@ -206,69 +207,30 @@ inline somaError_t synchronize_device(int device) {
   return status != somaSuccess ? status : restore;
 }
 
-// ---- RAII handles (destroy errors are ignored: the test asserts what it needs) -----------
+// ---- RAII handles (unique_handle.hpp), each made by its create call --------------------
 
-class unique_stream {
+/// Expects a create call to have succeeded, naming it and the last message if not.
+inline void expect_created(somaError_t status, const char* call) {
+  EXPECT_EQ(status, somaSuccess) << call << ": " << last_message();
+}
+
+class unique_stream : public unique_handle<somaStream_t, somaStreamDestroy> {
  public:
-  unique_stream() {
-    const somaError_t status = somaStreamCreate(&stream_);
-    EXPECT_EQ(status, somaSuccess) << "somaStreamCreate: " << last_message();
-  }
-  ~unique_stream() { reset(); }
-  unique_stream(const unique_stream&) = delete;
-  unique_stream& operator=(const unique_stream&) = delete;
-  somaStream_t get() const { return stream_; }
-  operator somaStream_t() const { return stream_; }  // NOLINT(google-explicit-constructor)
-  /// Gives up ownership (the test destroys it itself).
-  somaStream_t release() { return std::exchange(stream_, nullptr); }
-  void reset() {
-    if (stream_ != nullptr) (void)somaStreamDestroy(std::exchange(stream_, nullptr));
-  }
-
- private:
-  somaStream_t stream_ = nullptr;
+  unique_stream() { expect_created(somaStreamCreate(out()), "somaStreamCreate"); }
 };
 
-class unique_event {
+class unique_event : public unique_handle<somaEvent_t, somaEventDestroy> {
  public:
-  unique_event() {
-    const somaError_t status = somaEventCreate(&event_);
-    EXPECT_EQ(status, somaSuccess) << "somaEventCreate: " << last_message();
-  }
-  ~unique_event() { reset(); }
-  unique_event(const unique_event&) = delete;
-  unique_event& operator=(const unique_event&) = delete;
-  somaEvent_t get() const { return event_; }
-  operator somaEvent_t() const { return event_; }  // NOLINT(google-explicit-constructor)
-  somaEvent_t release() { return std::exchange(event_, nullptr); }
-  void reset() {
-    if (event_ != nullptr) (void)somaEventDestroy(std::exchange(event_, nullptr));
-  }
-
- private:
-  somaEvent_t event_ = nullptr;
+  unique_event() { expect_created(somaEventCreate(out()), "somaEventCreate"); }
 };
 
-class unique_pool {
+class unique_pool : public unique_handle<somaMemPool_t, somaMemPoolDestroy> {
  public:
   explicit unique_pool(const somaMemPoolProps& props) {
-    const somaError_t status = somaMemPoolCreate(&pool_, &props);
-    EXPECT_EQ(status, somaSuccess) << "somaMemPoolCreate: " << last_message();
+    expect_created(somaMemPoolCreate(out(), &props), "somaMemPoolCreate");
   }
   explicit unique_pool(int device, std::size_t max_size_bytes = 0)
       : unique_pool(pool_props(device, max_size_bytes)) {}
-  ~unique_pool() { reset(); }
-  unique_pool(const unique_pool&) = delete;
-  unique_pool& operator=(const unique_pool&) = delete;
-  somaMemPool_t get() const { return pool_; }
-  operator somaMemPool_t() const { return pool_; }  // NOLINT(google-explicit-constructor)
-  somaMemPool_t release() { return std::exchange(pool_, nullptr); }
-  void reset() {
-    if (pool_ != nullptr) (void)somaMemPoolDestroy(std::exchange(pool_, nullptr));
-  }
-
- private:
-  somaMemPool_t pool_ = nullptr;
 };
 
 // ---- behaviour checks -------------------------------------------------------------------

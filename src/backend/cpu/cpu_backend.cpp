@@ -179,11 +179,6 @@ void cpu_backend::discard_physical_part(std::uint64_t handle, std::size_t offset
   }
 }
 
-status cpu_backend::map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
-                        int device) {
-  return map_part(address, bytes, handle, 0, device);
-}
-
 status cpu_backend::map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
                              std::size_t offset, int device) {
   void* mapped = mmap(reinterpret_cast<void*>(address), bytes, PROT_READ | PROT_WRITE,

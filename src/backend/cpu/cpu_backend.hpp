@@ -40,7 +40,6 @@ class cpu_backend final : public backend {
   void release_physical(std::uint64_t handle) override;
   bool can_discard_physical_part() const override { return true; }
   void discard_physical_part(std::uint64_t handle, std::size_t offset, std::size_t bytes) override;
-  status map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle, int device) override;
   status map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
                   std::size_t offset, int device) override;
   void unmap(std::uintptr_t address, std::size_t bytes) override;

@@ -60,7 +60,6 @@ class cuda_backend final : public backend {
   /// cuMemCreate allocations go back whole only.
   bool can_discard_physical_part() const override { return false; }
   void discard_physical_part(std::uint64_t, std::size_t, std::size_t) override {}
-  status map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle, int device) override;
   status map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
                   std::size_t offset, int device) override;
   void unmap(std::uintptr_t address, std::size_t bytes) override;
@@ -116,6 +115,8 @@ class cuda_backend final : public backend {
   cuda_backend(const driver_api& driver, std::vector<std::unique_ptr<device_state>> devices);
   status check_device(int device) const;
   reservation* find_reservation(std::uintptr_t address, std::size_t bytes);
+  /// find_reservation, or invalid_value naming the range when no reservation holds it.
+  result<reservation*> reservation_of(std::uintptr_t address, std::size_t bytes);
   result<completion_tracker*> take_tracker(int device);
   std::string explain_out_of_memory(int device, std::size_t bytes, CUresult created) const;
 

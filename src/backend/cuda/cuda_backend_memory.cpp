@@ -45,6 +45,14 @@ cuda_backend::reservation* cuda_backend::find_reservation(std::uintptr_t address
   return it->second.get();
 }
 
+result<cuda_backend::reservation*> cuda_backend::reservation_of(std::uintptr_t address,
+                                                                std::size_t bytes) {
+  if (reservation* r = find_reservation(address, bytes)) return r;
+  return status(
+      error_code::invalid_value,
+      range_text(address, bytes) + " is not inside an address range this backend reserved");
+}
+
 result<std::uintptr_t> cuda_backend::reserve_address(int device, std::size_t bytes) {
   if (status checked = check_device(device); !checked.ok()) return checked;
   const std::size_t granularity =
@@ -158,11 +166,6 @@ void cuda_backend::release_physical(std::uint64_t handle) {
   }
 }
 
-status cuda_backend::map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
-                         int device) {
-  return map_part(address, bytes, handle, 0, device);
-}
-
 status cuda_backend::map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
                               std::size_t offset, int device) {
   if (offset != 0) {
@@ -171,12 +174,9 @@ status cuda_backend::map_part(std::uintptr_t address, std::size_t bytes, std::ui
                       std::to_string(offset) + " asked)");
   }
   if (status checked = check_device(device); !checked.ok()) return checked;
-  reservation* r = find_reservation(address, bytes);
-  if (r == nullptr) {
-    return status(
-        error_code::invalid_value,
-        range_text(address, bytes) + " is not inside an address range this backend reserved");
-  }
+  result<reservation*> found = reservation_of(address, bytes);
+  if (!found.ok()) return found.take_error();
+  reservation* r = found.value();
   std::lock_guard lock(r->mutex);
   context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
   if (!scope.entered().ok()) return scope.entered();
@@ -216,12 +216,9 @@ void cuda_backend::unmap(std::uintptr_t address, std::size_t bytes) {
 status cuda_backend::set_access(std::uintptr_t address, std::size_t bytes, int device,
                                 access_flags flags) {
   if (status checked = check_device(device); !checked.ok()) return checked;
-  reservation* r = find_reservation(address, bytes);
-  if (r == nullptr) {
-    return status(
-        error_code::invalid_value,
-        range_text(address, bytes) + " is not inside an address range this backend reserved");
-  }
+  result<reservation*> found = reservation_of(address, bytes);
+  if (!found.ok()) return found.take_error();
+  reservation* r = found.value();
   std::lock_guard lock(r->mutex);
   if (device == r->device) {
     if (flags == access_flags::read_write) return status::success();

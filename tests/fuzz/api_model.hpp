@@ -20,6 +20,7 @@
 #include "byte_runs.hpp"
 #include "fuzz_check.hpp"
 #include "fuzz_config.hpp"
+#include "pool_stats.hpp"
 
 namespace soma_fuzz {
 
@@ -47,29 +48,8 @@ inline void order_after(somaEvent_t ordering, const stream_ref& waiter, const st
 
 // ---- statistics (S10) -----------------------------------------------------------------------
 
-struct pool_stats {
-  std::uint64_t reserved_current = 0;
-  std::uint64_t reserved_high = 0;
-  std::uint64_t used_current = 0;
-  std::uint64_t used_high = 0;
-
-  bool operator==(const pool_stats&) const = default;
-};
-
-/// Reads the four statistics, current before high so that, without resets, high >= current
-/// holds even while other threads allocate. Returns the first failing status.
-inline somaError_t try_read_pool_stats(somaMemPool_t pool, pool_stats* stats) {
-  const std::pair<somaMemPoolAttr, std::uint64_t*> reads[] = {
-      {somaMemPoolAttrUsedMemCurrent, &stats->used_current},
-      {somaMemPoolAttrReservedMemCurrent, &stats->reserved_current},
-      {somaMemPoolAttrUsedMemHigh, &stats->used_high},
-      {somaMemPoolAttrReservedMemHigh, &stats->reserved_high}};
-  for (const auto& [attr, value] : reads) {
-    const somaError_t status = somaMemPoolGetAttribute(pool, attr, value);
-    if (status != somaSuccess) return status;
-  }
-  return somaSuccess;
-}
+using soma_test::pool_stats;
+using soma_test::try_read_pool_stats;
 
 inline pool_stats read_pool_stats(somaMemPool_t pool) {
   pool_stats stats;

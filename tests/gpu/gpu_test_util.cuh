@@ -33,33 +33,16 @@
 #include <utility>
 
 #include "pool_attributes.hpp"
+#include "soma_status.hpp"
 
-// ---- status assertions -------------------------------------------------------------------
-
-/// gtest prints somaError_t values by name.
-inline void PrintTo(somaError_t error, std::ostream* out) {
-  const char* name = somaGetErrorName(error);
-  *out << (name != nullptr ? name : "(null name)") << " (" << static_cast<int>(error) << ")";
-}
+// ---- status assertions (SOMA_ASSERT_OK, SOMA_EXPECT_OK: soma_status.hpp) --------------------
 
 namespace soma_gpu_test {
 
-inline constexpr std::size_t KiB = std::size_t{1} << 10;
-inline constexpr std::size_t MiB = std::size_t{1} << 20;
+using soma_test::KiB;
+using soma_test::last_message;
+using soma_test::MiB;
 inline constexpr std::size_t GiB = std::size_t{1} << 30;
-
-inline std::string last_message() {
-  const char* message = somaGetLastErrorMessage();
-  return message != nullptr ? std::string(message) : std::string("(null message)");
-}
-
-inline ::testing::AssertionResult is_soma_success(const char* expression, somaError_t status) {
-  if (status == somaSuccess) return ::testing::AssertionSuccess();
-  const char* name = somaGetErrorName(status);
-  return ::testing::AssertionFailure()
-         << expression << " returned " << (name != nullptr ? name : "(null name)") << " ("
-         << static_cast<int>(status) << ")\n  message: " << last_message();
-}
 
 inline ::testing::AssertionResult is_cuda_success(const char* expression, cudaError_t status) {
   if (status == cudaSuccess) return ::testing::AssertionSuccess();
@@ -69,8 +52,6 @@ inline ::testing::AssertionResult is_cuda_success(const char* expression, cudaEr
 
 }  // namespace soma_gpu_test
 
-#define SOMA_ASSERT_OK(expr) ASSERT_PRED_FORMAT1(::soma_gpu_test::is_soma_success, expr)
-#define SOMA_EXPECT_OK(expr) EXPECT_PRED_FORMAT1(::soma_gpu_test::is_soma_success, expr)
 #define CUDA_ASSERT_OK(expr) ASSERT_PRED_FORMAT1(::soma_gpu_test::is_cuda_success, expr)
 #define CUDA_EXPECT_OK(expr) EXPECT_PRED_FORMAT1(::soma_gpu_test::is_cuda_success, expr)
 /// After a kernel launch: the launch itself was accepted.

@@ -10,15 +10,9 @@
 #include <cstdint>
 #include <ostream>
 
-namespace soma_test {
+#include "pool_stats.hpp"
 
-struct pool_stats {
-  std::uint64_t reserved_current = 0;
-  std::uint64_t reserved_high = 0;
-  std::uint64_t used_current = 0;
-  std::uint64_t used_high = 0;
-  bool operator==(const pool_stats&) const = default;
-};
+namespace soma_test {
 
 inline void PrintTo(const pool_stats& stats, std::ostream* out) {
   *out << "{reserved " << stats.reserved_current << " (high " << stats.reserved_high << "), used "
@@ -51,10 +45,8 @@ inline somaError_t set_pool_int(somaMemPool_t pool, somaMemPoolAttr attr, int va
 
 inline pool_stats read_pool_stats(somaMemPool_t pool) {
   pool_stats stats;
-  stats.reserved_current = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
-  stats.reserved_high = pool_u64(pool, somaMemPoolAttrReservedMemHigh);
-  stats.used_current = pool_u64(pool, somaMemPoolAttrUsedMemCurrent);
-  stats.used_high = pool_u64(pool, somaMemPoolAttrUsedMemHigh);
+  const somaError_t status = try_read_pool_stats(pool, &stats);
+  EXPECT_EQ(status, somaSuccess) << "reading the statistics: " << somaGetLastErrorMessage();
   return stats;
 }
 

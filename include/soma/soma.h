@@ -356,6 +356,68 @@ SOMA_API somaError_t somaMemPoolGetAccess(somaMemAccessFlags* flags, somaMemPool
 /** soma's own: gives the pool a name used in messages ("pool 'tenant-a' on device 0"). */
 SOMA_API somaError_t somaMemPoolSetName(somaMemPool_t memPool, const char* name);
 
+/* ---- snapshots (soma's own: what a pool holds, for people to read) --------------------------- */
+
+/** A block's state in a snapshot. */
+typedef enum somaMemBlockState {
+  somaMemBlockLive = 0,        /**< handed to the application */
+  somaMemBlockFree = 1,        /**< free for every stream */
+  somaMemBlockFreePending = 2  /**< freed on a stream whose work up to `position` is not known
+                                    complete: that stream may reuse it at once, others per the
+                                    reuse policies or after a synchronize (S11) */
+} somaMemBlockState;
+
+/** One block of a pool's mapped memory. */
+typedef struct somaMemBlockInfo {
+  void* address;
+  size_t bytes;          /**< capacity, a multiple of 256 */
+  size_t requestedBytes; /**< live: what somaMallocAsync was asked for; else 0 */
+  somaMemBlockState state;
+  /** FreePending: 1 if `stream` names the stream the free waits for (NULL: the default stream
+   *  of the pool's device); 0 when that stream was destroyed: its queued work still runs, and
+   *  once it has, a device synchronize proves the free for every stream. */
+  int streamKnown;
+  somaStream_t stream;
+  unsigned long long position; /**< FreePending: that stream's position (operations enqueued) */
+} somaMemBlockInfo;
+
+/** An address range: a reservation of address space, or physical memory mapped into it. */
+typedef struct somaMemRange {
+  void* address;
+  size_t bytes;
+} somaMemRange;
+
+/** One pool at the moment of the snapshot. Exact when no other thread allocates or frees in the
+ *  pool meanwhile: then the live blocks' requestedBytes sum to usedBytes, and the blocks tile
+ *  the commits, whose sizes sum to reservedBytes. */
+typedef struct somaMemPoolSnapshot {
+  somaMemPool_t pool;
+  int device;
+  char name[64]; /**< somaMemPoolSetName's, truncated; "" for none */
+  unsigned long long reservedBytes, reservedHighBytes, usedBytes, usedHighBytes;
+  size_t reservationCount;
+  const somaMemRange* reservations; /**< address space, in address order */
+  size_t commitCount;
+  const somaMemRange* commits; /**< physical memory mapped, in address order */
+  size_t blockCount;
+  const somaMemBlockInfo* blocks; /**< in address order */
+} somaMemPoolSnapshot;
+
+/** Snapshots of one or more pools; every array is soma's until somaMemSnapshotFree. */
+typedef struct somaMemSnapshot {
+  size_t poolCount;
+  const somaMemPoolSnapshot* pools;
+  void* storage; /**< soma's */
+} somaMemSnapshot;
+
+/** soma's own: the state of memPool into *snapshot (one pool). */
+SOMA_API somaError_t somaMemPoolSnapshotTake(somaMemPool_t memPool, somaMemSnapshot* snapshot);
+/** soma's own: the state of every live pool of every device (default pools first, then the
+ *  others in creation order) into *snapshot. */
+SOMA_API somaError_t somaMemSnapshotTakeAll(somaMemSnapshot* snapshot);
+/** Frees what a Take call gave and zeroes *snapshot; a zeroed snapshot is a no-op. */
+SOMA_API somaError_t somaMemSnapshotFree(somaMemSnapshot* snapshot);
+
 /* ---- pointers (S14) -------------------------------------------------------------------------- */
 
 SOMA_API somaError_t somaPointerGetAttributes(somaPointerAttributes* attributes, const void* ptr);

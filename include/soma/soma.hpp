@@ -30,5 +30,6 @@
 #include <soma/cxx/pool.hpp>
 #include <soma/cxx/memory.hpp>
 #include <soma/cxx/graph.hpp>
+#include <soma/cxx/snapshot.hpp>
 
 #endif  // SOMA_SOMA_HPP

@@ -30,6 +30,11 @@ pool::~pool() {
   for (auto& segment : cache_segments_) delete segment.load(std::memory_order_relaxed);
 }
 
+std::string pool::name() const {
+  std::lock_guard lock(name_mutex_);
+  return name_;
+}
+
 std::string pool::describe() const {
   std::string text = "pool";
   {

@@ -17,6 +17,7 @@
 #include "core/call_census.hpp"
 #include "core/free_index.hpp"
 #include "core/memory_provider.hpp"
+#include "core/pool_snapshot.hpp"
 #include "core/stream_hooks.hpp"
 #include "core/status.hpp"
 #include "core/stream_cache.hpp"
@@ -152,9 +153,13 @@ class pool {
                                const std::function<status(const physical_piece&)>& visit) const;
 
   address_diagnosis diagnose(std::uintptr_t address) const;
+  /// Reservations, commits and every block with its state, and the statistics (see
+  /// pool_snapshot for how exact it is while other threads use the pool).
+  pool_snapshot snapshot() const;
   bool owns_address(std::uintptr_t address) const;
   const pool_config& config() const noexcept { return config_; }
   std::string describe() const;  ///< "pool 'name' on device 0"
+  std::string name() const;      ///< set_name's, or the config's; "" for none
   std::size_t granularity_bytes() const noexcept { return granularity_bytes_; }
 
  protected:
@@ -202,7 +207,8 @@ class pool {
 
   void release_locked(std::size_t keep_bytes);
   /// With SOMA_EXPENSIVE_CHECKS: free bytes equal the sum over the free index, reserved equals
-  /// the sum over the commits, blocks do not overlap and their adjacency links are symmetric.
+  /// the sum over the commits, the blocks cover exactly the commits, blocks do not overlap and
+  /// their adjacency links are symmetric.
   /// Aborts naming the broken invariant. Requires: the pool lock.
   void check_invariants_locked() const;
   /// With SOMA_EXPENSIVE_CHECKS: used bytes equal the sum over the live blocks. Allocate and

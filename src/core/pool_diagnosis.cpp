@@ -87,7 +87,9 @@ void pool::check_invariants_locked() const {
   SOMA_EXPENSIVE_ASSERT(committed == reserved_bytes_.load(std::memory_order_relaxed),
                         "reserved bytes are the sum over the commits");
   const block* before = nullptr;
+  std::uint64_t block_bytes = 0;
   for (const auto& [address, b] : all_blocks_) {
+    block_bytes += b->size_bytes;
     SOMA_EXPENSIVE_ASSERT(b->address == address, "a block is filed under its address");
     SOMA_EXPENSIVE_ASSERT(before == nullptr || before->address + before->size_bytes <= address,
                           "blocks do not overlap");
@@ -99,6 +101,7 @@ void pool::check_invariants_locked() const {
       SOMA_EXPENSIVE_ASSERT(previous->next_adjacent == b, "adjacency links are symmetric");
     before = b;
   }
+  SOMA_EXPENSIVE_ASSERT(block_bytes == committed, "the blocks cover exactly the commits");
 }
 
 void pool::check_used_if_quiet() const {
@@ -115,6 +118,34 @@ void pool::check_used_if_quiet() const {
   const std::uint64_t used = used_now();
   if (!calls_.still_quiet(before)) return;
   SOMA_EXPENSIVE_ASSERT(used == live_bytes, "used bytes are the sum over the live blocks");
+}
+
+pool_snapshot pool::snapshot() const {
+  pool_snapshot out;
+  const pool_statistics stats = statistics();
+  out.reserved_bytes = stats.reserved_bytes;
+  out.reserved_high_bytes = stats.reserved_high_bytes;
+  out.used_bytes = stats.used_bytes;
+  out.used_high_bytes = stats.used_high_bytes;
+  std::lock_guard lock(mutex_);
+  out.reservations = address_space_.reservations();
+  for (const auto& [address, piece] : chunks_) out.commits.push_back({address, piece.size_bytes});
+  out.blocks.reserve(all_blocks_.size());
+  for (const auto& [address, b] : all_blocks_) {
+    block_view view;
+    view.address = address;
+    view.size_bytes = b->size_bytes;
+    if (b->current_state() == block_state::live) {
+      view.what = block_view::state::live;
+      view.requested_bytes = b->requested_bytes;
+    } else if (!b->stamp.is_proven_complete()) {
+      view.what = block_view::state::pending;
+      view.stream_id = b->stamp.timeline->id();
+      view.position = b->stamp.position;
+    }
+    out.blocks.push_back(view);
+  }
+  return out;
 }
 
 }  // namespace soma::detail

@@ -197,6 +197,13 @@ status pool_registry::with_pool(std::uintptr_t handle,
   return fn(handles_.find(handle));
 }
 
+void pool_registry::for_each_live(const std::function<void(const pool_object&)>& fn) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& p : pools_) {
+    if (!p->is_destroyed()) fn(*p);
+  }
+}
+
 // ---- deferred destruction and the stream_listener ---------------------------------------------
 
 void pool_registry::reap() {

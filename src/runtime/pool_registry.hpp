@@ -106,6 +106,10 @@ class pool_registry final : public stream_listener {
   /// deleted meanwhile (S7: export and import work on a pool outside an allocation).
   status with_pool(std::uintptr_t handle, const std::function<status(pool_object*)>& fn) const;
 
+  /// Runs fn on every pool not destroyed, under the registry lock: default pools first, then
+  /// the others in creation order.
+  void for_each_live(const std::function<void(const pool_object&)>& fn) const;
+
   // -- questions about addresses (S14) -------------------------------------------------
   /// invalid_value explaining why address is not a live allocation (action names the call).
   status explain_unknown_pointer(std::uintptr_t address, const char* action) const;

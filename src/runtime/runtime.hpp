@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "core/pointer_table.hpp"
@@ -20,6 +21,7 @@
 #include "runtime/pointer_info.hpp"
 #include "runtime/pool_object.hpp"
 #include "runtime/pool_registry.hpp"
+#include "runtime/pool_report.hpp"
 #include "runtime/stream_object.hpp"
 #include "runtime/stream_registry.hpp"
 
@@ -81,6 +83,12 @@ class runtime {
   status check_use(const void* pointer, std::size_t bytes, const char* what, int device,
                    backend::access_flags needed) const;
 
+  // -- snapshots (soma's own) ------------------------------------------------------------
+  /// The state of one pool; invalid_value for NULL, invalid_handle for a pool not live.
+  result<pool_report> snapshot(std::uintptr_t pool_handle);
+  /// Every live pool: default pools first, then the others in creation order.
+  std::vector<pool_report> snapshot_all();
+
   // -- graphs (S15) -------------------------------------------------------------------------
   /// Installs the graph layer's memory (once, before any graph address exists).
   void set_graph_memory(graph_memory_hooks* hooks) noexcept { graph_memory_.store(hooks); }
@@ -90,6 +98,7 @@ class runtime {
   status start();
 
   result<void*> allocate_in(pool_object& pool, std::size_t bytes, stream_object& stream);
+  void name_pending_streams(pool_report& report) const;
   status refuse_imported_allocation(const pool_object& pool) const;
   /// Pool memory must lie in one live allocation; what was found goes to *described (left
   /// as is for host memory).

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -60,6 +61,9 @@ class stream_registry {
   /// Every stream of device, destroyed ones whose work still runs included (S12).
   status synchronize_device(int device);
   std::string describe(const stream_object& stream) const;
+  /// The handle of the live stream with timeline id (0: a default stream); nullopt once it
+  /// was destroyed.
+  std::optional<std::uintptr_t> handle_of_timeline(std::uint64_t timeline_id) const;
 
   // -- events --------------------------------------------------------------------------
   result<event_object*> resolve_event(std::uintptr_t handle) const;

@@ -540,3 +540,29 @@ TEST(S15_CxxApi, LeavingACaptureScopeWithoutEndStopsTheCapture) {
   ASSERT_EQ(somaStreamIsCapturing(s.handle(), &state), somaSuccess);
   EXPECT_EQ(state, somaStreamCaptureStatusNone);
 }
+
+TEST(S10_CxxApi, SnapshotShowsLiveBlocksAndMovesOwnership) {
+  soma::pool p = make_pool(0, "cxx-snapshot");
+  soma::stream s;
+  void* live = soma::malloc_async(3000, p, s);
+  soma::snapshot taken = soma::snapshot::of(p);
+  ASSERT_EQ(taken.pools().size(), 1u);
+  const somaMemPoolSnapshot& only = taken.pools()[0];
+  EXPECT_EQ(std::string(only.name), "cxx-snapshot");
+  EXPECT_EQ(only.usedBytes, 3000u);
+  bool found = false;
+  for (const somaMemBlockInfo& b : soma::snapshot::blocks(only)) {
+    if (b.address == live) {
+      found = true;
+      EXPECT_EQ(b.state, somaMemBlockLive);
+      EXPECT_EQ(b.requestedBytes, 3000u);
+    }
+  }
+  EXPECT_TRUE(found);
+  soma::snapshot moved(std::move(taken));
+  EXPECT_EQ(moved.pools().size(), 1u);
+  EXPECT_TRUE(taken.pools().empty());  // NOLINT(bugprone-use-after-move): moved-from is empty
+  EXPECT_GE(soma::snapshot::all().pools().size(), 2u) << "the default pools and this one";
+  soma::free_async(live, s);
+  s.synchronize();
+}

@@ -1,0 +1,50 @@
+// Snapshots of pools for people to read (soma's own): the core's view of each pool, with the
+// streams its pending frees wait for named by handle.
+#include "runtime/runtime.hpp"
+
+namespace soma::detail {
+namespace {
+
+// Under the pool registry's lock (the pool is not deleted meanwhile).
+pool_report take(const pool_object& pool) {
+  pool_report out;
+  out.pool_handle = pool.handle();
+  out.device = pool.config().device;
+  out.name = pool.name();
+  out.contents = pool.snapshot();
+  return out;
+}
+
+}  // namespace
+
+// After the pool registry's lock is released: the stream registry's lock comes first.
+void runtime::name_pending_streams(pool_report& report) const {
+  report.pending_streams.clear();
+  report.pending_streams.reserve(report.contents.blocks.size());
+  for (const block_view& b : report.contents.blocks) {
+    report.pending_streams.push_back(b.what == block_view::state::pending
+                                         ? streams_.handle_of_timeline(b.stream_id)
+                                         : std::nullopt);
+  }
+}
+
+result<pool_report> runtime::snapshot(std::uintptr_t pool_handle) {
+  pool_report out;
+  status found = pools_.with_pool(pool_handle, [&](pool_object* p) -> status {
+    if (p == nullptr) return pools_.resolve(pool_handle).take_error();
+    out = take(*p);
+    return status::success();
+  });
+  if (!found.ok()) return found;
+  name_pending_streams(out);
+  return out;
+}
+
+std::vector<pool_report> runtime::snapshot_all() {
+  std::vector<pool_report> out;
+  pools_.for_each_live([&](const pool_object& p) { out.push_back(take(p)); });
+  for (pool_report& r : out) name_pending_streams(r);
+  return out;
+}
+
+}  // namespace soma::detail

@@ -360,11 +360,11 @@ SOMA_API somaError_t somaMemPoolSetName(somaMemPool_t memPool, const char* name)
 
 /** A block's state in a snapshot. */
 typedef enum somaMemBlockState {
-  somaMemBlockLive = 0,        /**< handed to the application */
-  somaMemBlockFree = 1,        /**< free for every stream */
-  somaMemBlockFreePending = 2  /**< freed on a stream whose work up to `position` is not known
-                                    complete: that stream may reuse it at once, others per the
-                                    reuse policies or after a synchronize (S11) */
+  somaMemBlockLive = 0,       /**< handed to the application */
+  somaMemBlockFree = 1,       /**< free for every stream */
+  somaMemBlockFreePending = 2 /**< freed on a stream whose work up to `position` is not known
+                                   complete: that stream may reuse it at once, others per the
+                                   reuse policies or after a synchronize (S11) */
 } somaMemBlockState;
 
 /** One block of a pool's mapped memory. */

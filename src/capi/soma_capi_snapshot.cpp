@@ -102,8 +102,7 @@ somaError_t somaMemPoolSnapshotTake(somaMemPool_t memPool, somaMemSnapshot* snap
     *snapshot = somaMemSnapshot{};
     result<pool_report> report = rt.snapshot(handle_of(memPool));
     if (!report.ok()) {
-      return status(report.error().code(),
-                    "somaMemPoolSnapshotTake: " + report.error().message());
+      return status(report.error().code(), "somaMemPoolSnapshotTake: " + report.error().message());
     }
     return hand_out({report.value()}, snapshot);
   });

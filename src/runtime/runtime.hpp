@@ -99,6 +99,9 @@ class runtime {
 
   result<void*> allocate_in(pool_object& pool, std::size_t bytes, stream_object& stream);
   void name_pending_streams(pool_report& report) const;
+  /// What an out-of-memory failure of pool adds to its message (out_of_memory_advice.hpp).
+  std::string explain_out_of_memory(const pool_object& pool, std::size_t bytes,
+                                    const stream_object& stream) const;
   status refuse_imported_allocation(const pool_object& pool) const;
   /// Pool memory must lie in one live allocation; what was found goes to *described (left
   /// as is for host memory).

@@ -1,5 +1,6 @@
 // Stream-ordered allocation and free (S1, S2), pointer attributes (S14).
 #include "core/check.hpp"
+#include "runtime/out_of_memory_advice.hpp"
 #include "runtime/runtime.hpp"
 
 namespace soma::detail {
@@ -10,11 +11,11 @@ class allocation_hooks final : public stream_hooks {
  public:
   allocation_hooks(stream_registry& streams, stream_object& stream)
       : streams_(streams), stream_(stream) {}
-  bool synchronize(const stream_timeline& timeline) override {
+  bool synchronize([[maybe_unused]] const stream_timeline& timeline) override {
     SOMA_ASSERT(&timeline == &stream_.timeline, "the pool names the allocating stream");
     return streams_.synchronize_for_pool(stream_).ok();
   }
-  void order_after(const stream_timeline& waiter, std::uint64_t stream_id,
+  void order_after([[maybe_unused]] const stream_timeline& waiter, std::uint64_t stream_id,
                    std::uint64_t position) override {
     SOMA_ASSERT(&waiter == &stream_.timeline, "the pool names the allocating stream");
     streams_.order_after_free(stream_, stream_id, position);
@@ -28,6 +29,9 @@ class allocation_hooks final : public stream_hooks {
 result<void*> runtime::allocate_in(pool_object& pool, std::size_t bytes, stream_object& stream) {
   allocation_hooks hooks(streams_, stream);
   result<block*> taken = pool.allocate(bytes, stream.timeline, &hooks);
+  if (!taken.ok() && taken.error().code() == error_code::out_of_memory)
+    return status(error_code::out_of_memory,
+                  taken.error().message() + explain_out_of_memory(pool, bytes, stream));
   if (!taken.ok()) return taken.take_error();
   pointers_.insert(taken.value(), pool);
   return reinterpret_cast<void*>(taken.value()->address);
@@ -145,6 +149,21 @@ status runtime::check_range(const void* pointer, std::size_t bytes, const char* 
                       format_address(info.base) + " of " + format_bytes(info.requested_bytes));
   }
   return status::success();
+}
+
+std::string runtime::explain_out_of_memory(const pool_object& pool, std::size_t bytes,
+                                           const stream_object& stream) const {
+  // The caller holds the pool (pool_hazards), so it is not deleted meanwhile.
+  pool_report report;
+  report.contents = pool.snapshot();
+  name_pending_streams(report);
+  pool_policies policies;
+  policies.max_size_bytes = pool.config().max_size_bytes;
+  policies.granularity_bytes = pool.granularity_bytes();
+  policies.internal_dependencies = pool.reuse_policy(3);
+  policies.compaction = pool.compact_before_growth();
+  return advise_out_of_memory(gather_out_of_memory_facts(report), policies, report, bytes,
+                              stream.handle);
 }
 
 }  // namespace soma::detail

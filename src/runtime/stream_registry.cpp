@@ -241,8 +241,7 @@ std::string stream_registry::describe(const stream_object& stream) const {
   return "stream " + format_address(stream.handle) + " on device " + std::to_string(stream.device);
 }
 
-std::optional<std::uintptr_t> stream_registry::handle_of_timeline(
-    std::uint64_t timeline_id) const {
+std::optional<std::uintptr_t> stream_registry::handle_of_timeline(std::uint64_t timeline_id) const {
   std::lock_guard lock(mutex_);
   auto found = by_id_.find(timeline_id);
   if (found == by_id_.end() || found->second->queue == nullptr) return std::nullopt;

@@ -64,9 +64,9 @@ void expect_consistent(const somaMemPoolSnapshot& pool) {
     bool inside = false;
     for (std::size_t r = 0; r < pool.reservationCount; ++r) {
       const somaMemRange& reserved = pool.reservations[r];
-      inside = inside || (address_of(c.address) >= address_of(reserved.address) &&
-                          address_of(c.address) + c.bytes <=
-                              address_of(reserved.address) + reserved.bytes);
+      inside = inside ||
+               (address_of(c.address) >= address_of(reserved.address) &&
+                address_of(c.address) + c.bytes <= address_of(reserved.address) + reserved.bytes);
     }
     EXPECT_TRUE(inside) << "commit " << i << " lies inside a reservation";
   }

@@ -76,10 +76,11 @@ std::string advise_out_of_memory(const out_of_memory_facts& facts, const pool_po
              " before this allocation (its free of " +
              format_bytes(pending_elsewhere->largest_bytes) + " would then serve every stream)";
   } else if (pending_elsewhere != facts.pending.end() && pending_elsewhere->handle.has_value()) {
-    change = "somaMemPoolReuseAllowInternalDependencies = 1 (the pool would order this stream "
-             "after the free of " +
-             format_bytes(pending_elsewhere->largest_bytes) + " on " +
-             stream_name(pending_elsewhere->handle) + ")";
+    change =
+        "somaMemPoolReuseAllowInternalDependencies = 1 (the pool would order this stream "
+        "after the free of " +
+        format_bytes(pending_elsewhere->largest_bytes) + " on " +
+        stream_name(pending_elsewhere->handle) + ")";
   } else if (pending_elsewhere != facts.pending.end()) {
     change = "a somaDeviceSynchronize before this allocation (a destroyed stream's free of " +
              format_bytes(pending_elsewhere->largest_bytes) + " would then serve every stream)";
@@ -89,11 +90,12 @@ std::string advise_out_of_memory(const out_of_memory_facts& facts, const pool_po
              " free in " + std::to_string(facts.free_pieces) +
              " pieces would go back and the pool would grow into one piece)";
   } else if (growth_bytes <= room) {
-    change = "more free memory on the device: the pool was within its max size, and the "
-             "platform refused to commit " +
-             format_bytes(growth_bytes) +
-             " more (other pools or processes hold it; somaMemPoolTrimTo gives a pool's free "
-             "memory back)";
+    change =
+        "more free memory on the device: the pool was within its max size, and the "
+        "platform refused to commit " +
+        format_bytes(growth_bytes) +
+        " more (other pools or processes hold it; somaMemPoolTrimTo gives a pool's free "
+        "memory back)";
   } else if (facts.pending_bytes + facts.free_bytes + room >= growth_bytes) {
     change = std::string("a somaDeviceSynchronize before this allocation") +
              (policies.compaction ? "" : ", with somaMemPoolAttrCompactBeforeGrowth = 1") +

@@ -41,7 +41,8 @@ TEST_F(S3_S9_S11_OutOfMemoryAdvice, ARequestAboveTheCapAsksForALargerMaxSize) {
   unique_pool pool(0, 2 * granule);
   make_strict(pool);
   const std::string message = refused(3 * granule, pool, nullptr);
-  EXPECT_TRUE(contains(message, "What would have let it succeed: a pool whose max size is at least"))
+  EXPECT_TRUE(
+      contains(message, "What would have let it succeed: a pool whose max size is at least"))
       << message;
 }
 
@@ -114,7 +115,7 @@ TEST_F(S3_S9_S11_OutOfMemoryAdvice, FreeMemoryInPiecesAsksForCompactionWhichThen
   std::vector<void*> kept;
   {
     unique_pool pool(0, 4 * granule);
-  make_strict(pool);
+    make_strict(pool);
     SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
     fragment(pool, stream, granule, &kept);
     const std::string message = refused(2 * granule, pool, stream);

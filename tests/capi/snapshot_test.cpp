@@ -114,31 +114,35 @@ TEST_F(S10_Snapshot, EveryFigureAddsUpAndEveryAllocationIsALiveBlock) {
   }
 }
 
+/// Allocates 4 KiB from pool on stream, writes it there, frees it there, and returns the
+/// block's entry in a snapshot taken right after (a pending free: nothing proved it yet).
+somaMemBlockInfo freed_block(somaMemPool_t pool, somaStream_t stream, void** pointer) {
+  somaMemBlockInfo found{};
+  EXPECT_EQ(somaMallocFromPoolAsync(pointer, 4096, pool, stream), somaSuccess);
+  EXPECT_EQ(somaMemsetAsync(*pointer, 1, 4096, stream), somaSuccess);
+  EXPECT_EQ(somaFreeAsync(*pointer, stream), somaSuccess);
+  taken_snapshot s;
+  EXPECT_EQ(somaMemPoolSnapshotTake(pool, &s.data), somaSuccess);
+  if (const somaMemBlockInfo* b = block_at(s.only(), *pointer); b != nullptr) found = *b;
+  expect_consistent(s.only());
+  return found;
+}
+
 TEST_F(S10_Snapshot, APendingFreeNamesItsStreamAndPositionUntilASynchronizeProvesIt) {
   unique_stream stream;
   unique_pool pool(0);
   void* pointer = nullptr;
-  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, 4096, pool, stream));
-  SOMA_ASSERT_OK(somaMemsetAsync(pointer, 1, 4096, stream));
-  SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
-  {
-    taken_snapshot s;
-    SOMA_ASSERT_OK(somaMemPoolSnapshotTake(pool, &s.data));
-    const somaMemBlockInfo* b = block_at(s.only(), pointer);
-    ASSERT_NE(b, nullptr);
-    EXPECT_EQ(b->state, somaMemBlockFreePending);
-    EXPECT_EQ(b->streamKnown, 1);
-    EXPECT_EQ(b->stream, stream.get());
-    EXPECT_GE(b->position, 1u) << "after the memset";
-    expect_consistent(s.only());
-  }
+  const somaMemBlockInfo pending = freed_block(pool, stream, &pointer);
+  EXPECT_EQ(pending.state, somaMemBlockFreePending);
+  EXPECT_EQ(pending.streamKnown, 1);
+  EXPECT_EQ(pending.stream, stream.get());
+  EXPECT_GE(pending.position, 1u) << "after the memset";
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
   taken_snapshot s;
   SOMA_ASSERT_OK(somaMemPoolSnapshotTake(pool, &s.data));
-  const somaMemBlockInfo* b = block_at(s.only(), pointer);
-  // Freed memory stays cached (threshold 0 releases it at the synchronize on some backends, so
-  // the block may be gone); if it is there it is free for every stream now.
-  if (b != nullptr) {
+  // Threshold 0 may give the memory back at the synchronize; if the block is still there it is
+  // free for every stream now.
+  if (const somaMemBlockInfo* b = block_at(s.only(), pointer); b != nullptr) {
     EXPECT_EQ(b->state, somaMemBlockFree);
     EXPECT_EQ(b->streamKnown, 0);
     EXPECT_EQ(b->position, 0u);
@@ -149,16 +153,10 @@ TEST_F(S10_Snapshot, APendingFreeNamesItsStreamAndPositionUntilASynchronizeProve
 TEST_F(S10_Snapshot, AFreeOnTheDefaultStreamNamesTheNullStream) {
   unique_pool pool(0);
   void* pointer = nullptr;
-  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, 4096, pool, nullptr));
-  SOMA_ASSERT_OK(somaMemsetAsync(pointer, 1, 4096, nullptr));
-  SOMA_ASSERT_OK(somaFreeAsync(pointer, nullptr));
-  taken_snapshot s;
-  SOMA_ASSERT_OK(somaMemPoolSnapshotTake(pool, &s.data));
-  const somaMemBlockInfo* b = block_at(s.only(), pointer);
-  ASSERT_NE(b, nullptr);
-  EXPECT_EQ(b->state, somaMemBlockFreePending);
-  EXPECT_EQ(b->streamKnown, 1);
-  EXPECT_EQ(b->stream, nullptr);
+  const somaMemBlockInfo pending = freed_block(pool, nullptr, &pointer);
+  EXPECT_EQ(pending.state, somaMemBlockFreePending);
+  EXPECT_EQ(pending.streamKnown, 1);
+  EXPECT_EQ(pending.stream, nullptr);
   SOMA_ASSERT_OK(somaDeviceSynchronize());
 }
 
@@ -167,9 +165,7 @@ TEST_F(S10_Snapshot, AFreeOnADestroyedStreamNamesNoStream) {
   void* pointer = nullptr;
   {
     unique_stream stream;
-    SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, 4096, pool, stream));
-    SOMA_ASSERT_OK(somaMemsetAsync(pointer, 1, 4096, stream));
-    SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
+    (void)freed_block(pool, stream, &pointer);
   }
   taken_snapshot s;
   SOMA_ASSERT_OK(somaMemPoolSnapshotTake(pool, &s.data));

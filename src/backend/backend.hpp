@@ -122,8 +122,22 @@ class work_graph_exec {
   virtual status launch(stream& s) = 0;
   /// Does ahead of time what the first launch on s would (cuGraphUpload); cpu: nothing.
   virtual status upload(stream& s) = 0;
-  /// Changes a memset node (the index add_memset returned) for later launches.
+  /// Changes a memset node (the index add returned) for later launches.
   virtual status set_memset(std::size_t node, void* destination, int value, std::size_t bytes) = 0;
+};
+
+/// One node of a work_graph: the work it does once its dependencies completed.
+struct work_node {
+  enum class kind { empty, memset, memcpy, host, event_record, event_wait, native_child };
+  kind what = kind::empty;
+  void* destination = nullptr;        ///< memset, memcpy
+  const void* source = nullptr;       ///< memcpy
+  int value = 0;                      ///< memset: the byte
+  std::size_t bytes = 0;              ///< memset, memcpy
+  void (*function)(void*) = nullptr;  ///< host: function(data) on a host thread
+  void* data = nullptr;
+  event* target = nullptr;       ///< event_record, event_wait; must outlive every exec
+  void* native_graph = nullptr;  ///< native_child: the platform's own graph (cuda: a CUgraph)
 };
 
 /// A dependency graph of stream work (cuda: a CUgraph), built node by node with each node's
@@ -134,18 +148,9 @@ class work_graph {
   using node_index = std::size_t;
   using dependencies = std::span<const node_index>;
   virtual ~work_graph() = default;
-  virtual result<node_index> add_empty(dependencies after) = 0;
-  virtual result<node_index> add_memset(dependencies after, void* destination, int value,
-                                        std::size_t bytes) = 0;
-  virtual result<node_index> add_memcpy(dependencies after, void* destination, const void* source,
-                                        std::size_t bytes) = 0;
-  /// function(data) on a host thread once the dependencies completed.
-  virtual result<node_index> add_host(dependencies after, void (*function)(void*), void* data) = 0;
-  /// The event must outlive every exec instantiated from this graph.
-  virtual result<node_index> add_event_record(dependencies after, event& e) = 0;
-  virtual result<node_index> add_event_wait(dependencies after, event& e) = 0;
-  /// The platform's own graph (cuda: a CUgraph, copied in) as one node; cpu: not_supported.
-  virtual result<node_index> add_native_child(dependencies after, void* native_graph) = 0;
+  /// The new node's index. A native child is copied in (the caller keeps owning it); on a
+  /// platform without graphs of its own (cpu) it is not_supported.
+  virtual result<node_index> add(dependencies after, const work_node& node) = 0;
   virtual result<std::unique_ptr<work_graph_exec>> instantiate() = 0;
 };
 

@@ -5,10 +5,10 @@ namespace {
 
 class sequential_exec final : public work_graph_exec {
  public:
-  explicit sequential_exec(std::vector<sequential_graph::step> steps) : steps_(std::move(steps)) {}
+  explicit sequential_exec(std::vector<work_node> steps) : steps_(std::move(steps)) {}
 
   status launch(stream& s) override {
-    for (const sequential_graph::step& step : steps_) {
+    for (const work_node& step : steps_) {
       if (status ok = enqueue(s, step); !ok.ok()) return ok;
     }
     return status::success();
@@ -17,7 +17,7 @@ class sequential_exec final : public work_graph_exec {
   status upload(stream&) override { return status::success(); }
 
   status set_memset(std::size_t node, void* destination, int value, std::size_t bytes) override {
-    if (node >= steps_.size() || steps_[node].what != sequential_graph::step::kind::memset)
+    if (node >= steps_.size() || steps_[node].what != work_node::kind::memset)
       return status(error_code::invalid_value,
                     "node " + std::to_string(node) + " is no memset node");
     steps_[node].destination = destination;
@@ -27,8 +27,8 @@ class sequential_exec final : public work_graph_exec {
   }
 
  private:
-  static status enqueue(stream& s, const sequential_graph::step& step) {
-    using kind = sequential_graph::step::kind;
+  static status enqueue(stream& s, const work_node& step) {
+    using kind = work_node::kind;
     switch (step.what) {
       case kind::empty:
         return status::success();
@@ -45,62 +45,32 @@ class sequential_exec final : public work_graph_exec {
         });
       }
       case kind::event_record:
-        return step.awaited->record(s);
+        return step.target->record(s);
       case kind::event_wait:
-        return s.enqueue_wait(*step.awaited);
+        return s.enqueue_wait(*step.target);
+      case kind::native_child:
+        break;  // refused by add
     }
     return status::success();
   }
 
-  std::vector<sequential_graph::step> steps_;
+  std::vector<work_node> steps_;
 };
 
 }  // namespace
 
-result<work_graph::node_index> sequential_graph::add(dependencies after, step s) {
+result<work_graph::node_index> sequential_graph::add(dependencies after, const work_node& node) {
+  if (node.what == work_node::kind::native_child) {
+    return status(error_code::not_supported,
+                  "this backend has no native graphs: a native child graph needs the cuda backend");
+  }
   for (node_index d : after) {
     if (d >= steps_.size())
       return status(error_code::invalid_value,
                     "dependency " + std::to_string(d) + " is no node yet");
   }
-  steps_.push_back(s);
+  steps_.push_back(node);
   return steps_.size() - 1;
-}
-
-result<work_graph::node_index> sequential_graph::add_empty(dependencies after) {
-  return add(after, step{});
-}
-
-result<work_graph::node_index> sequential_graph::add_memset(dependencies after, void* destination,
-                                                            int value, std::size_t bytes) {
-  return add(
-      after,
-      {.what = step::kind::memset, .destination = destination, .value = value, .bytes = bytes});
-}
-
-result<work_graph::node_index> sequential_graph::add_memcpy(dependencies after, void* destination,
-                                                            const void* source, std::size_t bytes) {
-  return add(
-      after,
-      {.what = step::kind::memcpy, .destination = destination, .source = source, .bytes = bytes});
-}
-
-result<work_graph::node_index> sequential_graph::add_host(dependencies after,
-                                                          void (*function)(void*), void* data) {
-  return add(after, {.what = step::kind::host, .function = function, .data = data});
-}
-
-result<work_graph::node_index> sequential_graph::add_event_record(dependencies after, event& e) {
-  return add(after, {.what = step::kind::event_record, .awaited = &e});
-}
-
-result<work_graph::node_index> sequential_graph::add_event_wait(dependencies after, event& e) {
-  return add(after, {.what = step::kind::event_wait, .awaited = &e});
-}
-
-result<work_graph::node_index> sequential_graph::add_native_child(dependencies, void*) {
-  return status(error_code::not_supported,
-                "this backend has no native graphs: a native child graph needs the cuda backend");
 }
 
 result<std::unique_ptr<work_graph_exec>> sequential_graph::instantiate() {

@@ -12,32 +12,11 @@ namespace soma::detail::backend {
 
 class sequential_graph final : public work_graph {
  public:
-  result<node_index> add_empty(dependencies after) override;
-  result<node_index> add_memset(dependencies after, void* destination, int value,
-                                std::size_t bytes) override;
-  result<node_index> add_memcpy(dependencies after, void* destination, const void* source,
-                                std::size_t bytes) override;
-  result<node_index> add_host(dependencies after, void (*function)(void*), void* data) override;
-  result<node_index> add_event_record(dependencies after, event& e) override;
-  result<node_index> add_event_wait(dependencies after, event& e) override;
-  result<node_index> add_native_child(dependencies after, void* native_graph) override;
+  result<node_index> add(dependencies after, const work_node& node) override;
   result<std::unique_ptr<work_graph_exec>> instantiate() override;
 
-  /// One node's work, enqueued on the launching stream.
-  struct step {
-    enum class kind { empty, memset, memcpy, host, event_record, event_wait } what = kind::empty;
-    void* destination = nullptr;
-    const void* source = nullptr;
-    int value = 0;
-    std::size_t bytes = 0;
-    void (*function)(void*) = nullptr;
-    void* data = nullptr;
-    event* awaited = nullptr;  // event_record, event_wait
-  };
-
  private:
-  result<node_index> add(dependencies after, step s);
-  std::vector<step> steps_;
+  std::vector<work_node> steps_;
 };
 
 }  // namespace soma::detail::backend

@@ -12,17 +12,23 @@ namespace {
 // platform sees an empty node that keeps their place in the order.
 result<std::size_t> add_work(backend::work_graph& work, const node& x,
                              backend::work_graph::dependencies after, runtime& rt) {
+  using kind = backend::work_node::kind;
+  backend::work_node w;
   switch (x.kind) {
     case node_kind::empty:
     case node_kind::mem_alloc:
     case node_kind::mem_free:
-      return work.add_empty(after);
+      break;
     case node_kind::memset:
-      return work.add_memset(after, x.destination, x.value, x.bytes);
+      w = {.what = kind::memset, .destination = x.destination, .value = x.value, .bytes = x.bytes};
+      break;
     case node_kind::memcpy:
-      return work.add_memcpy(after, x.destination, x.source, x.bytes);
+      w = {
+          .what = kind::memcpy, .destination = x.destination, .source = x.source, .bytes = x.bytes};
+      break;
     case node_kind::host:
-      return work.add_host(after, x.function, x.data);
+      w = {.what = kind::host, .function = x.function, .data = x.data};
+      break;
     case node_kind::event_record:
     case node_kind::event_wait: {
       result<event_object*> e = rt.streams().resolve_event(x.event);
@@ -30,14 +36,15 @@ result<std::size_t> add_work(backend::work_graph& work, const node& x,
         return status(e.error().code(), "somaGraphInstantiate: the event of " + x.name() + ": " +
                                             e.error().message());
       }
-      backend::event& awaited = *e.value()->backend_event;
-      return x.kind == node_kind::event_record ? work.add_event_record(after, awaited)
-                                               : work.add_event_wait(after, awaited);
+      w.what = x.kind == node_kind::event_record ? kind::event_record : kind::event_wait;
+      w.target = e.value()->backend_event.get();
+      break;
     }
     case node_kind::native_child:
-      return work.add_native_child(after, x.native_graph);
+      w = {.what = kind::native_child, .native_graph = x.native_graph};
+      break;
   }
-  return status(error_code::unknown, "unknown node kind");
+  return work.add(after, w);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // SKIPPED, with the reason, where no driver or device is present (CTest label `gpu`).
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/driver_api.hpp"
+#include "work_nodes.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -280,16 +281,18 @@ TEST_F(cuda_gpu, GraphMemsetAndMemcpyFillMemoryMappedWithMapPart) {
   ASSERT_TRUE(s.ok() && e.ok());
   ASSERT_TRUE(graph.ok()) << graph.error().message();
   std::vector<unsigned char> host(bytes, 0);
-  auto set = graph.value()->add_memset({}, device, 0x3C, half);
+  auto set = graph.value()->add({}, soma_backend_test::memset_node(device, 0x3C, half));
   ASSERT_TRUE(set.ok()) << set.error().message();
   const std::size_t after_set[] = {set.value()};
-  auto copy = graph.value()->add_memcpy(after_set, device + half, device, half);
+  auto copy =
+      graph.value()->add(after_set, soma_backend_test::memcpy_node(device + half, device, half));
   ASSERT_TRUE(copy.ok()) << copy.error().message();
   const std::size_t after_copy[] = {copy.value()};
-  auto out = graph.value()->add_memcpy(after_copy, host.data(), device, bytes);
+  auto out =
+      graph.value()->add(after_copy, soma_backend_test::memcpy_node(host.data(), device, bytes));
   ASSERT_TRUE(out.ok()) << out.error().message();
   const std::size_t after_out[] = {out.value()};
-  ASSERT_TRUE(graph.value()->add_event_record(after_out, *e.value()).ok());
+  ASSERT_TRUE(graph.value()->add(after_out, soma_backend_test::event_record_node(*e.value())).ok());
   auto exec = graph.value()->instantiate();
   ASSERT_TRUE(exec.ok()) << exec.error().message();
   ASSERT_TRUE(exec.value()->upload(*s.value()).ok());
@@ -349,14 +352,16 @@ TEST_F(cuda_gpu, NativeCaptureBecomesAChildGraph) {
 
   auto graph = backend_->create_work_graph(0);
   ASSERT_TRUE(graph.ok());
-  auto child = graph.value()->add_native_child({}, graph_of_capture.value());
+  auto child =
+      graph.value()->add({}, soma_backend_test::native_child_node(graph_of_capture.value()));
   ASSERT_TRUE(child.ok()) << child.error().message();
   backend_->destroy_native_graph(graph_of_capture.value());  // the node holds a copy
   std::vector<unsigned char> host(granule_bytes_, 0);
   const std::size_t after_child[] = {child.value()};
   ASSERT_TRUE(
       graph.value()
-          ->add_memcpy(after_child, host.data(), reinterpret_cast<void*>(base), granule_bytes_)
+          ->add(after_child, soma_backend_test::memcpy_node(
+                                 host.data(), reinterpret_cast<void*>(base), granule_bytes_))
           .ok());
   auto exec = graph.value()->instantiate();
   ASSERT_TRUE(exec.ok()) << exec.error().message();

@@ -14,6 +14,7 @@
 #include "backend/cuda/completion_tracker.hpp"
 #include "fake_cuda_driver.hpp"
 #include "run_in_child.hpp"
+#include "work_nodes.hpp"
 
 namespace {
 
@@ -554,16 +555,17 @@ TEST_F(cuda_fake_driver, GraphNodesCarryTheirDependenciesAndParameters) {
   auto* destination = reinterpret_cast<void*>(std::uintptr_t{0x7000'0020'0000});
   auto* source = reinterpret_cast<const void*>(std::uintptr_t{0x7000'0040'0000});
   int calls = 0;
-  auto empty = graph.add_empty({});
+  auto empty = graph.add({}, soma_backend_test::empty_node());
   ASSERT_TRUE(empty.ok());
   const std::size_t after_empty[] = {empty.value()};
-  auto set = graph.add_memset(after_empty, destination, 0x1AB, 100);  // a byte: 0xAB
+  auto set = graph.add(after_empty,
+                       soma_backend_test::memset_node(destination, 0x1AB, 100));  // a byte: 0xAB
   ASSERT_TRUE(set.ok()) << set.error().message();
   const std::size_t twice[] = {empty.value(), set.value(), set.value()};
-  auto copy = graph.add_memcpy(twice, destination, source, 64);
+  auto copy = graph.add(twice, soma_backend_test::memcpy_node(destination, source, 64));
   ASSERT_TRUE(copy.ok()) << copy.error().message();
   const std::size_t after_copy[] = {copy.value()};
-  auto host = graph.add_host(after_copy, &count_call, &calls);
+  auto host = graph.add(after_copy, soma_backend_test::host_node(&count_call, &calls));
   ASSERT_TRUE(host.ok());
   EXPECT_EQ(host.value(), 3u);
   ASSERT_EQ(native.nodes.size(), 4u);
@@ -601,7 +603,7 @@ TEST_F(cuda_fake_driver, GraphNodesCarryTheirDependenciesAndParameters) {
   // A dependency that is no node yet is refused before the driver is asked.
   const std::size_t later[] = {4};
   const std::size_t calls_before = gpu_.graph_calls.size();
-  auto refused = graph.add_empty(later);
+  auto refused = graph.add(later, soma_backend_test::empty_node());
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().code(), error_code::invalid_value);
   EXPECT_THAT(refused.error().message(), HasSubstr("dependency 4 is no node yet"));
@@ -621,11 +623,12 @@ TEST_F(cuda_fake_driver, GraphLaunchIsOneStreamOperationAndRecordsItsEvents) {
   auto graph = backend->create_work_graph(0);
   ASSERT_TRUE(graph.ok() && e.ok());
   int calls = 0, x = 0;
-  auto set = graph.value()->add_memset({}, &x, 0, sizeof x);
+  auto set = graph.value()->add({}, soma_backend_test::memset_node(&x, 0, sizeof x));
   const std::size_t after_set[] = {set.value()};
-  auto host = graph.value()->add_host(after_set, &count_call, &calls);
+  auto host = graph.value()->add(after_set, soma_backend_test::host_node(&count_call, &calls));
   const std::size_t after_host[] = {host.value()};
-  ASSERT_TRUE(graph.value()->add_event_record(after_host, *e.value()).ok());
+  ASSERT_TRUE(
+      graph.value()->add(after_host, soma_backend_test::event_record_node(*e.value())).ok());
   EXPECT_EQ(gpu_.live_events, 1);        // the event's CUevent in device 0's context
   EXPECT_TRUE(e.value()->query().ok());  // adding a record node records nothing
 
@@ -672,8 +675,8 @@ TEST_F(cuda_fake_driver, SetMemsetChangesTheInstantiatedNodeOnly) {
   auto backend = open();
   auto graph = backend->create_work_graph(0);
   int x = 0, y = 0;
-  auto empty = graph.value()->add_empty({});
-  auto set = graph.value()->add_memset({}, &x, 1, sizeof x);
+  auto empty = graph.value()->add({}, soma_backend_test::empty_node());
+  auto set = graph.value()->add({}, soma_backend_test::memset_node(&x, 1, sizeof x));
   ASSERT_TRUE(empty.ok() && set.ok());
   auto exec = graph.value()->instantiate();
   ASSERT_TRUE(exec.ok());
@@ -706,15 +709,16 @@ TEST_F(cuda_fake_driver, GraphDriverErrorsAreTranslatedAndNamed) {
   ASSERT_TRUE(graph.ok());
   int x = 0;
   gpu_.fail_graph_call = cuda::CUDA_ERROR_INVALID_VALUE;
-  auto set = graph.value()->add_memset({}, &x, 7, sizeof x);
+  auto set = graph.value()->add({}, soma_backend_test::memset_node(&x, 7, sizeof x));
   ASSERT_FALSE(set.ok());
   EXPECT_EQ(set.error().code(), error_code::invalid_value);
   EXPECT_THAT(set.error().message(),
               HasSubstr("cuGraphAddMemsetNode failed (CUDA_ERROR_INVALID_VALUE"));
   EXPECT_THAT(set.error().message(), HasSubstr("memset of 4 B at 0x"));
   auto e = backend->create_event();
-  ASSERT_TRUE(
-      graph.value()->add_event_record({}, *e.value()).ok());  // node 0: refused adds leave no index
+  ASSERT_TRUE(graph.value()
+                  ->add({}, soma_backend_test::event_record_node(*e.value()))
+                  .ok());  // node 0: refused adds leave no index
   auto exec = graph.value()->instantiate();
   ASSERT_TRUE(exec.ok());
   gpu_.fail_graph_call = cuda::CUDA_ERROR_LAUNCH_FAILED;
@@ -762,10 +766,11 @@ TEST_F(cuda_fake_driver, NativeCaptureNeitherRecordsNorQueriesOnTheCapturedStrea
   ASSERT_NE(captured.value(), nullptr);
   EXPECT_EQ(gpu_.capture_errors, 0);
   auto graph = backend->create_work_graph(0);
-  auto child = graph.value()->add_native_child({}, captured.value());
+  auto child = graph.value()->add({}, soma_backend_test::native_child_node(captured.value()));
   ASSERT_TRUE(child.ok()) << child.error().message();
   backend->destroy_native_graph(captured.value());  // the node holds a copy
-  EXPECT_EQ(graph.value()->add_native_child({}, nullptr).error().code(), error_code::invalid_value);
+  EXPECT_EQ(graph.value()->add({}, soma_backend_test::native_child_node(nullptr)).error().code(),
+            error_code::invalid_value);
   auto exec = graph.value()->instantiate();
   ASSERT_TRUE(exec.ok());
   ASSERT_TRUE(exec.value()->launch(*a).ok());

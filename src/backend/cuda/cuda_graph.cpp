@@ -49,7 +49,7 @@ class cuda_graph_exec final : public work_graph_exec {
  public:
   cuda_graph_exec(const driver_api& driver, std::shared_ptr<cuda_graph::owned> graph,
                   CUgraphExec exec, std::vector<CUgraphNode> nodes,
-                  std::vector<cuda_graph::node_kind> kinds,
+                  std::vector<work_node::kind> kinds,
                   std::vector<cuda_graph::recorded_event> records, CUcontext context)
       : driver_(driver),
         graph_(std::move(graph)),
@@ -78,7 +78,7 @@ class cuda_graph_exec final : public work_graph_exec {
   status upload(stream& s) override { return static_cast<cuda_stream&>(s).upload_graph(exec_); }
 
   status set_memset(std::size_t node, void* destination, int value, std::size_t bytes) override {
-    if (node >= kinds_.size() || kinds_[node] != cuda_graph::node_kind::memset)
+    if (node >= kinds_.size() || kinds_[node] != work_node::kind::memset)
       return status(error_code::invalid_value,
                     "node " + std::to_string(node) + " is no memset node");
     context_scope scope(driver_, context_);
@@ -95,7 +95,7 @@ class cuda_graph_exec final : public work_graph_exec {
   std::shared_ptr<cuda_graph::owned> graph_;  // the graph nodes_ belong to
   const CUgraphExec exec_;
   const std::vector<CUgraphNode> nodes_;
-  const std::vector<cuda_graph::node_kind> kinds_;
+  const std::vector<work_node::kind> kinds_;
   const std::vector<cuda_graph::recorded_event> records_;
   const CUcontext context_;
 };
@@ -121,7 +121,8 @@ cuda_graph::cuda_graph(const driver_api& driver, std::shared_ptr<owned> graph, i
 CUgraph cuda_graph::native() const noexcept { return graph_->graph; }
 
 template <typename Add>
-result<work_graph::node_index> cuda_graph::add(dependencies after, node_kind kind, Add&& add_node) {
+result<work_graph::node_index> cuda_graph::add_with(dependencies after, work_node::kind kind,
+                                                    Add&& add_node) {
   mapped_.clear();
   for (node_index d : after) {
     if (d >= nodes_.size())
@@ -143,18 +144,19 @@ result<work_graph::node_index> cuda_graph::add(dependencies after, node_kind kin
 }
 
 result<work_graph::node_index> cuda_graph::add_empty(dependencies after) {
-  return add(after, node_kind::empty,
-             [&](CUgraphNode* node, const CUgraphNode* deps, std::size_t n) {
-               return driver_.check(driver_.cuGraphAddEmptyNode(node, graph_->graph, deps, n),
-                                    "cuGraphAddEmptyNode");
-             });
+  return add_with(after, work_node::kind::empty,
+                  [&](CUgraphNode* node, const CUgraphNode* deps, std::size_t n) {
+                    return driver_.check(driver_.cuGraphAddEmptyNode(node, graph_->graph, deps, n),
+                                         "cuGraphAddEmptyNode");
+                  });
 }
 
 result<work_graph::node_index> cuda_graph::add_memset(dependencies after, void* destination,
                                                       int value, std::size_t bytes) {
   const CUDA_MEMSET_NODE_PARAMS params = memset_params(destination, value, bytes);
-  return add(
-      after, node_kind::memset, [&](CUgraphNode* node, const CUgraphNode* deps, std::size_t n) {
+  return add_with(
+      after, work_node::kind::memset,
+      [&](CUgraphNode* node, const CUgraphNode* deps, std::size_t n) {
         return driver_.check(
             driver_.cuGraphAddMemsetNode(node, graph_->graph, deps, n, &params, graph_->context),
             "cuGraphAddMemsetNode", memset_text(destination, value, bytes));
@@ -172,8 +174,9 @@ result<work_graph::node_index> cuda_graph::add_memcpy(dependencies after, void* 
   params.WidthInBytes = bytes;
   params.Height = 1;
   params.Depth = 1;
-  return add(
-      after, node_kind::memcpy, [&](CUgraphNode* node, const CUgraphNode* deps, std::size_t n) {
+  return add_with(
+      after, work_node::kind::memcpy,
+      [&](CUgraphNode* node, const CUgraphNode* deps, std::size_t n) {
         return driver_.check(
             driver_.cuGraphAddMemcpyNode(node, graph_->graph, deps, n, &params, graph_->context),
             "cuGraphAddMemcpyNode",
@@ -188,8 +191,8 @@ result<work_graph::node_index> cuda_graph::add_host(dependencies after, void (*f
   CUDA_HOST_NODE_PARAMS params;
   params.fn = function;
   params.userData = data;
-  return add(
-      after, node_kind::host, [&](CUgraphNode* node, const CUgraphNode* deps, std::size_t n) {
+  return add_with(
+      after, work_node::kind::host, [&](CUgraphNode* node, const CUgraphNode* deps, std::size_t n) {
         return driver_.check(driver_.cuGraphAddHostNode(node, graph_->graph, deps, n, &params),
                              "cuGraphAddHostNode");
       });
@@ -199,23 +202,24 @@ result<work_graph::node_index> cuda_graph::add_event_record(dependencies after, 
   auto& recorded = static_cast<cuda_event&>(e);
   CUevent handle = nullptr;
   result<node_index> added =
-      add(after, node_kind::event_record,
-          [&](CUgraphNode* node, const CUgraphNode* deps, std::size_t n) {
-            result<CUevent> in_context = recorded.event_in(graph_->context, device_);
-            if (!in_context.ok()) return in_context.take_error();
-            handle = in_context.value();
-            return driver_.check(
-                driver_.cuGraphAddEventRecordNode(node, graph_->graph, deps, n, handle),
-                "cuGraphAddEventRecordNode", "device " + std::to_string(device_));
-          });
+      add_with(after, work_node::kind::event_record,
+               [&](CUgraphNode* node, const CUgraphNode* deps, std::size_t n) {
+                 result<CUevent> in_context = recorded.event_in(graph_->context, device_);
+                 if (!in_context.ok()) return in_context.take_error();
+                 handle = in_context.value();
+                 return driver_.check(
+                     driver_.cuGraphAddEventRecordNode(node, graph_->graph, deps, n, handle),
+                     "cuGraphAddEventRecordNode", "device " + std::to_string(device_));
+               });
   if (added.ok()) records_.push_back({&recorded, handle});
   return added;
 }
 
 result<work_graph::node_index> cuda_graph::add_event_wait(dependencies after, event& e) {
   auto& awaited = static_cast<cuda_event&>(e);
-  return add(
-      after, node_kind::event_wait, [&](CUgraphNode* node, const CUgraphNode* deps, std::size_t n) {
+  return add_with(
+      after, work_node::kind::event_wait,
+      [&](CUgraphNode* node, const CUgraphNode* deps, std::size_t n) {
         result<CUevent> in_context = awaited.event_in(graph_->context, device_);
         if (!in_context.ok()) return in_context.take_error();
         return driver_.check(
@@ -228,12 +232,33 @@ result<work_graph::node_index> cuda_graph::add_native_child(dependencies after,
                                                             void* native_graph) {
   if (native_graph == nullptr)
     return status(error_code::invalid_value, "no native graph to add as a child");
-  return add(
-      after, node_kind::child, [&](CUgraphNode* node, const CUgraphNode* deps, std::size_t n) {
-        return driver_.check(driver_.cuGraphAddChildGraphNode(node, graph_->graph, deps, n,
-                                                              static_cast<CUgraph>(native_graph)),
-                             "cuGraphAddChildGraphNode", "device " + std::to_string(device_));
-      });
+  return add_with(after, work_node::kind::native_child,
+                  [&](CUgraphNode* node, const CUgraphNode* deps, std::size_t n) {
+                    return driver_.check(
+                        driver_.cuGraphAddChildGraphNode(node, graph_->graph, deps, n,
+                                                         static_cast<CUgraph>(native_graph)),
+                        "cuGraphAddChildGraphNode", "device " + std::to_string(device_));
+                  });
+}
+
+result<work_graph::node_index> cuda_graph::add(dependencies after, const work_node& node) {
+  switch (node.what) {
+    case work_node::kind::empty:
+      return add_empty(after);
+    case work_node::kind::memset:
+      return add_memset(after, node.destination, node.value, node.bytes);
+    case work_node::kind::memcpy:
+      return add_memcpy(after, node.destination, node.source, node.bytes);
+    case work_node::kind::host:
+      return add_host(after, node.function, node.data);
+    case work_node::kind::event_record:
+      return add_event_record(after, *node.target);
+    case work_node::kind::event_wait:
+      return add_event_wait(after, *node.target);
+    case work_node::kind::native_child:
+      return add_native_child(after, node.native_graph);
+  }
+  return status(error_code::invalid_value, "unknown work node kind");
 }
 
 result<std::unique_ptr<work_graph_exec>> cuda_graph::instantiate() {

@@ -34,30 +34,13 @@ class cuda_graph final : public work_graph {
   static result<std::unique_ptr<cuda_graph>> create(const driver_api& driver, CUcontext context,
                                                     int device);
 
-  result<node_index> add_empty(dependencies after) override;
-  result<node_index> add_memset(dependencies after, void* destination, int value,
-                                std::size_t bytes) override;
-  result<node_index> add_memcpy(dependencies after, void* destination, const void* source,
-                                std::size_t bytes) override;
-  result<node_index> add_host(dependencies after, void (*function)(void*), void* data) override;
-  result<node_index> add_event_record(dependencies after, event& e) override;
-  result<node_index> add_event_wait(dependencies after, event& e) override;
-  /// native_graph: a CUgraph (end_native_capture's), copied in; the caller keeps owning it.
-  result<node_index> add_native_child(dependencies after, void* native_graph) override;
+  /// A native child's native_graph is a CUgraph (end_native_capture's), copied in.
+  result<node_index> add(dependencies after, const work_node& node) override;
   /// cuGraphInstantiateWithFlags(..., 0).
   result<std::unique_ptr<work_graph_exec>> instantiate() override;
 
   CUgraph native() const noexcept;
 
-  enum class node_kind : unsigned char {
-    empty,
-    memset,
-    memcpy,
-    host,
-    event_record,
-    event_wait,
-    child
-  };
   /// An event a record node records, with the CUevent the node names.
   struct recorded_event {
     cuda_event* event = nullptr;
@@ -68,15 +51,24 @@ class cuda_graph final : public work_graph {
 
  private:
   cuda_graph(const driver_api& driver, std::shared_ptr<owned> graph, int device);
-  /// Maps after to CUgraphNodes, then add(node, dependencies, count) adds the driver's node.
+  /// Maps after to CUgraphNodes, then add_node(node, dependencies, count) adds the driver's.
   template <typename Add>
-  result<node_index> add(dependencies after, node_kind kind, Add&& add_node);
+  result<node_index> add_with(dependencies after, work_node::kind kind, Add&& add_node);
+  result<node_index> add_empty(dependencies after);
+  result<node_index> add_memset(dependencies after, void* destination, int value,
+                                std::size_t bytes);
+  result<node_index> add_memcpy(dependencies after, void* destination, const void* source,
+                                std::size_t bytes);
+  result<node_index> add_host(dependencies after, void (*function)(void*), void* data);
+  result<node_index> add_event_record(dependencies after, event& e);
+  result<node_index> add_event_wait(dependencies after, event& e);
+  result<node_index> add_native_child(dependencies after, void* native_graph);
 
   const driver_api& driver_;
   std::shared_ptr<owned> graph_;
   const int device_;
   std::vector<CUgraphNode> nodes_;       // by node index
-  std::vector<node_kind> kinds_;         // by node index
+  std::vector<work_node::kind> kinds_;   // by node index
   std::vector<recorded_event> records_;  // the events of record nodes, in node order
   std::vector<CUgraphNode> mapped_;      // scratch: one node's dependencies
 };

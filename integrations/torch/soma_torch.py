@@ -62,6 +62,31 @@ _lock = threading.Lock()
 _state = None  # dict once enabled
 
 
+class _Range(ctypes.Structure):  # somaMemRange
+    _fields_ = [("address", ctypes.c_void_p), ("bytes", ctypes.c_size_t)]
+
+
+class _Block(ctypes.Structure):  # somaMemBlockInfo
+    _fields_ = [("address", ctypes.c_void_p), ("bytes", ctypes.c_size_t),
+                ("requestedBytes", ctypes.c_size_t), ("state", ctypes.c_int),
+                ("streamKnown", ctypes.c_int), ("stream", ctypes.c_void_p),
+                ("position", ctypes.c_ulonglong)]
+
+
+class _PoolSnapshot(ctypes.Structure):  # somaMemPoolSnapshot
+    _fields_ = [("pool", ctypes.c_void_p), ("device", ctypes.c_int), ("name", ctypes.c_char * 64),
+                ("reservedBytes", ctypes.c_ulonglong), ("reservedHighBytes", ctypes.c_ulonglong),
+                ("usedBytes", ctypes.c_ulonglong), ("usedHighBytes", ctypes.c_ulonglong),
+                ("reservationCount", ctypes.c_size_t), ("reservations", ctypes.POINTER(_Range)),
+                ("commitCount", ctypes.c_size_t), ("commits", ctypes.POINTER(_Range)),
+                ("blockCount", ctypes.c_size_t), ("blocks", ctypes.POINTER(_Block))]
+
+
+class _Snapshot(ctypes.Structure):  # somaMemSnapshot
+    _fields_ = [("poolCount", ctypes.c_size_t), ("pools", ctypes.POINTER(_PoolSnapshot)),
+                ("storage", ctypes.c_void_p)]
+
+
 def library_path(library=None):
     """The path of libsoma_torch.so that enable() would load (see the module docstring)."""
     if library:
@@ -108,6 +133,15 @@ def _load(path):
     lib.soma_torch_record_stream.restype = None
     lib.soma_torch_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     lib.soma_torch_last_error.restype = ctypes.c_size_t
+    lib.soma_torch_get_pool.argtypes = [ctypes.c_int]
+    lib.soma_torch_get_pool.restype = ctypes.c_void_p
+    # libsoma's own calls, found through libsoma_torch's dependencies.
+    lib.somaMemPoolSnapshotTake.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Snapshot)]
+    lib.somaMemPoolSnapshotTake.restype = ctypes.c_int
+    lib.somaMemSnapshotFree.argtypes = [ctypes.POINTER(_Snapshot)]
+    lib.somaMemSnapshotFree.restype = ctypes.c_int
+    lib.somaGetLastErrorMessage.argtypes = []
+    lib.somaGetLastErrorMessage.restype = ctypes.c_char_p
     return lib
 
 
@@ -315,3 +349,78 @@ def reset_peak(device=None):
 def last_error():
     """The library's last failure message ("" if none)."""
     return _message(_lib())
+
+
+# somaMemBlockState -> the block states of torch.cuda.memory._snapshot()
+_TORCH_STATES = {0: "active_allocated", 1: "inactive", 2: "active_pending_free"}
+
+
+def snapshot():
+    """soma's pools in the format of torch.cuda.memory._snapshot(), which
+    torch.cuda._memory_viz (segment_plot, trace_plot, segments, memory) reads.
+
+    One segment per run of contiguous physical memory of a device's pool (soma grows a run in
+    place, as an expandable segment), with its blocks in address order: active_allocated (a
+    live tensor's memory, with the size PyTorch asked for), inactive (free), or
+    active_pending_free (freed on a stream whose work is not yet known complete). soma records
+    no stack frames and no allocation history here: frames are empty and device_traces hold
+    no events.
+    """
+    lib = _lib()
+    count = lib.soma_torch_device_count()
+    if count < 0:
+        raise RuntimeError(f"soma_torch: {_message(lib)}")
+    segments = []
+    for device in range(count):
+        pool = lib.soma_torch_get_pool(device)
+        if not pool:
+            continue
+        taken = _Snapshot()
+        if lib.somaMemPoolSnapshotTake(pool, ctypes.byref(taken)) != 0:
+            raise RuntimeError(f"somaMemPoolSnapshotTake: {lib.somaGetLastErrorMessage().decode()}")
+        try:
+            for index in range(taken.poolCount):
+                segments.extend(_torch_segments(device, taken.pools[index]))
+        finally:
+            lib.somaMemSnapshotFree(ctypes.byref(taken))
+    return {"segments": segments, "device_traces": [[] for _ in range(count)]}
+
+
+def _torch_segments(device, pool):
+    runs = []  # [start, end] of contiguous commits
+    for index in range(pool.commitCount):
+        start = pool.commits[index].address or 0
+        end = start + pool.commits[index].bytes
+        if runs and runs[-1][1] == start:
+            runs[-1][1] = end
+        else:
+            runs.append([start, end])
+    blocks = [pool.blocks[index] for index in range(pool.blockCount)]
+    segments = []
+    for start, end in runs:
+        inside = [b for b in blocks if start <= (b.address or 0) < end]
+        torch_blocks = [{
+            "address": b.address or 0,
+            "size": b.bytes,
+            "requested_size": b.requestedBytes if b.state == 0 else b.bytes,
+            "state": _TORCH_STATES[b.state],
+            "frames": [],
+        } for b in inside]
+        active = [b for b in torch_blocks if b["state"] != "inactive"]
+        segments.append({
+            "device": device,
+            "address": start,
+            "total_size": end - start,
+            "stream": 0,
+            "segment_type": "large",
+            "segment_pool_id": (0, 0),
+            "allocated_size": sum(b["size"] for b in torch_blocks
+                                  if b["state"] == "active_allocated"),
+            "active_size": sum(b["size"] for b in active),
+            "requested_size": sum(b["requested_size"] for b in active),
+            "is_expandable": True,
+            "frames": [],
+            "blocks": torch_blocks,
+        })
+    return segments
+

@@ -20,6 +20,9 @@ Checks:
   record_stream      a tensor freed while a side stream still reads it (declared with
                      Tensor.record_stream) is not reused before that read.
   threads            threads, each on its own stream, allocate, compute and check values.
+  snapshot           soma_torch.snapshot() has every live tensor in an active_allocated block,
+                     its figures match soma's statistics, and torch.cuda._memory_viz's
+                     segment_plot, trace_plot (offline), segments and memory read it.
   memory_returns     with every tensor gone and PyTorch's cuBLAS workspaces cleared, soma's
                      used memory is 0; empty_cache returns soma's reserve to 0.
 """
@@ -70,6 +73,7 @@ def main():
         ("training_transformer", check_training_transformer),
         ("record_stream", check_record_stream),
         ("threads", check_threads),
+        ("snapshot", check_snapshot),
         ("memory_returns", check_memory_returns),
     ]
     passed = failed = 0
@@ -301,6 +305,74 @@ def check_threads(ctx):
     torch.cuda.synchronize()
     require(not errors, "; ".join(errors))
     return f"{len(threads)} threads, {ctx.soma.stats(0)['streams']} streams adopted so far"
+
+
+def check_snapshot(ctx):
+    torch, soma = ctx.torch, ctx.soma
+    tensors = [torch.full((n,), 7, dtype=torch.uint8, device=ctx.device)
+               for n in (1000, 70000, 3 * 2**20)]
+    dropped = torch.empty(5000, dtype=torch.uint8, device=ctx.device)
+    del dropped
+    torch.cuda.synchronize()
+    snap = soma.snapshot()
+    blocks = [b for seg in snap["segments"] for b in seg["blocks"]]
+    for tensor in tensors:
+        address = tensor.data_ptr()
+        require(any(b["state"] == "active_allocated" and b["address"] <= address <
+                    b["address"] + b["size"] for b in blocks),
+                f"the tensor at {address:#x} is in no active_allocated block")
+    live = sum(b["requested_size"] for b in blocks if b["state"] == "active_allocated")
+    figures = soma.stats(0)
+    require(live == figures["used_bytes"],
+            f"active blocks request {live} B, soma says {figures['used_bytes']} B used")
+    total = sum(seg["total_size"] for seg in snap["segments"] if seg["device"] == 0)
+    require(total == figures["reserved_bytes"],
+            f"segments hold {total} B, soma says {figures['reserved_bytes']} B reserved")
+    from torch.cuda import _memory_viz
+    # PyTorch's text readers walk every segment and block; an identity formatter keeps them
+    # off the network (the default fetches flamegraph.pl).
+    for name in ("segments", "memory"):
+        lines = getattr(_memory_viz, name)(snap, format_flamegraph=lambda text: text)
+        require(isinstance(lines, str), f"_memory_viz.{name} gave {type(lines)}")
+    # The page makers fetch the viewer's script from the network, which a GPU machine may not
+    # reach: serve them an empty script, and check the page they make around the snapshot.
+    for name in ("segment_plot", "trace_plot"):
+        with _offline_viewer_script(_memory_viz):
+            page = getattr(_memory_viz, name)(snap)
+        require(isinstance(page, str) and "snapshot.pickle" in page, f"{name} made no page")
+    del tensors
+    return f"{len(snap['segments'])} segments, {len(blocks)} blocks, viz read it"
+
+
+class _offline_viewer_script:
+    """Within the block, urlopen (as urllib.request and _memory_viz see it) serves an empty
+    script instead of reaching the network."""
+
+    class _Response:
+        def read(self, *args):
+            return b"// offline: the viewer's script is not fetched here\n"
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *args):
+            return False
+
+    def __init__(self, viz):
+        import urllib.request
+        self.modules = [urllib.request] + ([viz] if hasattr(viz, "urlopen") else [])
+        self.saved = []
+
+    def __enter__(self):
+        for module in self.modules:
+            self.saved.append(module.urlopen)
+            module.urlopen = lambda *args, **kwargs: self._Response()
+        return self
+
+    def __exit__(self, *args):
+        for module, saved in zip(self.modules, self.saved):
+            module.urlopen = saved
+        return False
 
 
 def check_memory_returns(ctx):

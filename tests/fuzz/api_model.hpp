@@ -78,6 +78,36 @@ inline void check_pool_stats(const pool_stats& stats, std::uint64_t live_bytes,
              static_cast<unsigned long long>(stats.reserved_current), cap_bytes);
 }
 
+/// A quiet pool's snapshot adds up: the live blocks sum to used and to what the session holds,
+/// the blocks tile the commits in address order, and the commits sum to reserved.
+inline void check_snapshot(somaMemPool_t pool, std::uint64_t live_bytes) {
+  somaMemSnapshot taken{};
+  FUZZ_OK(somaMemPoolSnapshotTake(pool, &taken));
+  FUZZ_CHECK(taken.poolCount == 1, "a pool's snapshot holds %zu pools", taken.poolCount);
+  const somaMemPoolSnapshot& p = taken.pools[0];
+  std::uint64_t live = 0;
+  std::uint64_t blocks = 0;
+  std::uintptr_t end = 0;
+  for (std::size_t i = 0; i < p.blockCount; ++i) {
+    const auto start = reinterpret_cast<std::uintptr_t>(p.blocks[i].address);
+    FUZZ_CHECK(start >= end, "block %zu at %p overlaps the one before", i, p.blocks[i].address);
+    end = start + p.blocks[i].bytes;
+    blocks += p.blocks[i].bytes;
+    if (p.blocks[i].state == somaMemBlockLive) live += p.blocks[i].requestedBytes;
+  }
+  std::uint64_t commits = 0;
+  for (std::size_t i = 0; i < p.commitCount; ++i) commits += p.commits[i].bytes;
+  FUZZ_CHECK(live == p.usedBytes && live == live_bytes,
+             "snapshot: live blocks %llu, used %llu, the session holds %llu",
+             static_cast<unsigned long long>(live), static_cast<unsigned long long>(p.usedBytes),
+             static_cast<unsigned long long>(live_bytes));
+  FUZZ_CHECK(blocks == commits && commits == p.reservedBytes,
+             "snapshot: blocks %llu, commits %llu, reserved %llu",
+             static_cast<unsigned long long>(blocks), static_cast<unsigned long long>(commits),
+             static_cast<unsigned long long>(p.reservedBytes));
+  FUZZ_OK(somaMemSnapshotFree(&taken));
+}
+
 inline std::size_t committed_bytes(int device) {
   std::size_t bytes = 0;
   FUZZ_OK(somaDeviceGetCommittedBytes(&bytes, device));

@@ -114,6 +114,7 @@ void session::check_invariants() {
     if (!pool.alive) continue;
     const pool_stats stats = read_pool_stats(pool.handle);
     check_pool_stats(stats, pool.live_bytes, pool.cap_bytes);
+    check_snapshot(pool.handle, pool.live_bytes);
     // S10: a high only grows until it is reset.
     FUZZ_CHECK(
         stats.used_high >= pool.last.used_high && stats.reserved_high >= pool.last.reserved_high,

@@ -418,6 +418,52 @@ SOMA_API somaError_t somaMemSnapshotTakeAll(somaMemSnapshot* snapshot);
 /** Frees what a Take call gave and zeroes *snapshot; a zeroed snapshot is a no-op. */
 SOMA_API somaError_t somaMemSnapshotFree(somaMemSnapshot* snapshot);
 
+/** The one change that would have let a failed allocation succeed (somaOutOfMemoryReport). */
+typedef enum somaOutOfMemoryChange {
+  somaOomChangeNone = 0,                      /**< no allocation of the pool ran out of memory */
+  somaOomChangeLargerMaxSize = 1,             /**< changeBytes: the max size the request needs */
+  somaOomChangeSynchronizeStream = 2,         /**< changeStream's free of changeBytes would serve */
+  somaOomChangeAllowInternalDependencies = 3, /**< the same, with internal dependencies off */
+  somaOomChangeSynchronizeDevice = 4,         /**< frees of a destroyed stream or of several */
+  somaOomChangeCompactBeforeGrowth = 5,       /**< changeBytes free, in more than one piece */
+  somaOomChangeFreeDeviceMemory = 6,          /**< the platform refused to commit changeBytes */
+  somaOomChangeSynchronizeDeviceAndCompact = 7,
+  somaOomChangeMoreMaxSize = 8 /**< a max size larger by changeBytes */
+} somaOutOfMemoryChange;
+
+/** Memory freed on one stream and not yet known complete, at the failure. */
+typedef struct somaPendingFrees {
+  int streamKnown; /**< 0: a destroyed stream */
+  somaStream_t stream;
+  unsigned long long bytes;
+  unsigned long long largestBytes;
+} somaPendingFrees;
+
+/** The latest out-of-memory failure of an allocation from a pool: the facts its message gives,
+ *  as data. */
+typedef struct somaOutOfMemoryReport {
+  size_t requestedBytes;
+  somaStream_t stream; /**< the allocating stream (NULL: a default stream) */
+  unsigned long long reservedBytes, usedBytes, maxSizeBytes;
+  unsigned long long freeBytes; /**< free for every stream */
+  size_t freePieces;
+  unsigned long long largestFreeBytes;
+  unsigned long long pendingBytes;    /**< freed, not yet known complete, on all streams */
+  size_t pendingStreamCount;          /**< entries of pendingStreams used (at most 8) */
+  somaPendingFrees pendingStreams[8]; /**< most bytes first */
+  int reuseFollowEventDependencies, reuseAllowOpportunistic, reuseAllowInternalDependencies;
+  int compactBeforeGrowth;
+  somaOutOfMemoryChange change;
+  unsigned long long changeBytes;
+  int changeStreamKnown;
+  somaStream_t changeStream;
+} somaOutOfMemoryReport;
+
+/** soma's own: the latest out-of-memory failure of an allocation from memPool into *report;
+ *  change = somaOomChangeNone (and the rest zero) when there was none. */
+SOMA_API somaError_t somaMemPoolGetLastOutOfMemory(somaMemPool_t memPool,
+                                                   somaOutOfMemoryReport* report);
+
 /* ---- pointers (S14) -------------------------------------------------------------------------- */
 
 SOMA_API somaError_t somaPointerGetAttributes(somaPointerAttributes* attributes, const void* ptr);

@@ -1,7 +1,9 @@
 // The C API of snapshots (soma's own): the runtime's pool reports laid out as C arrays that
-// stay valid until somaMemSnapshotFree.
+// stay valid until somaMemSnapshotFree; a pool's latest out-of-memory failure as data.
 #include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <optional>
 #include <memory>
 #include <vector>
 
@@ -92,6 +94,35 @@ status hand_out(const std::vector<pool_report>& reports, somaMemSnapshot* snapsh
   return status::success();
 }
 
+somaStream_t c_stream(std::uintptr_t handle) { return reinterpret_cast<somaStream_t>(handle); }
+
+void fill_report(const soma::detail::out_of_memory_record& r, somaOutOfMemoryReport* out) {
+  out->requestedBytes = r.requested_bytes;
+  out->stream = c_stream(r.stream);
+  out->reservedBytes = r.reserved_bytes;
+  out->usedBytes = r.used_bytes;
+  out->maxSizeBytes = r.policies.max_size_bytes;
+  out->freeBytes = r.facts.free_bytes;
+  out->freePieces = r.facts.free_pieces;
+  out->largestFreeBytes = r.facts.largest_free_bytes;
+  out->pendingBytes = r.facts.pending_bytes;
+  const std::size_t kept = std::min(r.facts.pending.size(), std::size(out->pendingStreams));
+  out->pendingStreamCount = kept;
+  for (std::size_t i = 0; i < kept; ++i) {
+    const auto& p = r.facts.pending[i];
+    out->pendingStreams[i] = {p.handle.has_value() ? 1 : 0, c_stream(p.handle.value_or(0)), p.bytes,
+                              p.largest_bytes};
+  }
+  out->reuseFollowEventDependencies = r.follow_event_dependencies ? 1 : 0;
+  out->reuseAllowOpportunistic = r.opportunistic ? 1 : 0;
+  out->reuseAllowInternalDependencies = r.policies.internal_dependencies ? 1 : 0;
+  out->compactBeforeGrowth = r.policies.compaction ? 1 : 0;
+  out->change = static_cast<somaOutOfMemoryChange>(static_cast<int>(r.change.what));
+  out->changeBytes = r.change.bytes;
+  out->changeStreamKnown = r.change.stream.has_value() ? 1 : 0;
+  out->changeStream = c_stream(r.change.stream.value_or(0));
+}
+
 }  // namespace
 
 extern "C" {
@@ -113,6 +144,21 @@ somaError_t somaMemSnapshotTakeAll(somaMemSnapshot* snapshot) {
     if (snapshot == nullptr) return null_argument("somaMemSnapshotTakeAll", "snapshot");
     *snapshot = somaMemSnapshot{};
     return hand_out(rt.snapshot_all(), snapshot);
+  });
+}
+
+somaError_t somaMemPoolGetLastOutOfMemory(somaMemPool_t memPool, somaOutOfMemoryReport* report) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (report == nullptr) return null_argument("somaMemPoolGetLastOutOfMemory", "report");
+    result<std::optional<soma::detail::out_of_memory_record>> last =
+        rt.last_out_of_memory(handle_of(memPool));
+    if (!last.ok()) {
+      return status(last.error().code(),
+                    "somaMemPoolGetLastOutOfMemory: " + last.error().message());
+    }
+    *report = somaOutOfMemoryReport{};
+    if (last.value().has_value()) fill_report(*last.value(), report);
+    return status::success();
   });
 }
 

@@ -37,10 +37,44 @@ struct out_of_memory_facts {
 
 out_of_memory_facts gather_out_of_memory_facts(const pool_report& report);
 
-/// ". In the pool: ... What would have let it succeed: ..." for a request of bytes on the
-/// stream with handle `allocating` (0: a default stream).
-std::string advise_out_of_memory(const out_of_memory_facts& facts, const pool_policies& policies,
-                                 const pool_report& report, std::size_t bytes,
-                                 std::uintptr_t allocating);
+/// The one change that would have let a request succeed (the first that applies, in this
+/// order; docs/observability.md has the table).
+struct out_of_memory_change {
+  enum class kind {
+    larger_max_size = 1,              ///< bytes: the max size the request alone needs
+    synchronize_stream = 2,           ///< stream's free of `bytes` would serve it
+    allow_internal_dependencies = 3,  ///< the same, with internal dependencies off
+    synchronize_device = 4,           ///< a destroyed stream's free, or frees of several
+    compact_before_growth = 5,        ///< bytes: free memory in pieces
+    free_device_memory = 6,           ///< bytes: what the platform refused to commit
+    synchronize_device_and_compact = 7,
+    more_max_size = 8,  ///< bytes: how much larger the max size would need to be
+  };
+  kind what = kind::more_max_size;
+  std::uint64_t bytes = 0;
+  std::optional<std::uintptr_t> stream;  ///< the stream named, if any (nullopt: destroyed)
+};
+
+out_of_memory_change choose_out_of_memory_change(const out_of_memory_facts& facts,
+                                                 const pool_policies& policies,
+                                                 std::uint64_t reserved_bytes, std::size_t bytes,
+                                                 std::uintptr_t allocating);
+
+/// ". In the pool: ... What would have let it succeed: ...", appended to the pool's message.
+std::string describe_out_of_memory(const out_of_memory_facts& facts,
+                                   const out_of_memory_change& change);
+
+/// What a pool keeps of its latest out-of-memory failure (somaMemPoolGetLastOutOfMemory).
+struct out_of_memory_record {
+  std::size_t requested_bytes = 0;
+  std::uintptr_t stream = 0;  ///< the allocating stream's handle (0: a default stream)
+  std::uint64_t reserved_bytes = 0;
+  std::uint64_t used_bytes = 0;
+  pool_policies policies;
+  bool follow_event_dependencies = true;
+  bool opportunistic = true;
+  out_of_memory_facts facts;
+  out_of_memory_change change;
+};
 
 }  // namespace soma::detail

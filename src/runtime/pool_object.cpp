@@ -33,4 +33,14 @@ status pool_object::set_access(int device, backend::access_flags flags) {
   return memory_.set_access(device, flags);
 }
 
+void pool_object::note_out_of_memory(out_of_memory_record record) {
+  std::lock_guard lock(out_of_memory_mutex_);
+  last_out_of_memory_ = std::move(record);
+}
+
+std::optional<out_of_memory_record> pool_object::last_out_of_memory() const {
+  std::lock_guard lock(out_of_memory_mutex_);
+  return last_out_of_memory_;
+}
+
 }  // namespace soma::detail

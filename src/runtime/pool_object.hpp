@@ -7,10 +7,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "backend/backend.hpp"
 #include "core/pool.hpp"
 #include "runtime/backend_memory_provider.hpp"
+#include "runtime/out_of_memory_advice.hpp"
 #include "runtime/pool_sharing.hpp"
 
 namespace soma::detail {
@@ -53,6 +55,10 @@ class pool_object final : public pool {
   void forget_mapping(std::uintptr_t address);
   /// S9: compaction before growth (somaMemPoolAttrCompactBeforeGrowth).
   void set_compaction(bool enabled);
+  /// The latest out-of-memory failure of an allocation from this pool, kept for
+  /// somaMemPoolGetLastOutOfMemory.
+  void note_out_of_memory(out_of_memory_record record);
+  std::optional<out_of_memory_record> last_out_of_memory() const;
 
  private:
   pool_object(pool_config config, backend_memory_provider* memory, pool_properties properties,
@@ -65,6 +71,8 @@ class pool_object final : public pool {
   std::uintptr_t handle_ = 0;
   const std::unique_ptr<export_table> exports_;
   const std::unique_ptr<import_table> imports_;
+  mutable std::mutex out_of_memory_mutex_;
+  std::optional<out_of_memory_record> last_out_of_memory_;
 };
 
 }  // namespace soma::detail

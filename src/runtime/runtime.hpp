@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,8 @@ class runtime {
   result<pool_report> snapshot(std::uintptr_t pool_handle);
   /// Every live pool: default pools first, then the others in creation order.
   std::vector<pool_report> snapshot_all();
+  /// The latest out-of-memory failure of an allocation from the pool (nullopt: none).
+  result<std::optional<out_of_memory_record>> last_out_of_memory(std::uintptr_t pool_handle);
 
   // -- graphs (S15) -------------------------------------------------------------------------
   /// Installs the graph layer's memory (once, before any graph address exists).
@@ -100,7 +103,7 @@ class runtime {
   result<void*> allocate_in(pool_object& pool, std::size_t bytes, stream_object& stream);
   void name_pending_streams(pool_report& report) const;
   /// What an out-of-memory failure of pool adds to its message (out_of_memory_advice.hpp).
-  std::string explain_out_of_memory(const pool_object& pool, std::size_t bytes,
+  std::string explain_out_of_memory(pool_object& pool, std::size_t bytes,
                                     const stream_object& stream) const;
   status refuse_imported_allocation(const pool_object& pool) const;
   /// Pool memory must lie in one live allocation; what was found goes to *described (left

@@ -151,19 +151,29 @@ status runtime::check_range(const void* pointer, std::size_t bytes, const char* 
   return status::success();
 }
 
-std::string runtime::explain_out_of_memory(const pool_object& pool, std::size_t bytes,
+std::string runtime::explain_out_of_memory(pool_object& pool, std::size_t bytes,
                                            const stream_object& stream) const {
   // The caller holds the pool (pool_hazards), so it is not deleted meanwhile.
   pool_report report;
   report.contents = pool.snapshot();
   name_pending_streams(report);
-  pool_policies policies;
-  policies.max_size_bytes = pool.config().max_size_bytes;
-  policies.granularity_bytes = pool.granularity_bytes();
-  policies.internal_dependencies = pool.reuse_policy(3);
-  policies.compaction = pool.compact_before_growth();
-  return advise_out_of_memory(gather_out_of_memory_facts(report), policies, report, bytes,
-                              stream.handle);
+  out_of_memory_record record;
+  record.requested_bytes = bytes;
+  record.stream = stream.handle;
+  record.reserved_bytes = report.contents.reserved_bytes;
+  record.used_bytes = report.contents.used_bytes;
+  record.policies.max_size_bytes = pool.config().max_size_bytes;
+  record.policies.granularity_bytes = pool.granularity_bytes();
+  record.policies.internal_dependencies = pool.reuse_policy(3);
+  record.policies.compaction = pool.compact_before_growth();
+  record.follow_event_dependencies = pool.reuse_policy(1);
+  record.opportunistic = pool.reuse_policy(2);
+  record.facts = gather_out_of_memory_facts(report);
+  record.change = choose_out_of_memory_change(record.facts, record.policies, record.reserved_bytes,
+                                              bytes, stream.handle);
+  std::string text = describe_out_of_memory(record.facts, record.change);
+  pool.note_out_of_memory(std::move(record));
+  return text;
 }
 
 }  // namespace soma::detail

@@ -1,5 +1,5 @@
 // Snapshots of pools for people to read (soma's own): the core's view of each pool, with the
-// streams its pending frees wait for named by handle.
+// streams its pending frees wait for named by handle; a pool's latest out-of-memory failure.
 #include "runtime/runtime.hpp"
 
 namespace soma::detail {
@@ -44,6 +44,18 @@ std::vector<pool_report> runtime::snapshot_all() {
   std::vector<pool_report> out;
   pools_.for_each_live([&](const pool_object& p) { out.push_back(take(p)); });
   for (pool_report& r : out) name_pending_streams(r);
+  return out;
+}
+
+result<std::optional<out_of_memory_record>> runtime::last_out_of_memory(
+    std::uintptr_t pool_handle) {
+  std::optional<out_of_memory_record> out;
+  status found = pools_.with_pool(pool_handle, [&](pool_object* p) -> status {
+    if (p == nullptr) return pools_.resolve(pool_handle).take_error();
+    out = p->last_out_of_memory();
+    return status::success();
+  });
+  if (!found.ok()) return found;
   return out;
 }
 

@@ -12,11 +12,13 @@ using soma::detail::backend::work_node;
 
 inline work_node empty_node() { return {}; }
 inline work_node memset_node(void* destination, int value, std::size_t bytes) {
-  return {.what = work_node::kind::memset, .destination = destination, .value = value,
-          .bytes = bytes};
+  return {
+      .what = work_node::kind::memset, .destination = destination, .value = value, .bytes = bytes};
 }
 inline work_node memcpy_node(void* destination, const void* source, std::size_t bytes) {
-  return {.what = work_node::kind::memcpy, .destination = destination, .source = source,
+  return {.what = work_node::kind::memcpy,
+          .destination = destination,
+          .source = source,
           .bytes = bytes};
 }
 inline work_node host_node(void (*function)(void*), void* data) {

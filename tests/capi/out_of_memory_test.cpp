@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,12 @@ class S3_S9_S11_OutOfMemoryAdvice : public capi_test {
     }
     return last_message();
   }
+  /// The pool's latest failure as data.
+  static somaOutOfMemoryReport report_of(somaMemPool_t pool) {
+    somaOutOfMemoryReport report{};
+    EXPECT_EQ(somaMemPoolGetLastOutOfMemory(pool, &report), somaSuccess) << last_message();
+    return report;
+  }
 };
 
 TEST_F(S3_S9_S11_OutOfMemoryAdvice, ARequestAboveTheCapAsksForALargerMaxSize) {
@@ -55,6 +62,13 @@ TEST_F(S3_S9_S11_OutOfMemoryAdvice, APoolFullOfLiveMemoryAsksForMoreMaxSize) {
   const std::string message = refused(granule, pool, stream);
   EXPECT_TRUE(contains(message, "In the pool: 0 B free")) << message;
   EXPECT_TRUE(contains(message, "What would have let it succeed: a max size at least")) << message;
+  const somaOutOfMemoryReport report = report_of(pool);
+  EXPECT_EQ(report.change, somaOomChangeMoreMaxSize);
+  EXPECT_EQ(report.changeBytes, granule);
+  EXPECT_EQ(report.usedBytes, 2 * granule);
+  EXPECT_EQ(report.reservedBytes, 2 * granule);
+  EXPECT_EQ(report.freeBytes, 0u);
+  EXPECT_EQ(report.stream, stream.get());
   SOMA_ASSERT_OK(somaFreeAsync(live, stream));
 }
 
@@ -73,6 +87,17 @@ TEST_F(S3_S9_S11_OutOfMemoryAdvice, AFreePendingOnAnotherStreamNamesItAndInterna
   std::snprintf(name, sizeof name, "freed on stream %p", static_cast<void*>(a.get()));
   EXPECT_TRUE(contains(message, name)) << message;
   EXPECT_TRUE(contains(message, "somaMemPoolReuseAllowInternalDependencies = 1")) << message;
+  const somaOutOfMemoryReport report = report_of(pool);
+  EXPECT_EQ(report.change, somaOomChangeAllowInternalDependencies);
+  EXPECT_EQ(report.changeStreamKnown, 1);
+  EXPECT_EQ(report.changeStream, a.get());
+  EXPECT_EQ(report.changeBytes, 4 * granule);
+  EXPECT_EQ(report.reuseAllowInternalDependencies, 0);
+  EXPECT_EQ(report.reuseAllowOpportunistic, 0);
+  ASSERT_EQ(report.pendingStreamCount, 1u);
+  EXPECT_EQ(report.pendingStreams[0].stream, a.get());
+  EXPECT_EQ(report.pendingStreams[0].bytes, 4 * granule);
+  EXPECT_EQ(report.pendingBytes, 4 * granule);
   // The advice holds: with internal dependencies the same request is served.
   SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolReuseAllowInternalDependencies, 1));
   SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, 4 * granule, pool, b));
@@ -94,6 +119,11 @@ TEST_F(S3_S9_S11_OutOfMemoryAdvice, AFreePendingOnADestroyedStreamAsksForADevice
   const std::string message = refused(4 * granule, pool, b);
   EXPECT_TRUE(contains(message, "freed on a destroyed stream")) << message;
   EXPECT_TRUE(contains(message, "a somaDeviceSynchronize before this allocation")) << message;
+  const somaOutOfMemoryReport report = report_of(pool);
+  EXPECT_EQ(report.change, somaOomChangeSynchronizeDevice);
+  EXPECT_EQ(report.changeStreamKnown, 0);
+  ASSERT_EQ(report.pendingStreamCount, 1u);
+  EXPECT_EQ(report.pendingStreams[0].streamKnown, 0);
   SOMA_ASSERT_OK(somaDeviceSynchronize());
   SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, 4 * granule, pool, b));
   SOMA_ASSERT_OK(somaFreeAsync(pointer, b));
@@ -121,6 +151,12 @@ TEST_F(S3_S9_S11_OutOfMemoryAdvice, FreeMemoryInPiecesAsksForCompactionWhichThen
     const std::string message = refused(2 * granule, pool, stream);
     EXPECT_TRUE(contains(message, "in 2 pieces")) << message;
     EXPECT_TRUE(contains(message, "somaMemPoolAttrCompactBeforeGrowth = 1")) << message;
+    const somaOutOfMemoryReport report = report_of(pool);
+    EXPECT_EQ(report.change, somaOomChangeCompactBeforeGrowth);
+    EXPECT_EQ(report.freePieces, 2u);
+    EXPECT_EQ(report.freeBytes, 2 * granule);
+    EXPECT_EQ(report.largestFreeBytes, granule);
+    EXPECT_EQ(report.compactBeforeGrowth, 0);
     for (void* p : kept) SOMA_ASSERT_OK(somaFreeAsync(p, stream));
   }
   unique_pool pool(0, 4 * granule);
@@ -133,6 +169,33 @@ TEST_F(S3_S9_S11_OutOfMemoryAdvice, FreeMemoryInPiecesAsksForCompactionWhichThen
   for (void* p : kept) SOMA_ASSERT_OK(somaFreeAsync(p, stream));
   SOMA_ASSERT_OK(somaFreeAsync(whole, stream));
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+}
+
+TEST_F(S3_S9_S11_OutOfMemoryAdvice, TheReportOfAPoolThatNeverFailedSaysNone) {
+  unique_pool pool(0);
+  somaOutOfMemoryReport report;
+  std::memset(&report, 0xff, sizeof report);
+  SOMA_ASSERT_OK(somaMemPoolGetLastOutOfMemory(pool, &report));
+  EXPECT_EQ(report.change, somaOomChangeNone);
+  EXPECT_EQ(report.requestedBytes, 0u);
+  EXPECT_EQ(report.pendingStreamCount, 0u);
+}
+
+TEST_F(S3_S9_S11_OutOfMemoryAdvice, EachBadArgumentOfTheReportCallIsRefused) {
+  unique_pool pool(0);
+  somaOutOfMemoryReport report{};
+  EXPECT_EQ(somaMemPoolGetLastOutOfMemory(pool, nullptr), somaErrorInvalidValue);
+  EXPECT_TRUE(contains(last_message(), "report is NULL")) << last_message();
+  EXPECT_EQ(somaMemPoolGetLastOutOfMemory(nullptr, &report), somaErrorInvalidValue);
+  somaMemPool_t gone = nullptr;
+  const somaMemPoolProps props = pool_props(0);
+  SOMA_ASSERT_OK(somaMemPoolCreate(&gone, &props));
+  SOMA_ASSERT_OK(somaMemPoolDestroy(gone));
+  EXPECT_EQ(somaMemPoolGetLastOutOfMemory(gone, &report), somaErrorInvalidResourceHandle);
+  EXPECT_TRUE(contains(last_message(), "is not a live pool")) << last_message();
+  void* pointer = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, 512, pool, nullptr));  // the pool is intact
+  SOMA_ASSERT_OK(somaFreeAsync(pointer, nullptr));
 }
 
 }  // namespace

@@ -566,3 +566,13 @@ TEST(S10_CxxApi, SnapshotShowsLiveBlocksAndMovesOwnership) {
   soma::free_async(live, s);
   s.synchronize();
 }
+
+TEST(S3_CxxApi, TheLastOutOfMemoryOfAPoolIsData) {
+  soma::pool p = make_pool();
+  EXPECT_EQ(p.last_out_of_memory().change, somaOomChangeNone);
+  soma::stream s;
+  EXPECT_THROW((void)soma::malloc_async(std::size_t{1} << 50, p, s), soma::bad_alloc);
+  const somaOutOfMemoryReport report = p.last_out_of_memory();
+  EXPECT_EQ(report.change, somaOomChangeLargerMaxSize);
+  EXPECT_EQ(report.requestedBytes, std::size_t{1} << 50);
+}

@@ -93,6 +93,13 @@ class pool {
   void make_current() const { check(somaDeviceSetMemPool(device_, handle_)); }
   /** Gives the pool a name for messages ("pool 'tenant-a' on device 0"). */
   void set_name(const char* name) const { check(somaMemPoolSetName(handle_, name)); }
+  /** soma's own: the latest out-of-memory failure of an allocation from this pool, as data
+   *  (change == somaOomChangeNone: there was none). */
+  somaOutOfMemoryReport last_out_of_memory() const {
+    somaOutOfMemoryReport report{};
+    check(somaMemPoolGetLastOutOfMemory(handle_, &report));
+    return report;
+  }
 
   /** S9: bytes kept reserved across synchronizations; above it memory goes back. */
   std::uint64_t release_threshold() const { return get_u64(somaMemPoolAttrReleaseThreshold); }

@@ -15,6 +15,17 @@ pool_report take(const pool_object& pool) {
   return out;
 }
 
+/// Runs fn(pool) under the pool registry's lock (the pool is not deleted meanwhile), or gives
+/// the error of a handle that names no live pool.
+template <typename Fn>
+status with_live_pool(pool_registry& pools, std::uintptr_t handle, Fn&& fn) {
+  return pools.with_pool(handle, [&](pool_object* p) -> status {
+    if (p == nullptr) return pools.resolve(handle).take_error();
+    fn(*p);
+    return status::success();
+  });
+}
+
 }  // namespace
 
 // After the pool registry's lock is released: the stream registry's lock comes first.
@@ -30,11 +41,7 @@ void runtime::name_pending_streams(pool_report& report) const {
 
 result<pool_report> runtime::snapshot(std::uintptr_t pool_handle) {
   pool_report out;
-  status found = pools_.with_pool(pool_handle, [&](pool_object* p) -> status {
-    if (p == nullptr) return pools_.resolve(pool_handle).take_error();
-    out = take(*p);
-    return status::success();
-  });
+  status found = with_live_pool(pools_, pool_handle, [&](pool_object& p) { out = take(p); });
   if (!found.ok()) return found;
   name_pending_streams(out);
   return out;
@@ -50,11 +57,8 @@ std::vector<pool_report> runtime::snapshot_all() {
 result<std::optional<out_of_memory_record>> runtime::last_out_of_memory(
     std::uintptr_t pool_handle) {
   std::optional<out_of_memory_record> out;
-  status found = pools_.with_pool(pool_handle, [&](pool_object* p) -> status {
-    if (p == nullptr) return pools_.resolve(pool_handle).take_error();
-    out = p->last_out_of_memory();
-    return status::success();
-  });
+  status found =
+      with_live_pool(pools_, pool_handle, [&](pool_object& p) { out = p.last_out_of_memory(); });
   if (!found.ok()) return found;
   return out;
 }

@@ -187,10 +187,7 @@ TEST_F(S3_S9_S11_OutOfMemoryAdvice, EachBadArgumentOfTheReportCallIsRefused) {
   EXPECT_EQ(somaMemPoolGetLastOutOfMemory(pool, nullptr), somaErrorInvalidValue);
   EXPECT_TRUE(contains(last_message(), "report is NULL")) << last_message();
   EXPECT_EQ(somaMemPoolGetLastOutOfMemory(nullptr, &report), somaErrorInvalidValue);
-  somaMemPool_t gone = nullptr;
-  const somaMemPoolProps props = pool_props(0);
-  SOMA_ASSERT_OK(somaMemPoolCreate(&gone, &props));
-  SOMA_ASSERT_OK(somaMemPoolDestroy(gone));
+  somaMemPool_t gone = destroyed_pool();
   EXPECT_EQ(somaMemPoolGetLastOutOfMemory(gone, &report), somaErrorInvalidResourceHandle);
   EXPECT_TRUE(contains(last_message(), "is not a live pool")) << last_message();
   void* pointer = nullptr;

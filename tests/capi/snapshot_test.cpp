@@ -218,10 +218,7 @@ TEST_F(S10_SnapshotBadInput, EachBadArgumentIsRefusedAndThePoolStaysUsable) {
   EXPECT_TRUE(contains(last_message(), "the pool is NULL")) << last_message();
   EXPECT_EQ(out.poolCount, 0u);
   EXPECT_EQ(out.pools, nullptr);
-  somaMemPool_t gone = nullptr;
-  const somaMemPoolProps props = pool_props(0);
-  SOMA_ASSERT_OK(somaMemPoolCreate(&gone, &props));
-  SOMA_ASSERT_OK(somaMemPoolDestroy(gone));
+  somaMemPool_t gone = destroyed_pool();
   EXPECT_EQ(somaMemPoolSnapshotTake(gone, &out), somaErrorInvalidResourceHandle);
   EXPECT_TRUE(contains(last_message(), "is not a live pool")) << last_message();
   EXPECT_EQ(somaMemSnapshotTakeAll(nullptr), somaErrorInvalidValue);

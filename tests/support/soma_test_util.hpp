@@ -205,6 +205,15 @@ class unique_pool : public unique_handle<somaMemPool_t, somaMemPoolDestroy> {
       : unique_pool(pool_props(device, max_size_bytes)) {}
 };
 
+/// The handle of a pool that was created on device 0 and destroyed: no longer live.
+inline somaMemPool_t destroyed_pool() {
+  somaMemPool_t gone = nullptr;
+  const somaMemPoolProps props = pool_props(0);
+  EXPECT_EQ(somaMemPoolCreate(&gone, &props), somaSuccess) << last_message();
+  EXPECT_EQ(somaMemPoolDestroy(gone), somaSuccess) << last_message();
+  return gone;
+}
+
 // ---- behaviour checks -------------------------------------------------------------------
 
 /// Checks that `pool` still works: a 4 KiB allocation on `stream`, written and read back by

@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <variant>
 
 #include "core/status.hpp"
 #include "core/stream_timeline.hpp"
@@ -81,36 +82,100 @@ class event {
   virtual status synchronize() = 0;
 };
 
+/// The pieces of work a stream runs, in the order enqueued. The platform gets each as one
+/// value, so a backend implements one enqueue and the kinds of work are listed once, here.
+namespace work {
+/// Runs on a host thread; a failure becomes the stream's sticky error.
+struct host {
+  host_task task;
+};
+/// Sets `bytes` bytes at destination to value (cuMemsetD8Async).
+struct fill {
+  void* destination;
+  int value;
+  std::size_t bytes;
+};
+/// Copies `bytes` bytes (cuMemcpyAsync); the cpu backend tolerates overlap, cuda does not.
+struct copy {
+  void* destination;
+  const void* source;
+  std::size_t bytes;
+};
+/// Later work waits until the 32-bit word at address satisfies condition (cuStreamWaitValue32).
+/// The word is host memory from allocate_host or device memory of a pool; it is written by the
+/// host or by another stream's write_value32. Requires: address 4-byte aligned.
+struct wait_value32 {
+  std::uint32_t* address;
+  std::uint32_t value;
+  wait_condition condition;
+};
+/// Writes value to the word at address once earlier work completed, visible to the host and
+/// other streams (cuStreamWriteValue32). Same requirements as wait_value32.
+struct write_value32 {
+  std::uint32_t* address;
+  std::uint32_t value;
+};
+/// Later work waits until the event's captured work has completed.
+struct wait_event {
+  event* awaited;
+};
+/// Later work waits until `other` (of the same backend) has completed `position` (S11
+/// internal dependencies: the allocator orders a stream after the free of the block it hands
+/// it).
+struct wait_stream {
+  stream* other;
+  std::uint64_t position;
+};
+}  // namespace work
+
+using stream_work = std::variant<work::host, work::fill, work::copy, work::wait_value32,
+                                 work::write_value32, work::wait_event, work::wait_stream>;
+
 /// An in-order queue of work. Each enqueued operation advances the stream's timeline by
 /// one (note_enqueued) and the backend advances `completed` as operations finish.
 /// Enqueue calls are thread-safe.
 class stream {
  public:
+  /// native: the platform's own stream (cuda: the CUstream) for users' kernels; nullptr on cpu.
+  stream(int device, void* native) noexcept : device_(device), native_(native) {}
   virtual ~stream() = default;
-  virtual status enqueue_host_task(host_task task) = 0;
-  virtual status enqueue_memset(void* destination, int value, std::size_t bytes) = 0;
-  virtual status enqueue_memcpy(void* destination, const void* source, std::size_t bytes) = 0;
-  /// Later work waits until the 32-bit word at address satisfies condition (cuStreamWaitValue32).
-  /// The word is host memory from allocate_host or device memory of a pool; it is written by the
-  /// host or by another stream's enqueue_write_value32. Requires: address 4-byte aligned.
-  virtual status enqueue_wait_value32(std::uint32_t* address, std::uint32_t value,
-                                      wait_condition condition) = 0;
-  /// Writes value to the word at address once earlier work completed, visible to the host and
-  /// other streams (cuStreamWriteValue32). Same requirements as enqueue_wait_value32.
-  virtual status enqueue_write_value32(std::uint32_t* address, std::uint32_t value) = 0;
-  /// Later work waits until the event's captured work has completed.
-  virtual status enqueue_wait(event& e) = 0;
-  /// Later work waits until `other` has completed `position` (S11 internal dependencies:
-  /// the allocator orders a stream after the free of the block it hands it).
-  virtual status enqueue_wait_for(stream& other, std::uint64_t position) = 0;
+  stream(const stream&) = delete;
+  stream& operator=(const stream&) = delete;
+
+  /// Appends one piece of work; after a failure on the stream, returns the sticky error.
+  virtual status enqueue(stream_work item) = 0;
   virtual status synchronize() = 0;
   /// success when all enqueued work completed, not_ready otherwise; the sticky error if any.
   virtual status query() = 0;
   /// The first asynchronous failure on this stream, or success.
   virtual status sticky_error() = 0;
-  virtual int device() const = 0;
-  /// The platform's own stream (cuda: the CUstream) for users' kernels; nullptr on cpu.
-  virtual void* native_handle() const = 0;
+
+  int device() const noexcept { return device_; }
+  void* native_handle() const noexcept { return native_; }
+
+  // Shorthands for enqueue, one per kind of work.
+  status enqueue_host_task(host_task task) { return enqueue(work::host{std::move(task)}); }
+  status enqueue_memset(void* destination, int value, std::size_t bytes) {
+    return enqueue(work::fill{destination, value, bytes});
+  }
+  status enqueue_memcpy(void* destination, const void* source, std::size_t bytes) {
+    return enqueue(work::copy{destination, source, bytes});
+  }
+  status enqueue_wait_value32(std::uint32_t* address, std::uint32_t value,
+                              wait_condition condition) {
+    return enqueue(work::wait_value32{address, value, condition});
+  }
+  status enqueue_write_value32(std::uint32_t* address, std::uint32_t value) {
+    return enqueue(work::write_value32{address, value});
+  }
+  status enqueue_wait(event& e) { return enqueue(work::wait_event{&e}); }
+  status enqueue_wait_for(stream& other, std::uint64_t position) {
+    return enqueue(work::wait_stream{&other, position});
+  }
+
+ private:
+  const int device_;
+  void* const native_;
 };
 
 /// An instantiated work_graph: launched as a whole, as often as wanted (S15).

@@ -24,8 +24,80 @@ status stream_state::query(std::uint64_t position) {
   return status::success();
 }
 
+namespace {
+
+// Each piece of work becomes a host task for the stream's worker; nullopt where there is
+// nothing to do. `self` is the enqueuing stream's state.
+using maybe_task = std::optional<host_task>;
+
+maybe_task task_for(work::host&& w, const std::shared_ptr<stream_state>&) {
+  return std::move(w.task);
+}
+
+maybe_task task_for(work::fill&& w, const std::shared_ptr<stream_state>&) {
+  return [w] {
+    std::memset(w.destination, w.value, w.bytes);
+    return status::success();
+  };
+}
+
+maybe_task task_for(work::copy&& w, const std::shared_ptr<stream_state>&) {
+  return [w] {
+    std::memmove(w.destination, w.source, w.bytes);
+    return status::success();
+  };
+}
+
+maybe_task task_for(work::wait_value32&& w, const std::shared_ptr<stream_state>&) {
+  return [w] {
+    // The writer is the host or another stream's worker; poll with a growing pause (up to
+    // 1 ms), as the GPU polls the word, so a gate held for seconds costs no core.
+    std::atomic_ref<std::uint32_t> word(*w.address);
+    auto pause = std::chrono::microseconds(1);
+    for (int spins = 0; !wait_satisfied(word.load(std::memory_order_acquire), w.value, w.condition);
+         ++spins) {
+      if (spins < 64) {
+        std::this_thread::yield();
+        continue;
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
+    return status::success();
+  };
+}
+
+maybe_task task_for(work::write_value32&& w, const std::shared_ptr<stream_state>&) {
+  return [w] {
+    std::atomic_ref<std::uint32_t>(*w.address).store(w.value, std::memory_order_release);
+    return status::success();
+  };
+}
+
+/// Waits on the worker until `source` completed position. A failure upstream is the upstream
+/// stream's error; the waiting stream carries on.
+maybe_task wait_on(std::shared_ptr<stream_state> source, std::uint64_t position,
+                   const std::shared_ptr<stream_state>& self) {
+  if (source == nullptr || source == self) return std::nullopt;  // nothing to wait for
+  return [source = std::move(source), position] {
+    (void)source->wait_for(position);
+    return status::success();
+  };
+}
+
+maybe_task task_for(work::wait_event&& w, const std::shared_ptr<stream_state>& self) {
+  cpu_event::snapshot at = static_cast<cpu_event*>(w.awaited)->recorded();
+  return wait_on(std::move(at.source), at.position, self);
+}
+
+maybe_task task_for(work::wait_stream&& w, const std::shared_ptr<stream_state>& self) {
+  return wait_on(static_cast<cpu_stream*>(w.other)->state(), w.position, self);
+}
+
+}  // namespace
+
 cpu_stream::cpu_stream(int device, stream_timeline& timeline)
-    : state_(std::make_shared<stream_state>(timeline, device)) {
+    : stream(device, nullptr), state_(std::make_shared<stream_state>(timeline, device)) {
   std::thread(serve, state_).detach();
 }
 
@@ -66,7 +138,7 @@ void cpu_stream::serve(std::shared_ptr<stream_state> state) {
   }
 }
 
-status cpu_stream::enqueue_host_task(host_task task) {
+status cpu_stream::push(host_task task) {
   {
     std::lock_guard lock(state_->mutex);
     if (state_->failed_at != 0) return state_->sticky;
@@ -78,67 +150,11 @@ status cpu_stream::enqueue_host_task(host_task task) {
   return status::success();
 }
 
-status cpu_stream::enqueue_memset(void* destination, int value, std::size_t bytes) {
-  return enqueue_host_task([=] {
-    std::memset(destination, value, bytes);
-    return status::success();
-  });
-}
-
-status cpu_stream::enqueue_memcpy(void* destination, const void* source, std::size_t bytes) {
-  return enqueue_host_task([=] {
-    std::memmove(destination, source, bytes);
-    return status::success();
-  });
-}
-
-status cpu_stream::enqueue_wait_value32(std::uint32_t* address, std::uint32_t value,
-                                        wait_condition condition) {
-  return enqueue_host_task([=] {
-    // The writer is the host or another stream's worker; poll with a growing pause (up to
-    // 1 ms), as the GPU polls the word, so a gate held for seconds costs no core.
-    std::atomic_ref<std::uint32_t> word(*address);
-    auto pause = std::chrono::microseconds(1);
-    for (int spins = 0; !wait_satisfied(word.load(std::memory_order_acquire), value, condition);
-         ++spins) {
-      if (spins < 64) {
-        std::this_thread::yield();
-        continue;
-      }
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(1000));
-    }
-    return status::success();
-  });
-}
-
-status cpu_stream::enqueue_write_value32(std::uint32_t* address, std::uint32_t value) {
-  return enqueue_host_task([=] {
-    std::atomic_ref<std::uint32_t>(*address).store(value, std::memory_order_release);
-    return status::success();
-  });
-}
-
-status cpu_stream::enqueue_wait(event& e) {
-  cpu_event::snapshot at = static_cast<cpu_event&>(e).recorded();
-  std::shared_ptr<stream_state> source = std::move(at.source);
-  const std::uint64_t position = at.position;
-  if (source == nullptr || source == state_) return status::success();  // nothing to wait for
-  return enqueue_host_task([source, position] {
-    status waited = source->wait_for(position);
-    // A failure upstream is the upstream stream's error; the waiting stream carries on.
-    (void)waited;
-    return status::success();
-  });
-}
-
-status cpu_stream::enqueue_wait_for(stream& other, std::uint64_t position) {
-  std::shared_ptr<stream_state> source = static_cast<cpu_stream&>(other).state();
-  if (source == state_) return status::success();  // in-order already
-  return enqueue_host_task([source, position] {
-    (void)source->wait_for(position);  // an upstream failure stays the upstream's error
-    return status::success();
-  });
+status cpu_stream::enqueue(stream_work item) {
+  std::optional<host_task> task =
+      std::visit([&](auto& work) { return task_for(std::move(work), state_); }, item);
+  if (!task) return status::success();  // nothing to wait for
+  return push(std::move(*task));
 }
 
 status cpu_stream::synchronize() {

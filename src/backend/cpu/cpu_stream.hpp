@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <memory>
 #include <mutex>
 
@@ -45,24 +46,17 @@ class cpu_stream final : public stream {
   cpu_stream(int device, stream_timeline& timeline);
   ~cpu_stream() override;  // returns at once; the worker drains the queue, then exits
 
-  status enqueue_host_task(host_task task) override;
-  status enqueue_memset(void* destination, int value, std::size_t bytes) override;
-  status enqueue_memcpy(void* destination, const void* source, std::size_t bytes) override;
-  status enqueue_wait_value32(std::uint32_t* address, std::uint32_t value,
-                              wait_condition condition) override;
-  status enqueue_write_value32(std::uint32_t* address, std::uint32_t value) override;
-  status enqueue_wait(event& e) override;
-  status enqueue_wait_for(stream& other, std::uint64_t position) override;
+  status enqueue(stream_work item) override;
   status synchronize() override;
   status query() override;
   status sticky_error() override;
-  int device() const override { return state_->device; }
-  void* native_handle() const override { return nullptr; }
 
   const std::shared_ptr<stream_state>& state() const noexcept { return state_; }
 
  private:
   static void serve(std::shared_ptr<stream_state> state);
+  /// Queues task at the next position (the sticky error instead after a failure).
+  status push(host_task task);
 
   std::shared_ptr<stream_state> state_;
 };

@@ -52,7 +52,8 @@ CUdeviceptr device_pointer(const void* pointer) {
 cuda_stream::cuda_stream(cuda_backend& owner, const driver_api& driver, int device,
                          CUcontext context, CUstream native, bool owns_native,
                          stream_timeline& timeline, completion_tracker& tracker)
-    : owner_(owner),
+    : stream(device, native),
+      owner_(owner),
       driver_(driver),
       device_(device),
       context_(context),
@@ -85,10 +86,14 @@ status cuda_stream::issue_one(Issue&& issue) {
   return issue(timeline_.note_enqueued());
 }
 
-status cuda_stream::enqueue_host_task(host_task task) {
+status cuda_stream::enqueue(stream_work item) {
+  return std::visit([this](auto& work) { return issue(work); }, item);
+}
+
+status cuda_stream::issue(work::host& w) {
   return issue_one([&](std::uint64_t position) {
     auto call =
-        std::make_unique<host_call>(host_call{sticky_, std::move(task), &timeline_, position});
+        std::make_unique<host_call>(host_call{sticky_, std::move(w.task), &timeline_, position});
     const CUresult launched = driver_.cuLaunchHostFunc(native_, &run_host_call, call.get());
     if (launched != CUDA_SUCCESS) return driver_.check(launched, "cuLaunchHostFunc");
     (void)call.release();  // run_host_call frees it (unless the context fails first: it leaks)
@@ -96,50 +101,51 @@ status cuda_stream::enqueue_host_task(host_task task) {
   });
 }
 
-status cuda_stream::enqueue_memset(void* destination, int value, std::size_t bytes) {
-  return issue_one([&](std::uint64_t) {
-    return driver_.check(driver_.cuMemsetD8Async(device_pointer(destination),
-                                                 static_cast<unsigned char>(value), bytes, native_),
-                         "cuMemsetD8Async",
-                         format_bytes(bytes) + " at " +
-                             format_address(reinterpret_cast<std::uintptr_t>(destination)));
-  });
-}
-
-status cuda_stream::enqueue_memcpy(void* destination, const void* source, std::size_t bytes) {
-  // Unlike the cpu backend's memmove, overlapping ranges are undefined (as in cudaMemcpyAsync).
+status cuda_stream::issue(work::fill& w) {
   return issue_one([&](std::uint64_t) {
     return driver_.check(
-        driver_.cuMemcpyAsync(device_pointer(destination), device_pointer(source), bytes, native_),
-        "cuMemcpyAsync",
-        format_bytes(bytes) + " from " + format_address(reinterpret_cast<std::uintptr_t>(source)) +
-            " to " + format_address(reinterpret_cast<std::uintptr_t>(destination)));
+        driver_.cuMemsetD8Async(device_pointer(w.destination), static_cast<unsigned char>(w.value),
+                                w.bytes, native_),
+        "cuMemsetD8Async",
+        format_bytes(w.bytes) + " at " +
+            format_address(reinterpret_cast<std::uintptr_t>(w.destination)));
   });
 }
 
-status cuda_stream::enqueue_wait_value32(std::uint32_t* address, std::uint32_t value,
-                                         wait_condition condition) {
+status cuda_stream::issue(work::copy& w) {
+  // Unlike the cpu backend's memmove, overlapping ranges are undefined (as in cudaMemcpyAsync).
+  return issue_one([&](std::uint64_t) {
+    return driver_.check(driver_.cuMemcpyAsync(device_pointer(w.destination),
+                                               device_pointer(w.source), w.bytes, native_),
+                         "cuMemcpyAsync",
+                         format_bytes(w.bytes) + " from " +
+                             format_address(reinterpret_cast<std::uintptr_t>(w.source)) + " to " +
+                             format_address(reinterpret_cast<std::uintptr_t>(w.destination)));
+  });
+}
+
+status cuda_stream::issue(work::wait_value32& w) {
   // wait_condition's values are CU_STREAM_WAIT_VALUE_*; host words are mapped page-locked
   // memory, whose device address equals the host address under unified addressing.
   return issue_one([&](std::uint64_t) {
-    return driver_.check(driver_.cuStreamWaitValue32(native_, device_pointer(address), value,
-                                                     static_cast<unsigned>(condition)),
+    return driver_.check(driver_.cuStreamWaitValue32(native_, device_pointer(w.address), w.value,
+                                                     static_cast<unsigned>(w.condition)),
                          "cuStreamWaitValue32",
-                         "word at " + format_address(reinterpret_cast<std::uintptr_t>(address)));
+                         "word at " + format_address(reinterpret_cast<std::uintptr_t>(w.address)));
   });
 }
 
-status cuda_stream::enqueue_write_value32(std::uint32_t* address, std::uint32_t value) {
+status cuda_stream::issue(work::write_value32& w) {
   return issue_one([&](std::uint64_t) {
-    return driver_.check(driver_.cuStreamWriteValue32(native_, device_pointer(address), value,
+    return driver_.check(driver_.cuStreamWriteValue32(native_, device_pointer(w.address), w.value,
                                                       CU_STREAM_WRITE_VALUE_DEFAULT),
                          "cuStreamWriteValue32",
-                         "word at " + format_address(reinterpret_cast<std::uintptr_t>(address)));
+                         "word at " + format_address(reinterpret_cast<std::uintptr_t>(w.address)));
   });
 }
 
-status cuda_stream::enqueue_wait(event& e) {
-  auto& awaited = static_cast<cuda_event&>(e);
+status cuda_stream::issue(work::wait_event& w) {
+  auto& awaited = static_cast<cuda_event&>(*w.awaited);
   if (status failed = sticky_error(); !failed.ok()) return failed;
   context_scope scope(driver_, context_);
   if (!scope.entered().ok()) return scope.entered();
@@ -152,8 +158,9 @@ status cuda_stream::enqueue_wait(event& e) {
   });
 }
 
-status cuda_stream::enqueue_wait_for(stream& other, std::uint64_t position) {
-  auto& source = static_cast<cuda_stream&>(other);
+status cuda_stream::issue(work::wait_stream& w) {
+  auto& source = static_cast<cuda_stream&>(*w.other);
+  const std::uint64_t position = w.position;
   if (&source == this) return status::success();  // in order already
   if (status failed = sticky_error(); !failed.ok()) return failed;
   context_scope scope(driver_, context_);

@@ -50,19 +50,10 @@ class cuda_stream final : public stream {
               completion_tracker& tracker);
   ~cuda_stream() override;
 
-  status enqueue_host_task(host_task task) override;
-  status enqueue_memset(void* destination, int value, std::size_t bytes) override;
-  status enqueue_memcpy(void* destination, const void* source, std::size_t bytes) override;
-  status enqueue_wait_value32(std::uint32_t* address, std::uint32_t value,
-                              wait_condition condition) override;
-  status enqueue_write_value32(std::uint32_t* address, std::uint32_t value) override;
-  status enqueue_wait(event& e) override;
-  status enqueue_wait_for(stream& other, std::uint64_t position) override;
+  status enqueue(stream_work item) override;
   status synchronize() override;
   status query() override;
   status sticky_error() override;
-  int device() const override { return device_; }
-  void* native_handle() const override { return native_; }
 
   CUcontext context() const noexcept { return context_; }
   CUstream native() const noexcept { return native_; }
@@ -91,6 +82,14 @@ class cuda_stream final : public stream {
   /// Takes the next position and runs issue() under the issue lock, in the stream's context.
   template <typename Issue>
   status issue_one(Issue&& issue);
+  // One driver call per kind of work (stream_work).
+  status issue(work::host& w);
+  status issue(work::fill& w);
+  status issue(work::copy& w);
+  status issue(work::wait_value32& w);
+  status issue(work::write_value32& w);
+  status issue(work::wait_event& w);
+  status issue(work::wait_stream& w);
   /// Keeps a device fault seen by a synchronize or query as the sticky error.
   status note_failure(status failure);
 

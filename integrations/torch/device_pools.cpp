@@ -1,9 +1,9 @@
 #include "device_pools.hpp"
 
+#include <soma/cxx/pool.hpp>
+
 #include <cstdlib>
 #include <string>
-
-#include <cstring>
 
 #include "failure_log.hpp"
 
@@ -24,12 +24,7 @@ somaError_t device_pools::pool(int device, somaMemPool_t* pool, std::string* fai
     *pool = ready;
     return somaSuccess;
   }
-  somaMemPoolProps props;
-  std::memset(&props, 0, sizeof props);
-  props.allocType = somaMemAllocationTypePinned;
-  props.handleTypes = somaMemHandleTypeNone;
-  props.location.type = somaMemLocationTypeDevice;
-  props.location.id = device;
+  const somaMemPoolProps props = soma::pool_props({.device = device});
   somaMemPool_t created = nullptr;
   somaError_t status = somaMemPoolCreate(&created, &props);
   if (status != somaSuccess) {

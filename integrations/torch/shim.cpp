@@ -1,5 +1,7 @@
 #include "shim.hpp"
 
+#include <soma/cxx/device.hpp>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -23,14 +25,8 @@ std::string on(int device, cudaStream_t native) {
 }  // namespace
 
 somaError_t synchronize_device(int device) {
-  int previous = 0;
-  somaError_t status = somaGetDevice(&previous);
-  if (status != somaSuccess) return status;
-  status = somaSetDevice(device);
-  if (status != somaSuccess) return status;
-  status = somaDeviceSynchronize();
-  const somaError_t restored = somaSetDevice(previous);
-  return status != somaSuccess ? status : restored;
+  const soma::device_guard on(device);
+  return on.status() != somaSuccess ? on.status() : somaDeviceSynchronize();
 }
 
 shim& shim::instance() {

@@ -94,12 +94,7 @@ somaError_t somaGraphCreate(somaGraph_t* graph, unsigned int flags) {
 }
 
 somaError_t somaGraphDestroy(somaGraph_t graph) {
-  return with_runtime([&](runtime& rt) -> status {
-    graph_service& graphs = graph_service::of(rt);
-    result<graph_model*> g = graphs.resolve(graph);
-    if (!g.ok()) return g.take_error();
-    return graphs.destroy_graph(g.value());
-  });
+  return with_runtime([&](runtime& rt) { return graph_service::of(rt).destroy_graph(graph); });
 }
 
 somaError_t somaGraphAddMemAllocNode(somaGraphNode_t* node, somaGraph_t graph,
@@ -376,12 +371,7 @@ somaError_t somaGraphLaunch(somaGraphExec_t graphExec, somaStream_t stream) {
 }
 
 somaError_t somaGraphExecDestroy(somaGraphExec_t graphExec) {
-  return with_runtime([&](runtime& rt) -> status {
-    graph_service& graphs = graph_service::of(rt);
-    result<executable*> e = graphs.resolve_exec(graphExec);
-    if (!e.ok()) return e.take_error();
-    return graphs.destroy_exec(e.value());
-  });
+  return with_runtime([&](runtime& rt) { return graph_service::of(rt).destroy_exec(graphExec); });
 }
 
 somaError_t somaGraphExecMemsetNodeSetParams(somaGraphExec_t graphExec, somaGraphNode_t node,

@@ -20,6 +20,12 @@ result<T*> find_live(const std::unordered_set<const T*>& live, const void* handl
                     " " + why_not);
 }
 
+constexpr const char* not_a_graph =
+    "is not a live graph (destroyed, NULL, or never made by somaGraphCreate or "
+    "somaStreamEndCapture)";
+constexpr const char* not_an_exec =
+    "is not live (destroyed, NULL, or never made by somaGraphInstantiate)";
+
 }  // namespace
 
 graph_service& graph_service::of(runtime& rt) {
@@ -40,11 +46,14 @@ graph_model* graph_service::create_graph() {
   return g;
 }
 
-status graph_service::destroy_graph(graph_model* g) {
+status graph_service::destroy_graph(const void* handle) {
+  graph_model* g = nullptr;
   {
     std::lock_guard lock(mutex_);
-    if (graphs_.erase(g) == 0)
-      return status(error_code::invalid_value, "somaGraphDestroy: not a live graph");
+    result<graph_model*> found = find_live(graphs_, handle, "graph", not_a_graph);
+    if (!found.ok()) return found.take_error();
+    g = found.value();
+    graphs_.erase(g);
     for (const auto& n : g->nodes()) nodes_.erase(n.get());
   }
   for (const auto& n : g->nodes()) {
@@ -56,9 +65,7 @@ status graph_service::destroy_graph(graph_model* g) {
 
 result<graph_model*> graph_service::resolve(const void* graph) const {
   std::lock_guard lock(mutex_);
-  return find_live(graphs_, graph, "graph",
-                   "is not a live graph (destroyed, NULL, or never made by somaGraphCreate or "
-                   "somaStreamEndCapture)");
+  return find_live(graphs_, graph, "graph", not_a_graph);
 }
 
 result<node*> graph_service::resolve_node(const void* n) const {
@@ -179,11 +186,14 @@ result<executable*> graph_service::instantiate(graph_model& g, unsigned long lon
   return e;
 }
 
-status graph_service::destroy_exec(executable* e) {
+status graph_service::destroy_exec(const void* handle) {
+  executable* e = nullptr;
   {
     std::lock_guard lock(mutex_);
-    if (execs_.erase(e) == 0)
-      return status(error_code::invalid_value, "somaGraphExecDestroy: not a live executable graph");
+    result<executable*> found = find_live(execs_, handle, "executable graph", not_an_exec);
+    if (!found.ok()) return found.take_error();
+    e = found.value();
+    execs_.erase(e);
   }
   delete e;
   return status::success();
@@ -191,8 +201,7 @@ status graph_service::destroy_exec(executable* e) {
 
 result<executable*> graph_service::resolve_exec(const void* e) const {
   std::lock_guard lock(mutex_);
-  return find_live(execs_, e, "executable graph",
-                   "is not live (destroyed, NULL, or never made by somaGraphInstantiate)");
+  return find_live(execs_, e, "executable graph", not_an_exec);
 }
 
 }  // namespace soma::detail::graph

@@ -45,7 +45,8 @@ class graph_service {
 
   // -- graphs and nodes
   graph_model* create_graph();
-  status destroy_graph(graph_model* g);
+  /// Destroys the graph behind a C API handle (invalid_value if it is not live).
+  status destroy_graph(const void* handle);
   result<graph_model*> resolve(const void* graph) const;
   result<node*> resolve_node(const void* n) const;
   result<std::vector<node*>> resolve_dependencies(graph_model& g, const void* const* list,
@@ -59,7 +60,8 @@ class graph_service {
 
   // -- executables
   result<executable*> instantiate(graph_model& g, unsigned long long flags);
-  status destroy_exec(executable* e);
+  /// Destroys the executable behind a C API handle (invalid_value if it is not live).
+  status destroy_exec(const void* handle);
   result<executable*> resolve_exec(const void* e) const;
 
   // -- device graph pool

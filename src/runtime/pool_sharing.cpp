@@ -33,11 +33,8 @@ export_record export_table::record_for(std::uintptr_t address, std::size_t bytes
     by_address_.erase(found);
     live_records_.fetch_sub(1, std::memory_order_relaxed);
   }
-  export_record record;
-  record.export_id = next_export_id_++;
-  record.nonce = fresh;
-  record.address = address;
-  record.bytes = bytes;
+  const export_record record{
+      .export_id = next_export_id_++, .nonce = fresh, .address = address, .bytes = bytes};
   by_address_.emplace(address, record);
   by_id_.emplace(record.export_id, address);
   live_records_.fetch_add(1, std::memory_order_relaxed);

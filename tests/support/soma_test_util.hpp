@@ -5,6 +5,8 @@
 // Requires: the including binary links `soma` and GoogleTest.
 #pragma once
 
+#include <soma/cxx/device.hpp>
+#include <soma/cxx/pool.hpp>
 #include <soma/soma.h>
 
 #include <gtest/gtest.h>
@@ -105,13 +107,8 @@ inline somaMemPool_t current_pool(int device) {
 inline somaMemPoolProps pool_props(
     int device, std::size_t max_size_bytes = 0,
     somaMemAllocationHandleType handle_types = somaMemHandleTypeNone) {
-  somaMemPoolProps props;
-  std::memset(&props, 0, sizeof props);
-  props.allocType = somaMemAllocationTypePinned;
+  somaMemPoolProps props = soma::pool_props({.device = device, .max_size_bytes = max_size_bytes});
   props.handleTypes = handle_types;
-  props.location.type = somaMemLocationTypeDevice;
-  props.location.id = device;
-  props.maxSize = max_size_bytes;
   return props;
 }
 
@@ -167,16 +164,10 @@ inline std::size_t committed_bytes(int device) {
   return bytes;
 }
 
-/// somaDeviceSynchronize of `device` (switches the calling thread's device and back).
+/// somaDeviceSynchronize of `device` (the calling thread's current device stays as it was).
 inline somaError_t synchronize_device(int device) {
-  int previous = 0;
-  somaError_t status = somaGetDevice(&previous);
-  if (status != somaSuccess) return status;
-  status = somaSetDevice(device);
-  if (status != somaSuccess) return status;
-  status = somaDeviceSynchronize();
-  const somaError_t restore = somaSetDevice(previous);
-  return status != somaSuccess ? status : restore;
+  const soma::device_guard on(device);
+  return on.status() != somaSuccess ? on.status() : somaDeviceSynchronize();
 }
 
 // ---- RAII handles (unique_handle.hpp), each made by its create call --------------------

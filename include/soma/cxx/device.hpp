@@ -110,6 +110,34 @@ inline memory_info get_memory_info() {
 /** Waits for all work on every stream of the current device; an observation point (S9, S12). */
 inline void synchronize_device() { check(somaDeviceSynchronize()); }
 
+/** Makes `device` current on the calling thread for the guard's life, then the previous device
+ *  again (as c10::cuda::CUDAGuard). Never throws, so C boundaries can use it: status() is
+ *  somaSuccess when the switch worked; a guard whose switch failed changes nothing. */
+class device_guard {
+ public:
+  explicit device_guard(int device) noexcept {
+    status_ = somaGetDevice(&previous_);
+    if (status_ == somaSuccess) status_ = somaSetDevice(device);
+  }
+  ~device_guard() {
+    if (status_ == somaSuccess) (void)somaSetDevice(previous_);
+  }
+  device_guard(const device_guard&) = delete;
+  device_guard& operator=(const device_guard&) = delete;
+  somaError_t status() const noexcept { return status_; }
+
+ private:
+  int previous_ = 0;
+  somaError_t status_ = somaSuccess;
+};
+
+/** Waits for all work on every stream of `device`; the current device stays as it was. */
+inline void synchronize_device(int device) {
+  const device_guard on(device);
+  check(on.status());
+  synchronize_device();
+}
+
 /** S14: attributes of ptr. For a pointer soma does not know, or a freed one, isLiveAllocation
  *  is 0 and no exception is thrown. */
 inline somaPointerAttributes pointer_attributes(const void* ptr) {

@@ -21,6 +21,20 @@ struct pool_options {
   std::string name;                           ///< used in messages; empty = soma's default
 };
 
+/** The somaMemPoolProps of a pool made from options: pinned device memory at options.device,
+ *  capped at max_size_bytes, exportable as POSIX file descriptors when asked. The release
+ *  threshold and name are attributes, set after creation. */
+inline somaMemPoolProps pool_props(const pool_options& options) noexcept {
+  somaMemPoolProps props{};
+  props.allocType = somaMemAllocationTypePinned;
+  props.handleTypes =
+      options.exportable ? somaMemHandleTypePosixFileDescriptor : somaMemHandleTypeNone;
+  props.location.type = somaMemLocationTypeDevice;
+  props.location.id = options.device;
+  props.maxSize = options.max_size_bytes;
+  return props;
+}
+
 /**
  * A memory pool. Owning pools are created from pool_options or somaMemPoolProps and
  * destroyed in the destructor, which returns at once: resources go back when the last live
@@ -31,7 +45,7 @@ class pool {
  public:
   /** S5: creates a pool on options.device. Throws soma::error for bad options (e.g. a bad
    *  device: somaErrorInvalidValue, as CUDA). */
-  explicit pool(const pool_options& options) : pool(props_for(options)) {
+  explicit pool(const pool_options& options) : pool(pool_props(options)) {
     // Delegation completed construction, so a throw below destroys the pool.
     set_release_threshold(options.release_threshold_bytes);
     if (!options.name.empty()) set_name(options.name.c_str());
@@ -161,18 +175,8 @@ class pool {
   pool(somaMemPool_t handle, int device, bool owning) noexcept
       : handle_(handle), device_(device), owning_(owning) {}
 
-  static somaMemPoolProps props_for(const pool_options& options) noexcept {
-    somaMemPoolProps props{};
-    props.allocType = somaMemAllocationTypePinned;
-    props.handleTypes =
-        options.exportable ? somaMemHandleTypePosixFileDescriptor : somaMemHandleTypeNone;
-    props.location.type = somaMemLocationTypeDevice;
-    props.location.id = options.device;
-    props.maxSize = options.max_size_bytes;
-    return props;
-  }
   static somaError_t create(const pool_options& options, somaMemPool_t& out) noexcept {
-    const somaMemPoolProps props = props_for(options);
+    const somaMemPoolProps props = pool_props(options);
     somaMemPool_t handle = nullptr;
     somaError_t status = somaMemPoolCreate(&handle, &props);
     if (status != somaSuccess) return status;

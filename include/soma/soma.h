@@ -379,6 +379,9 @@ typedef struct somaMemBlockInfo {
   int streamKnown;
   somaStream_t stream;
   unsigned long long position; /**< FreePending: that stream's position (operations enqueued) */
+  /** Live: the innermost somaMemScopePush label of the allocating thread when the block was
+   *  allocated while memory history recorded; NULL otherwise. Valid for the process's life. */
+  const char* scope;
 } somaMemBlockInfo;
 
 /** An address range: a reservation of address space, or physical memory mapped into it. */
@@ -463,6 +466,25 @@ typedef struct somaOutOfMemoryReport {
  *  change = somaOomChangeNone (and the rest zero) when there was none. */
 SOMA_API somaError_t somaMemPoolGetLastOutOfMemory(somaMemPool_t memPool,
                                                    somaOutOfMemoryReport* report);
+
+/* ---- memory history (soma's own) ----------------------------------------------------------- */
+
+/** Starts recording what every pool does into a ring of the last maxEntries events (64 bytes
+ *  each; at most 2^26), dropping what was recorded; 0 stops recording and keeps what was
+ *  recorded. Records allocations (with the reuse rule that served each and the thread's scope
+ *  label), frees, inserted waits, growth, release, trims, compaction, synchronize points and
+ *  out-of-memory failures. SOMA_HISTORY=<maxEntries> starts it when soma starts. */
+SOMA_API somaError_t somaMemRecordHistory(size_t maxEntries);
+/** Writes the recorded history to path as Chrome trace-event JSON, which Perfetto
+ *  (ui.perfetto.dev) and chrome://tracing open: a process per device, a track per stream, a
+ *  counter per pool with its reserved and used bytes. SOMA_HISTORY_TRACE=<path> writes it when
+ *  the process exits. */
+SOMA_API somaError_t somaMemHistoryExportTrace(const char* path);
+/** Opens a scope on the calling thread: while history records, its allocations carry label
+ *  (innermost scope) in the trace and in snapshots. Scopes nest; label is copied. */
+SOMA_API somaError_t somaMemScopePush(const char* label);
+/** Closes the calling thread's innermost scope; somaErrorIllegalState if none is open. */
+SOMA_API somaError_t somaMemScopePop(void);
 
 /* ---- pointers (S14) -------------------------------------------------------------------------- */
 

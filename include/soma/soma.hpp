@@ -31,5 +31,6 @@
 #include <soma/cxx/memory.hpp>
 #include <soma/cxx/graph.hpp>
 #include <soma/cxx/snapshot.hpp>
+#include <soma/cxx/history.hpp>
 
 #endif  // SOMA_SOMA_HPP

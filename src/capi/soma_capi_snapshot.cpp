@@ -41,6 +41,7 @@ somaMemBlockInfo c_block(const block_view& b, const std::optional<std::uintptr_t
   switch (b.what) {
     case block_view::state::live:
       out.state = somaMemBlockLive;
+      out.scope = soma::detail::memory_history::process().label_c_str(b.scope);
       break;
     case block_view::state::free:
       out.state = somaMemBlockFree;

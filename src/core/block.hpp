@@ -25,6 +25,18 @@ enum class block_state : std::uint8_t {
   detached,  ///< taken out of the index under the pool lock (being split, carved, handed out)
 };
 
+/// How a live block came to its allocation: the rule of S11 that let the stream reuse it, or
+/// growth. Recorded in memory history; the numbers are part of soma's trace format.
+enum class served_by : std::uint8_t {
+  stream_cache = 0,         ///< the fast path: the stream's own earlier free (same stream)
+  same_stream = 1,          ///< the free index, freed on the same stream
+  proven_free = 2,          ///< the free index, free proven complete (a synchronize, S12)
+  event_dependency = 3,     ///< follow event dependencies: the stream already waits on the free
+  opportunistic = 4,        ///< the free had already run on its stream
+  internal_dependency = 5,  ///< the allocator ordered the stream after the free
+  growth = 6,               ///< memory committed for this allocation
+};
+
 /// Blocks of one mapped run are linked in address order, so the free index can coalesce a
 /// block with its neighbours. Fields other than `state`, `requested_bytes`, `stamp` and
 /// `next_in_bin` change only under the owning pool's lock.
@@ -38,6 +50,10 @@ struct block {
   block* next_in_bin = nullptr;  ///< link in a stream cache bin
   free_stamp stamp;              ///< where it was last freed
   std::atomic<block_state> state{block_state::detached};
+  served_by how = served_by::growth;  ///< live blocks: set by the allocating call
+  /// Live blocks: memory_history's scope label, 0 = none. Set by the runtime after the block
+  /// went live (snapshots may read it meanwhile), hence atomic.
+  std::atomic<std::uint32_t> scope{0};
 
   std::uintptr_t end() const noexcept { return address + size_bytes; }
   block_state current_state() const noexcept { return state.load(std::memory_order_acquire); }

@@ -7,12 +7,32 @@
 #include <cassert>
 
 namespace soma::detail {
+namespace {
+std::atomic<std::uint32_t> next_serial{1};
+}  // namespace
 
 pool::pool(pool_config config, std::unique_ptr<memory_provider> memory)
     : config_(std::move(config)),
       memory_(std::move(memory)),
       granularity_bytes_(memory_->granularity_bytes()),
+      serial_(next_serial.fetch_add(1, std::memory_order_relaxed)),
       name_(config_.name) {}
+
+void pool::note_history(history_kind kind, std::uintptr_t address, std::size_t bytes,
+                        std::uint64_t stream) const noexcept {
+  memory_history& history = memory_history::process();
+  if (!history.enabled()) return;
+  history_event e;
+  e.kind = kind;
+  e.pool = serial_;
+  e.device = static_cast<std::int16_t>(config_.device);
+  e.stream = stream;
+  e.address = address;
+  e.bytes = bytes;
+  e.reserved_bytes = reserved_bytes_.load(std::memory_order_relaxed);
+  e.used_bytes = used_now();
+  history.record(e);
+}
 
 pool::~pool() {
   {
@@ -135,6 +155,7 @@ result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline
   stream_cache* cache = cache_for(stream);
   if (cache != nullptr) {
     if (block* hit = cache->pop(size_bytes)) {
+      hit->how = served_by::stream_cache;
       make_live(hit, requested_bytes, cache);
       return hit;
     }
@@ -144,6 +165,7 @@ result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline
   if (!taken.ok() && wait.synchronize_and_compact) {
     // S9 compaction before growth: once the stream ran its frees they are proven and the free
     // memory can go back; the allocation then grows into what it needs.
+    note_history(history_kind::compaction, 0, requested_bytes, stream.id());
     hooks->synchronize(stream);
     trim_to(0);
     wait = required_wait{};

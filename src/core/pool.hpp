@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "core/block.hpp"
 #include "core/call_census.hpp"
 #include "core/free_index.hpp"
+#include "core/memory_history.hpp"
 #include "core/memory_provider.hpp"
 #include "core/pool_snapshot.hpp"
 #include "core/stream_hooks.hpp"
@@ -161,6 +163,12 @@ class pool {
   std::string describe() const;  ///< "pool 'name' on device 0"
   std::string name() const;      ///< set_name's, or the config's; "" for none
   std::size_t granularity_bytes() const noexcept { return granularity_bytes_; }
+  /// 1, 2, ... in the order pools are made in the process: names the pool in memory history.
+  std::uint32_t serial() const noexcept { return serial_; }
+  /// Records an event of this pool in memory history (if recording is on), with the pool's
+  /// reserved and used bytes now.
+  void note_history(history_kind kind, std::uintptr_t address, std::size_t bytes,
+                    std::uint64_t stream = 0) const noexcept;
 
  protected:
   /// Runs fn under the pool lock: for a derived pool that changes how its memory is committed.
@@ -187,7 +195,11 @@ class pool {
   result<block*> allocate_slow(std::size_t size_bytes, const stream_timeline& stream,
                                required_wait* wait);
   /// S11: may `stream` use b now without any added ordering?
-  bool usable_without_waiting(const block* b, const stream_timeline& stream) const;
+  bool usable_without_waiting(const block* b, const stream_timeline& stream) const {
+    return reuse_rule(b, stream).has_value();
+  }
+  /// The rule of S11 that lets `stream` use b now without added ordering; nullopt if none.
+  std::optional<served_by> reuse_rule(const block* b, const stream_timeline& stream) const;
   void make_live(block* b, std::size_t requested_bytes, stream_cache* cache);
   // Used bytes (S10) = published + the unpublished shares of the stream caches. A cache's share
   // is published when it turns positive, and every share is folded in on the slow path, so
@@ -223,6 +235,7 @@ class pool {
   const pool_config config_;
   const std::unique_ptr<memory_provider> memory_;
   const std::size_t granularity_bytes_;
+  const std::uint32_t serial_;
 
   mutable std::mutex mutex_;  // the pool lock: index, blocks, chunks, address space
   std::map<std::uintptr_t, block*> all_blocks_;

@@ -138,6 +138,7 @@ pool_snapshot pool::snapshot() const {
     if (b->current_state() == block_state::live) {
       view.what = block_view::state::live;
       view.requested_bytes = b->requested_bytes;
+      view.scope = b->scope.load(std::memory_order_relaxed);
     } else if (!b->stamp.is_proven_complete()) {
       view.what = block_view::state::pending;
       view.stream_id = b->stamp.timeline->id();

@@ -114,6 +114,7 @@ status pool::grow_locked(std::size_t size_bytes) {
   all_blocks_.emplace(address, fresh);
   index_.insert(fresh);
   check_invariants_locked();
+  note_history(history_kind::grow, address, need_bytes);
   return status::success();
 }
 

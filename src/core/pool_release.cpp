@@ -65,6 +65,7 @@ std::size_t pool::release_range_locked(std::uintptr_t from, std::uintptr_t to,
     chunks_.emplace(to, chunk{chunk_end - to, c.token, c.offset_bytes + (to - chunk_start)});
   }
   reserved_bytes_.fetch_sub(to - from, std::memory_order_acq_rel);
+  note_history(history_kind::release, from, to - from);
   address_space_.give_back(from, to - from);
   return to - from;
 }
@@ -110,6 +111,7 @@ void pool::on_synchronize() {
 }
 
 void pool::trim_to(std::size_t keep_bytes) {
+  note_history(history_kind::trim, 0, keep_bytes);
   {
     std::lock_guard lock(mutex_);
     release_locked(keep_bytes);

@@ -10,15 +10,16 @@ namespace soma::detail {
 
 // ---- slow path ---------------------------------------------------------------------------
 
-bool pool::usable_without_waiting(const block* b, const stream_timeline& stream) const {
+std::optional<served_by> pool::reuse_rule(const block* b, const stream_timeline& stream) const {
   const free_stamp& stamp = b->stamp;
-  if (stamp.timeline == nullptr || stamp.timeline == &stream || stamp.is_proven_complete())
-    return true;  // same stream, or a synchronize proved it: always (S11, S12)
+  if (stamp.timeline == &stream) return served_by::same_stream;  // always (S11)
+  if (stamp.timeline == nullptr || stamp.is_proven_complete())
+    return served_by::proven_free;  // a synchronize proved it: always (S12)
   if (reuse_policy(1) && stream.is_ordered_after(stamp.timeline, stamp.position))
-    return true;  // follow event dependencies: the stream already waits on the free
+    return served_by::event_dependency;  // the stream already waits on the free
   if (reuse_policy(2) && stamp.timeline->has_completed(stamp.position))
-    return true;  // opportunistic: the free already ran; adds no ordering
-  return false;
+    return served_by::opportunistic;  // the free already ran; adds no ordering
+  return std::nullopt;
 }
 
 std::size_t pool::compaction_floor(std::size_t size_bytes) const {
@@ -39,10 +40,13 @@ result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline
   // over peak used from 1.29 to 1.04 with this; a cache hit, the fast path, is unaffected.
   drain_caches_locked();
   block* b = index_.take_best_fit(size_bytes, usable);
+  // The rule that allowed the reuse, read while the stamp is the free's (split copies it).
+  std::optional<served_by> how = b != nullptr ? reuse_rule(b, stream) : std::nullopt;
   if (b == nullptr) {
     // Frees proven complete since they were indexed may serve any stream now.
     index_.promote(/*only_proven=*/true);
     b = index_.take_best_fit(size_bytes, usable);
+    if (b != nullptr) how = reuse_rule(b, stream);
   }
   if (b == nullptr && wait != nullptr && wait->allow_compaction && compact_before_growth() &&
       reserved_bytes_.load(std::memory_order_relaxed) >=
@@ -58,6 +62,7 @@ result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline
     status grown = grow_locked(size_bytes);
     if (grown.ok()) {
       b = index_.take_best_fit(size_bytes, usable);
+      how = served_by::growth;
       SOMA_ASSERT(b != nullptr, "growth must provide a usable block");
       if (b == nullptr) {
         return status(error_code::unknown, describe() + ": internal error after growth");
@@ -68,6 +73,7 @@ result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline
         return candidate->stamp.timeline != nullptr && candidate->stamp.timeline->accepts_waits();
       });
       if (b == nullptr) return grown;
+      how = served_by::internal_dependency;
       wait->stream = b->stamp.timeline;
       wait->stream_id = b->stamp.timeline->id();
       wait->position = b->stamp.position;
@@ -76,6 +82,7 @@ result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline
     }
   }
   split_locked(b, size_bytes);
+  b->how = how.value_or(served_by::proven_free);
   check_invariants_locked();
   return b;
 }

@@ -24,6 +24,7 @@ struct block_view {
   state what = state::free;
   std::uint64_t stream_id = 0;  ///< pending: the freeing stream's timeline id
   std::uint64_t position = 0;   ///< pending: the position its free waits for
+  std::uint32_t scope = 0;      ///< live: memory_history's scope label, 0 = none
 };
 
 /// Taken under the pool lock. Blocks that the lock-free path changes meanwhile (another thread

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "runtime/history_notes.hpp"
 #include "runtime/pool_hazards.hpp"
 
 namespace soma::detail {
@@ -59,6 +60,7 @@ result<pool_object*> pool_registry::add(const pool_properties& properties, bool 
   const std::uintptr_t handle = handles_.add(p);
   if (handle == 0) return status(error_code::out_of_memory, "too many live pools");
   p->set_handle(handle);
+  if (history_notes::on()) history_notes::pool_created(*p);
   std::lock_guard lock(mutex_);
   pools_.push_back(std::move(created));
   return p;

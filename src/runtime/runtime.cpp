@@ -69,6 +69,7 @@ runtime::runtime(std::unique_ptr<backend::backend> platform)
 
 status runtime::start() {
   if (status any = devices_.check_any(); !any.ok()) return any;
+  if (status history = start_history_from_environment(); !history.ok()) return history;
   if (status started = pools_.start(); !started.ok()) return started;
   return streams_.start();
 }

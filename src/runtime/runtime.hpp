@@ -92,6 +92,18 @@ class runtime {
   /// The latest out-of-memory failure of an allocation from the pool (nullopt: none).
   result<std::optional<out_of_memory_record>> last_out_of_memory(std::uintptr_t pool_handle);
 
+  // -- memory history (soma's own) ---------------------------------------------------------
+  /// The most events a history ring holds: 2^26, 4 GiB of 64-byte events.
+  static constexpr std::size_t max_history_entries = std::size_t{1} << 26;
+  /// Starts recording into a fresh ring of `entries` events, or stops recording (0).
+  status record_history(std::size_t entries);
+  /// The recorded history as Chrome trace-event JSON (history_trace.hpp).
+  std::string history_trace() const;
+  status export_history(const std::string& path) const;
+  /// Scope labels of the calling thread, recorded with its allocations while history records.
+  static status push_scope(const char* label);
+  static status pop_scope();
+
   // -- graphs (S15) -------------------------------------------------------------------------
   /// Installs the graph layer's memory (once, before any graph address exists).
   void set_graph_memory(graph_memory_hooks* hooks) noexcept { graph_memory_.store(hooks); }
@@ -99,6 +111,8 @@ class runtime {
  private:
   explicit runtime(std::unique_ptr<backend::backend> platform);
   status start();
+  /// SOMA_HISTORY=<events> records from the start; SOMA_HISTORY_TRACE=<path> exports at exit.
+  static status start_history_from_environment();
 
   result<void*> allocate_in(pool_object& pool, std::size_t bytes, stream_object& stream);
   void name_pending_streams(pool_report& report) const;

@@ -1,5 +1,6 @@
 // Stream-ordered allocation and free (S1, S2), pointer attributes (S14).
 #include "core/check.hpp"
+#include "runtime/history_notes.hpp"
 #include "runtime/out_of_memory_advice.hpp"
 #include "runtime/runtime.hpp"
 
@@ -29,10 +30,13 @@ class allocation_hooks final : public stream_hooks {
 result<void*> runtime::allocate_in(pool_object& pool, std::size_t bytes, stream_object& stream) {
   allocation_hooks hooks(streams_, stream);
   result<block*> taken = pool.allocate(bytes, stream.timeline, &hooks);
-  if (!taken.ok() && taken.error().code() == error_code::out_of_memory)
-    return status(error_code::out_of_memory,
-                  taken.error().message() + explain_out_of_memory(pool, bytes, stream));
+  if (!taken.ok() && taken.error().code() == error_code::out_of_memory) {
+    std::string message = taken.error().message() + explain_out_of_memory(pool, bytes, stream);
+    if (history_notes::on()) history_notes::out_of_memory(pool, bytes, stream.handle, message);
+    return status(error_code::out_of_memory, std::move(message));
+  }
   if (!taken.ok()) return taken.take_error();
+  if (history_notes::on()) history_notes::allocated(pool, *taken.value(), stream.handle);
   pointers_.insert(taken.value(), pool);
   return reinterpret_cast<void*>(taken.value()->address);
 }
@@ -91,7 +95,15 @@ status runtime::free(void* pointer, std::uintptr_t stream_handle) {
   if (owner.exports() != nullptr) owner.exports()->forget(address);  // S7: data goes stale
   // Read before the free: once it is done another thread may tear the pool down.
   const bool owner_destroyed = owner.is_destroyed();
+  const std::size_t bytes = live.live->requested_bytes;
+  // A scope belongs to one allocation: cleared here, so a block reused after recording stopped
+  // shows none.
+  const std::uint32_t scope = live.live->scope.load(std::memory_order_relaxed);
+  if (scope != 0) live.live->scope.store(0, std::memory_order_relaxed);
   owner.free(live.live, s.value()->timeline);
+  // A destroyed owner may be gone once the free is done; its last frees go unrecorded.
+  if (history_notes::on() && !owner_destroyed)
+    history_notes::freed(owner, address, bytes, scope, s.value()->handle);
   if (owner_destroyed) pools_.reap();
   return status::success();
 }

@@ -2,6 +2,8 @@
 // ordering pools and graphs ask for (S9, S11, S15).
 #include "runtime/stream_registry.hpp"
 
+#include "runtime/history_notes.hpp"
+
 #include <algorithm>
 #include <thread>
 #include <utility>
@@ -178,6 +180,7 @@ status stream_registry::synchronize(std::uintptr_t handle) {
   if (!done.ok()) return status(done.code(), describe(s) + ": " + done.message());
   proven(s, position);
   after_synchronize();
+  if (history_notes::on()) history_notes::synchronized(s.device, s.handle, "stream synchronize");
   return status::success();
 }
 
@@ -233,6 +236,7 @@ status stream_registry::synchronize_device(int device) {
   stream_timeline& forgotten = *per_device_[static_cast<std::size_t>(device)].forgotten_frees;
   forgotten.prove_completed(forgotten.enqueued_position());
   listener_.synchronized();
+  if (history_notes::on()) history_notes::synchronized(device, 0, "device synchronize");
   return first_failure;
 }
 
@@ -300,6 +304,10 @@ void stream_registry::order_after_free(stream_object& stream, std::uint64_t stre
     }
   }
   stream.timeline.order_after(stream_id, position);
+  if (history_notes::on()) {
+    history_notes::waited(stream.device, stream.handle, freeing != nullptr ? freeing->handle : 0,
+                          position);
+  }
 }
 
 status stream_registry::synchronize_for_pool(stream_object& stream) {

@@ -3,6 +3,8 @@
 // record.
 #include "runtime/stream_registry.hpp"
 
+#include "runtime/history_notes.hpp"
+
 namespace soma::detail {
 
 result<event_object*> stream_registry::resolve_event(std::uintptr_t handle) const {
@@ -109,6 +111,10 @@ status stream_registry::synchronize_event(std::uintptr_t handle) {
   // A record made meanwhile may name another stream: then the wait proved nothing of ours.
   if (recorded != nullptr && unchanged) proven(*recorded, position);
   after_synchronize();
+  if (history_notes::on()) {
+    history_notes::synchronized(recorded != nullptr ? recorded->device : -1,
+                                recorded != nullptr ? recorded->handle : 0, "event synchronize");
+  }
   return status::success();
 }
 

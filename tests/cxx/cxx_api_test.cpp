@@ -13,11 +13,16 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <new>
 #include <stdexcept>
 #include <string>
 #include <utility>
+
+#include <unistd.h>
 
 #include "backend_under_test.hpp"
 #include "host_words.hpp"
@@ -539,6 +544,71 @@ TEST(S15_CxxApi, LeavingACaptureScopeWithoutEndStopsTheCapture) {
   somaStreamCaptureStatus state = somaStreamCaptureStatusActive;
   ASSERT_EQ(somaStreamIsCapturing(s.handle(), &state), somaSuccess);
   EXPECT_EQ(state, somaStreamCaptureStatusNone);
+}
+
+TEST(S8_CxxApi, DeviceGuardSwitchesAndRestoresTheCurrentDevice) {
+  ASSERT_EQ(soma::device::current().ordinal(), 0);
+  const int last = soma::device_count() - 1;
+  {
+    const soma::device_guard on(last);
+    EXPECT_EQ(on.status(), somaSuccess);
+    EXPECT_EQ(soma::device::current().ordinal(), last);
+    soma::synchronize_device(0);  // by number: the current device stays `last`
+    EXPECT_EQ(soma::device::current().ordinal(), last);
+  }
+  EXPECT_EQ(soma::device::current().ordinal(), 0);
+  {
+    const soma::device_guard refused(1000);
+    EXPECT_EQ(refused.status(), somaErrorInvalidDevice);
+    EXPECT_EQ(soma::device::current().ordinal(), 0);
+  }
+  EXPECT_EQ(soma::device::current().ordinal(), 0);
+  try {
+    soma::synchronize_device(1000);
+    FAIL() << "device 1000 was synchronized";
+  } catch (const soma::error& e) {
+    EXPECT_EQ(e.code(), somaErrorInvalidDevice);
+  }
+  EXPECT_EQ(soma::device::current().ordinal(), 0);
+}
+
+TEST(S5_CxxApi, PoolPropsDescribeThePoolOptions) {
+  soma::pool_options options;
+  options.device = 0;
+  options.max_size_bytes = 64 << 20;
+  options.exportable = true;
+  const somaMemPoolProps props = soma::pool_props(options);
+  EXPECT_EQ(props.allocType, somaMemAllocationTypePinned);
+  EXPECT_EQ(props.location.type, somaMemLocationTypeDevice);
+  EXPECT_EQ(props.location.id, 0);
+  EXPECT_EQ(props.maxSize, std::size_t{64} << 20);
+  EXPECT_EQ(props.handleTypes, somaMemHandleTypePosixFileDescriptor);
+  options.exportable = false;
+  EXPECT_EQ(soma::pool_props(options).handleTypes, somaMemHandleTypeNone);
+  const soma::pool made(props);  // what the props describe, somaMemPoolCreate makes
+  EXPECT_EQ(made.device(), 0);
+}
+
+TEST(S10_CxxApi, HistoryRecordsScopesAndExportsATrace) {
+  soma::history::record(1024);
+  const soma::stream s;
+  {
+    const soma::memory_scope scope("optimizer");
+    auto buffer = soma::make_unique_async<char>(4096, s);
+  }
+  const std::string path = "/tmp/soma_cxx_history_" + std::to_string(getpid()) + ".json";
+  soma::history::export_trace(path);
+  soma::history::stop();
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  EXPECT_NE(text.find("\"scope\":\"optimizer\""), std::string::npos) << text;
+  try {
+    const soma::memory_scope empty("");
+    FAIL() << "an empty scope label was taken";
+  } catch (const soma::error& e) {
+    EXPECT_EQ(e.code(), somaErrorInvalidValue);
+  }
 }
 
 TEST(S10_CxxApi, SnapshotShowsLiveBlocksAndMovesOwnership) {

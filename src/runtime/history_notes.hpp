@@ -1,0 +1,96 @@
+// What the runtime records in memory history (core/memory_history.hpp): the events that name a
+// stream or a scope, which the core pool does not know. Each returns at once when recording is
+// off.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/memory_history.hpp"
+#include "core/pool.hpp"
+#include "runtime/pool_object.hpp"
+
+namespace soma::detail::history_notes {
+
+inline bool on() noexcept { return memory_history::process().enabled(); }
+
+/// An event of pool p on a stream (its handle), with the pool's figures now.
+inline history_event of_pool(history_kind kind, const pool& p, std::uintptr_t stream) {
+  const pool_statistics figures = p.statistics();
+  history_event e;
+  e.kind = kind;
+  e.pool = p.serial();
+  e.device = static_cast<std::int16_t>(p.config().device);
+  e.stream = stream;
+  e.reserved_bytes = figures.reserved_bytes;
+  e.used_bytes = figures.used_bytes;
+  return e;
+}
+
+/// How the trace names a pool: as messages do, with its handle.
+inline std::string pool_name(const pool_object& p) {
+  return p.describe() + " (" + format_address(p.handle()) + ")";
+}
+
+inline void pool_created(const pool_object& p) {
+  memory_history& history = memory_history::process();
+  history_event e = of_pool(history_kind::pool_created, p, 0);
+  e.label = history.label(pool_name(p));
+  history.record(e);
+}
+
+/// Records an allocation and stamps the block with the thread's scope label.
+inline void allocated(const pool& p, block& b, std::uintptr_t stream) {
+  const std::uint32_t scope = memory_history::current_scope();
+  b.scope.store(scope, std::memory_order_relaxed);
+  history_event e = of_pool(history_kind::allocate, p, stream);
+  e.address = b.address;
+  e.bytes = b.requested_bytes;
+  e.how = static_cast<std::uint8_t>(b.how);
+  e.label = scope;
+  memory_history::process().record(e);
+}
+
+inline void freed(const pool& p, std::uintptr_t address, std::size_t bytes, std::uint32_t scope,
+                  std::uintptr_t stream) {
+  history_event e = of_pool(history_kind::free, p, stream);
+  e.address = address;
+  e.bytes = bytes;
+  e.label = scope;
+  memory_history::process().record(e);
+}
+
+inline void out_of_memory(const pool& p, std::size_t bytes, std::uintptr_t stream,
+                          const std::string& message) {
+  memory_history& history = memory_history::process();
+  history_event e = of_pool(history_kind::out_of_memory, p, stream);
+  e.bytes = bytes;
+  e.label = history.label(message);
+  history.record(e);
+}
+
+/// `stream` on device was ordered after `freeing` (a stream handle) reached position.
+inline void waited(int device, std::uintptr_t stream, std::uintptr_t freeing,
+                   std::uint64_t position) {
+  history_event e;
+  e.kind = history_kind::wait;
+  e.device = static_cast<std::int16_t>(device);
+  e.stream = stream;
+  e.address = freeing;
+  e.bytes = position;
+  memory_history::process().record(e);
+}
+
+/// A synchronize point: of a stream (device and handle), of a device (stream 0, `label` says
+/// which), or of an event (device -1).
+inline void synchronized(int device, std::uintptr_t stream, const char* what) {
+  memory_history& history = memory_history::process();
+  history_event e;
+  e.kind = history_kind::synchronize;
+  e.device = static_cast<std::int16_t>(device);
+  e.stream = stream;
+  e.label = history.label(what);
+  history.record(e);
+}
+
+}  // namespace soma::detail::history_notes

@@ -37,6 +37,17 @@ int main(int argc, char** argv) try {
   copies.synchronize();
   soma::pool::default_for(0).trim_to(0);  // S9: give the memory back
 
+  // An allocation a capped pool cannot serve: the trace keeps the failure and its advice.
+  soma::pool_options capped;
+  capped.max_size_bytes = 16 << 20;
+  capped.name = "capped";
+  const soma::pool small(capped);
+  try {
+    auto too_big = soma::make_unique_async<char>(32 << 20, compute, small);
+  } catch (const soma::bad_alloc& e) {
+    std::printf("refused as expected: %s\n", e.what());
+  }
+
   soma::history::export_trace(path);
   std::printf("wrote %s: open it at https://ui.perfetto.dev or chrome://tracing\n", path.c_str());
   return 0;

@@ -22,6 +22,7 @@ packages=(
   util-linux         # setarch, used by .ci/run for the ThreadSanitizer build
   clang              # clang++-14 and libFuzzer: the `fuzz` preset (scripts/fuzz.sh)
   libclang-rt-14-dev # clang's sanitizer and libFuzzer runtimes
+  chromium           # headless, renders `soma report`'s page in its test (tests/tools)
 )
 if [[ "${SOMA_SETUP_LINT:-0}" == 1 ]]; then
   packages+=(clang-format clang-tidy)
@@ -46,6 +47,7 @@ is_installed() {
     python3) command -v python3 >/dev/null 2>&1 ;;
     util-linux) command -v setarch >/dev/null 2>&1 ;;
     clang) command -v clang++-14 >/dev/null 2>&1 ;;
+    chromium) command -v chromium >/dev/null 2>&1 ;;
     clang-format) command -v clang-format >/dev/null 2>&1 ;;
     clang-tidy) command -v clang-tidy >/dev/null 2>&1 ;;
     *) dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' ;;

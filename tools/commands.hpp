@@ -13,6 +13,10 @@ int run_info(int argc, char** argv);
  *  included. Returns the exit status. */
 int run_demo(int argc, char** argv);
 
+/** `soma report TRACE [-o PAGE]`: the HTML page of a memory-history trace. Returns the exit
+ *  status. */
+int run_report(int argc, char** argv);
+
 /** "64 MiB", "1.50 MiB (1572864 B)", "unlimited" for UINT64_MAX. */
 std::string format_bytes(std::uint64_t bytes);
 

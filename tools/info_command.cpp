@@ -22,6 +22,8 @@ constexpr environment_variable kEnvironment[] = {
     {"SOMA_CPU_DEVICES", "1", "cpu backend: number of devices"},
     {"SOMA_CPU_DEVICE_MEMORY", "4G", "cpu backend: memory per device (bytes, K/M/G suffix)"},
     {"SOMA_CPU_GRANULARITY", "2M", "cpu backend: physical granule (power of two >= page)"},
+    {"SOMA_HISTORY", "off", "memory history: events kept from the start (1 to 2^26)"},
+    {"SOMA_HISTORY_TRACE", "none", "with SOMA_HISTORY: write the trace here at exit"},
 };
 
 std::string handle_type_names(unsigned mask) {

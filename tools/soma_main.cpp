@@ -47,10 +47,14 @@ void print_usage(std::FILE* out) {
       "  demo    a producer, a consumer and a releaser stream share one allocation; shows\n"
       "          reuse, reserved and used memory, synchronize and trim, and the reuse\n"
       "          policies that decide when one stream's free serves another stream\n"
+      "  report  TRACE.json [-o PAGE.html]: the page of a memory-history trace (memory over\n"
+      "          time in total and per stream, the peak's largest blocks and holes, out-of-\n"
+      "          memory failures); record one with SOMA_HISTORY=<events>\n"
+      "          SOMA_HISTORY_TRACE=<path>\n"
       "  help    this text\n"
       "\n"
       "environment: SOMA_BACKEND=cpu|cuda|auto, SOMA_CPU_DEVICES, SOMA_CPU_DEVICE_MEMORY,\n"
-      "SOMA_CPU_GRANULARITY (see `soma info`).\n",
+      "SOMA_CPU_GRANULARITY (see `soma info`), SOMA_HISTORY, SOMA_HISTORY_TRACE.\n",
       out);
 }
 
@@ -70,6 +74,7 @@ int main(int argc, char** argv) {
   try {
     if (std::strcmp(command, "info") == 0) return soma::tools::run_info(argc - 1, argv + 1);
     if (std::strcmp(command, "demo") == 0) return soma::tools::run_demo(argc - 1, argv + 1);
+    if (std::strcmp(command, "report") == 0) return soma::tools::run_report(argc - 1, argv + 1);
   } catch (const soma::error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "soma %s: failed: %s: %s\n", command, e.name(), e.detail());

@@ -20,7 +20,9 @@ build/dev of the repository this file lives in.
 """
 
 import ctypes
+import json
 import os
+import tempfile
 import threading
 
 __all__ = [
@@ -70,7 +72,7 @@ class _Block(ctypes.Structure):  # somaMemBlockInfo
     _fields_ = [("address", ctypes.c_void_p), ("bytes", ctypes.c_size_t),
                 ("requestedBytes", ctypes.c_size_t), ("state", ctypes.c_int),
                 ("streamKnown", ctypes.c_int), ("stream", ctypes.c_void_p),
-                ("position", ctypes.c_ulonglong)]
+                ("position", ctypes.c_ulonglong), ("scope", ctypes.c_char_p)]
 
 
 class _PoolSnapshot(ctypes.Structure):  # somaMemPoolSnapshot
@@ -140,6 +142,14 @@ def _load(path):
     lib.somaMemPoolSnapshotTake.restype = ctypes.c_int
     lib.somaMemSnapshotFree.argtypes = [ctypes.POINTER(_Snapshot)]
     lib.somaMemSnapshotFree.restype = ctypes.c_int
+    lib.somaMemRecordHistory.argtypes = [ctypes.c_size_t]
+    lib.somaMemRecordHistory.restype = ctypes.c_int
+    lib.somaMemHistoryExportTrace.argtypes = [ctypes.c_char_p]
+    lib.somaMemHistoryExportTrace.restype = ctypes.c_int
+    lib.somaMemScopePush.argtypes = [ctypes.c_char_p]
+    lib.somaMemScopePush.restype = ctypes.c_int
+    lib.somaMemScopePop.argtypes = []
+    lib.somaMemScopePop.restype = ctypes.c_int
     lib.somaGetLastErrorMessage.argtypes = []
     lib.somaGetLastErrorMessage.restype = ctypes.c_char_p
     return lib
@@ -351,6 +361,40 @@ def last_error():
     return _message(_lib())
 
 
+def record_history(max_entries=100_000):
+    """Starts recording what soma's pools do (somaMemRecordHistory) into a ring of the last
+    max_entries events; 0 stops and keeps what was recorded. While it records, snapshot() has
+    device_traces (allocations, frees, segment maps and unmaps, out-of-memory failures) and the
+    blocks carry their scope() as a frame; export_trace(path) writes a trace for Perfetto."""
+    lib = _lib()
+    _check(lib, lib.somaMemRecordHistory(int(max_entries)), "somaMemRecordHistory")
+
+
+def export_trace(path):
+    """Writes the recorded history as Chrome trace-event JSON (ui.perfetto.dev,
+    chrome://tracing; `soma report` makes a page of it)."""
+    lib = _lib()
+    _check(lib, lib.somaMemHistoryExportTrace(os.fsencode(path)), "somaMemHistoryExportTrace")
+
+
+class scope:
+    """Labels this thread's allocations while history records: `with soma_torch.scope("forward"):`.
+    Scopes nest; the innermost one labels an allocation."""
+
+    def __init__(self, label):
+        self._label = str(label).encode()
+
+    def __enter__(self):
+        lib = _lib()
+        _check(lib, lib.somaMemScopePush(self._label), "somaMemScopePush")
+        return self
+
+    def __exit__(self, *exc):
+        lib = _lib()
+        _check(lib, lib.somaMemScopePop(), "somaMemScopePop")
+        return False
+
+
 # somaMemBlockState -> the block states of torch.cuda.memory._snapshot()
 _TORCH_STATES = {0: "active_allocated", 1: "inactive", 2: "active_pending_free"}
 
@@ -363,8 +407,8 @@ def snapshot():
     place, as an expandable segment), with its blocks in address order: active_allocated (a
     live tensor's memory, with the size PyTorch asked for), inactive (free), or
     active_pending_free (freed on a stream whose work is not yet known complete). soma records
-    no stack frames and no allocation history here: frames are empty and device_traces hold
-    no events.
+    no stack frames: a block's frames hold its scope() label as one frame while history records.
+    device_traces hold the recorded history (record_history()), empty when nothing was recorded.
     """
     lib = _lib()
     count = lib.soma_torch_device_count()
@@ -383,7 +427,54 @@ def snapshot():
                 segments.extend(_torch_segments(device, taken.pools[index]))
         finally:
             lib.somaMemSnapshotFree(ctypes.byref(taken))
-    return {"segments": segments, "device_traces": [[] for _ in range(count)]}
+    return {"segments": segments, "device_traces": _device_traces(lib, count)}
+
+
+# soma trace events -> torch.cuda.memory._snapshot() trace actions. A free is reusable by its
+# stream at once (S2), so it is requested and completed in one step.
+_TRACE_ACTIONS = {"allocate": ["alloc"], "free": ["free_requested", "free_completed"],
+                  "grow": ["segment_map"], "release": ["segment_unmap"],
+                  "out of memory": ["oom"]}
+
+
+def _device_traces(lib, count):
+    traces = [[] for _ in range(count)]
+    with tempfile.TemporaryDirectory(prefix="soma_torch_") as directory:
+        path = os.path.join(directory, "trace.json")
+        _check(lib, lib.somaMemHistoryExportTrace(path.encode()), "somaMemHistoryExportTrace")
+        with open(path, encoding="utf-8") as f:
+            trace = json.load(f)
+    streams = {}
+    for event in trace["traceEvents"]:
+        name = event.get("args", {}).get("name", "")
+        if event["ph"] == "M" and event["name"] == "thread_name" and name.startswith("stream 0x"):
+            streams[(event["pid"], event["tid"])] = int(name[len("stream "):], 16)
+    for event in trace["traceEvents"]:
+        if event["ph"] != "i" or not 0 <= event["pid"] < count:
+            continue
+        kind = next((k for k in _TRACE_ACTIONS if event["name"].startswith(k)), None)
+        if kind is None:
+            continue
+        args = event.get("args", {})
+        scope = args.get("scope")
+        for action in _TRACE_ACTIONS[kind]:
+            entry = {
+                "action": action,
+                "addr": int(args.get("address", "0x0"), 16),
+                "size": int(args.get("bytes", args.get("request_bytes", 0))),
+                "stream": streams.get((event["pid"], event["tid"]), 0),
+                "time_us": int(event["ts"]),
+                "frames": [_scope_frame(scope)] if scope else [],
+            }
+            if kind == "out of memory":
+                entry["device_free"] = 0
+            traces[event["pid"]].append(entry)
+    return traces
+
+
+def _scope_frame(label):
+    """A scope label as a frame of PyTorch's snapshot format, so its viewers show it."""
+    return {"name": label, "filename": "soma scope", "line": 0}
 
 
 def _torch_segments(device, pool):
@@ -404,7 +495,7 @@ def _torch_segments(device, pool):
             "size": b.bytes,
             "requested_size": b.requestedBytes if b.state == 0 else b.bytes,
             "state": _TORCH_STATES[b.state],
-            "frames": [],
+            "frames": [_scope_frame(b.scope.decode())] if b.scope else [],
         } for b in inside]
         active = [b for b in torch_blocks if b["state"] != "inactive"]
         segments.append({

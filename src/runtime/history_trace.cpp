@@ -110,7 +110,7 @@ class trace_writer {
         break;
       case history_kind::out_of_memory:
         name += " " + format_bytes(e.bytes);
-        args = field("message", labels_.label(e.label));
+        args = number("bytes", e.bytes) + "," + field("message", labels_.label(e.label));
         scope = "g";
         break;
       case history_kind::pool_created:

@@ -23,6 +23,8 @@ Checks:
   snapshot           soma_torch.snapshot() has every live tensor in an active_allocated block,
                      its figures match soma's statistics, and torch.cuda._memory_viz's
                      segment_plot, trace_plot (offline), segments and memory read it.
+  history            record_history() fills snapshot()'s device_traces, scope() labels blocks,
+                     and trace_plot reads the trace.
   memory_returns     with every tensor gone and PyTorch's cuBLAS workspaces cleared, soma's
                      used memory is 0; empty_cache returns soma's reserve to 0.
 """
@@ -74,6 +76,7 @@ def main():
         ("record_stream", check_record_stream),
         ("threads", check_threads),
         ("snapshot", check_snapshot),
+        ("history", check_history),
         ("memory_returns", check_memory_returns),
     ]
     passed = failed = 0
@@ -342,6 +345,38 @@ def check_snapshot(ctx):
         require(isinstance(page, str) and "snapshot.pickle" in page, f"{name} made no page")
     del tensors
     return f"{len(snap['segments'])} segments, {len(blocks)} blocks, viz read it"
+
+
+def check_history(ctx):
+    torch, soma = ctx.torch, ctx.soma
+    soma.record_history(100_000)
+    try:
+        with soma.scope("forward"):
+            kept = torch.ones(2**20, device=ctx.device)
+            passing = torch.ones(3 * 2**20, device=ctx.device)
+        del passing
+        torch.cuda.synchronize()
+        snap = soma.snapshot()
+    finally:
+        soma.record_history(0)
+    trace = snap["device_traces"][0]
+    actions = {entry["action"] for entry in trace}
+    require({"alloc", "free_requested", "free_completed"} <= actions,
+            f"the trace has {sorted(actions)}")
+    scoped = [e for e in trace if e["action"] == "alloc" and e["frames"]
+              and e["frames"][0]["name"] == "forward"]
+    require(len(scoped) >= 2, f"{len(scoped)} allocations carry the scope 'forward'")
+    blocks = [b for seg in snap["segments"] for b in seg["blocks"]]
+    address = kept.data_ptr()
+    holder = [b for b in blocks if b["address"] <= address < b["address"] + b["size"]]
+    require(holder and holder[0]["frames"] and holder[0]["frames"][0]["name"] == "forward",
+            "the live tensor's block does not carry its scope")
+    from torch.cuda import _memory_viz
+    with _offline_viewer_script(_memory_viz):
+        page = _memory_viz.trace_plot(snap)
+    require(isinstance(page, str) and "snapshot.pickle" in page, "trace_plot made no page")
+    del kept
+    return f"{len(trace)} trace entries ({', '.join(sorted(actions))}), trace_plot read them"
 
 
 class _offline_viewer_script:

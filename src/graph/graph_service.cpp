@@ -20,6 +20,15 @@ result<T*> find_live(const std::unordered_set<const T*>& live, const void* handl
                     " " + why_not);
 }
 
+// find_live, and the object leaves `live`: the handle is destroyed.
+template <typename T>
+result<T*> take_live(std::unordered_set<const T*>& live, const void* handle, const char* kind,
+                     const char* why_not) {
+  result<T*> found = find_live(live, handle, kind, why_not);
+  if (found.ok()) live.erase(found.value());
+  return found;
+}
+
 constexpr const char* not_a_graph =
     "is not a live graph (destroyed, NULL, or never made by somaGraphCreate or "
     "somaStreamEndCapture)";
@@ -47,15 +56,12 @@ graph_model* graph_service::create_graph() {
 }
 
 status graph_service::destroy_graph(const void* handle) {
-  graph_model* g = nullptr;
-  {
-    std::lock_guard lock(mutex_);
-    result<graph_model*> found = find_live(graphs_, handle, "graph", not_a_graph);
-    if (!found.ok()) return found.take_error();
-    g = found.value();
-    graphs_.erase(g);
-    for (const auto& n : g->nodes()) nodes_.erase(n.get());
-  }
+  std::unique_lock lock(mutex_);
+  result<graph_model*> taken = take_live(graphs_, handle, "graph", not_a_graph);
+  if (!taken.ok()) return taken.take_error();
+  graph_model* g = taken.value();
+  for (const auto& n : g->nodes()) nodes_.erase(n.get());
+  lock.unlock();
   for (const auto& n : g->nodes()) {
     if (n->kind == node_kind::mem_free) memory_->unclaim_free(*n->allocation, g);
   }
@@ -187,15 +193,11 @@ result<executable*> graph_service::instantiate(graph_model& g, unsigned long lon
 }
 
 status graph_service::destroy_exec(const void* handle) {
-  executable* e = nullptr;
-  {
-    std::lock_guard lock(mutex_);
-    result<executable*> found = find_live(execs_, handle, "executable graph", not_an_exec);
-    if (!found.ok()) return found.take_error();
-    e = found.value();
-    execs_.erase(e);
-  }
-  delete e;
+  std::unique_lock lock(mutex_);
+  result<executable*> taken = take_live(execs_, handle, "executable graph", not_an_exec);
+  lock.unlock();
+  if (!taken.ok()) return taken.take_error();
+  delete taken.value();
   return status::success();
 }
 

@@ -12,29 +12,12 @@ namespace soma::detail {
 namespace {
 
 const char* kind_name(history_kind kind) {
-  switch (kind) {
-    case history_kind::pool_created:
-      return "pool created";
-    case history_kind::allocate:
-      return "allocate";
-    case history_kind::free:
-      return "free";
-    case history_kind::wait:
-      return "wait inserted";
-    case history_kind::grow:
-      return "grow";
-    case history_kind::release:
-      return "release";
-    case history_kind::trim:
-      return "trim";
-    case history_kind::compaction:
-      return "compaction";
-    case history_kind::synchronize:
-      return "synchronize";
-    case history_kind::out_of_memory:
-      return "out of memory";
-  }
-  return "event";
+  // Indexed by history_kind, whose values are fixed.
+  static constexpr const char* names[] = {"pool created", "allocate",     "free", "wait inserted",
+                                          "grow",         "release",      "trim", "compaction",
+                                          "synchronize",  "out of memory"};
+  const auto index = static_cast<std::size_t>(kind);
+  return index < std::size(names) ? names[index] : "event";
 }
 
 const char* served_by_name(std::uint8_t how) {

@@ -370,6 +370,19 @@ int main(int argc, char** argv) {
   }
   SOMA_BENCH_CHECK(somaStreamSynchronize(stream));
 
+  // Memory history (docs/observability.md): the same pairs with recording off and on.
+  soma_bench::print_history_header();
+  const auto record = [](std::size_t events) { SOMA_BENCH_CHECK(somaMemRecordHistory(events)); };
+  for (std::size_t bytes : {std::size_t{256}, 4 * KiB}) {
+    soma_bench::print_history_cost(
+        "pair, same stream, " + size_name(bytes), [&] { return pair_ns(config, soma, bytes); },
+        record);
+  }
+  soma_bench::print_history_cost(
+      "64 live then 64 frees, 4 KiB, per pair", [&] { return live_ns(config, soma, 4 * KiB); },
+      record);
+  SOMA_BENCH_CHECK(somaStreamSynchronize(stream));
+
   for (int thread_count : {1, 2}) {
     std::vector<soma_allocator> soma_threads;
     std::vector<somaStream_t> streams;

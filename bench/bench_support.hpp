@@ -70,4 +70,29 @@ inline void print_cpu_and_kernel() {
               system_name.machine);
 }
 
+/// Memory history's cost on one measure: `measure()` (ns per operation) with recording off
+/// and on (a ring of 2^20 events), alternately, three times each; prints both medians and the
+/// increase beside the goal (recording on adds at most 5 %). `record` is somaMemRecordHistory.
+template <typename Measure, typename Record>
+void print_history_cost(const std::string& scenario, Measure measure, Record record) {
+  std::vector<double> off;
+  std::vector<double> on;
+  for (int round = 0; round < 3; ++round) {
+    off.push_back(measure());
+    record(std::size_t{1} << 20);
+    on.push_back(measure());
+    record(0);
+  }
+  const double off_ns = median(off);
+  const double on_ns = median(on);
+  const double increase = 100.0 * (on_ns - off_ns) / off_ns;
+  std::printf("%-48s %9.1f %9.1f %+8.1f %%   goal <= +5 %%: %s\n", scenario.c_str(), off_ns, on_ns,
+              increase, increase <= 5.0 ? "met" : "NOT met");
+}
+
+inline void print_history_header() {
+  std::printf("\nmemory history (ns per pair)                      %9s %9s %10s\n", "off", "on",
+              "increase");
+}
+
 }  // namespace soma_bench

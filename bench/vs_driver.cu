@@ -11,6 +11,7 @@
 //                     record on B, A waits, free on A (2 pairs + 2 records + 2 waits); also the
 //                     4 event calls alone, the floor of this pattern
 //   (e) threshold 0   64 MiB alloc + free + stream synchronize on a pool that keeps nothing
+//   (h) history       soma's pairs with memory history off and on (goal: on adds <= 5 %)
 // Each figure is the median of several timed trials. Streams are synchronized before every
 // trial, outside the timed region, so no synchronize is charged to the timed operations (S12);
 // only (e) includes a synchronize, by definition.
@@ -547,6 +548,18 @@ int main(int argc, char** argv) {
     print_time_row("(b) 64 live then 64 frees, " + size_name(bytes) + ", per pair", soma_ns,
                    driver_ns, cuda_malloc_ns, 0.06);
   }
+  // Memory history (docs/observability.md): soma's pairs with recording off and on.
+  soma_bench::print_history_header();
+  const auto record = [](std::size_t events) { SOMA_CHECK(somaMemRecordHistory(events)); };
+  for (std::size_t bytes : {std::size_t{256}, 4 * KiB}) {
+    soma_bench::print_history_cost(
+        "(h) soma pair, same stream, " + size_name(bytes),
+        [&] { return pair_ns(config, soma, bytes); }, record);
+  }
+  soma_bench::print_history_cost(
+      "(h) soma 64 live then 64 frees, 4 KiB, per pair",
+      [&] { return live_ns(config, soma, 4 * KiB); }, record);
+  print_time_header();
   {
     const double soma_ns = soma_ping_pong_ns(config, true);
     const double driver_ns = driver_ping_pong_ns(config, true);

@@ -4,6 +4,9 @@
 #include <array>
 #include <bit>
 #include <chrono>
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
 
 namespace soma::detail {
 namespace {
@@ -13,6 +16,12 @@ static_assert(sizeof(history_event) == sizeof(event_words), "an event fills one 
 
 thread_local std::vector<std::uint32_t> scopes;  // the calling thread's open scope labels
 
+std::uint64_t steady_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
 }  // namespace
 
 memory_history& memory_history::process() {
@@ -20,8 +29,19 @@ memory_history& memory_history::process() {
   return *history;
 }
 
+std::uint64_t memory_history::ticks() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  // The time stamp counter: a third of a clock_gettime's cost, constant-rate on the CPUs soma
+  // runs on; events() turns it into steady-clock nanoseconds.
+  return __rdtsc();
+#else
+  return steady_ns();
+#endif
+}
+
 void memory_history::start(std::size_t capacity) {
   std::lock_guard lock(mutex_);
+  clock_start_ = {ticks(), steady_ns()};
   rings_.push_back(std::make_unique<ring>(std::max<std::size_t>(capacity, 1)));
   ring_.store(rings_.back().get(), std::memory_order_release);
   enabled_.store(true, std::memory_order_release);
@@ -36,9 +56,7 @@ void memory_history::record(history_event e) noexcept {
   if (!enabled()) return;
   ring* r = ring_.load(std::memory_order_acquire);
   if (r == nullptr) return;
-  e.time_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                             std::chrono::steady_clock::now().time_since_epoch())
-                                             .count());
+  e.time_ns = ticks();
   const std::uint64_t n = r->next.fetch_add(1, std::memory_order_relaxed);
   slot& s = r->slots[n % r->size];
   s.sequence.store(2 * n + 1, std::memory_order_relaxed);
@@ -67,6 +85,22 @@ std::vector<history_event> memory_history::events(std::uint64_t* dropped) const 
     std::atomic_thread_fence(std::memory_order_acquire);
     if (s.sequence.load(std::memory_order_relaxed) != 2 * n + 2) continue;  // overwritten
     out.push_back(std::bit_cast<history_event>(words));
+  }
+  // Ticks to steady-clock nanoseconds, by the rate measured from start() to now.
+  std::pair<std::uint64_t, std::uint64_t> from;
+  {
+    std::lock_guard lock(mutex_);
+    from = clock_start_;
+  }
+  const std::uint64_t now_ticks = ticks();
+  const std::uint64_t now_ns = steady_ns();
+  const double ns_per_tick =
+      now_ticks > from.first
+          ? static_cast<double>(now_ns - from.second) / static_cast<double>(now_ticks - from.first)
+          : 1.0;
+  for (history_event& e : out) {
+    const double since = static_cast<double>(static_cast<std::int64_t>(e.time_ns - from.first));
+    e.time_ns = from.second + static_cast<std::uint64_t>(std::max(0.0, since * ns_per_tick));
   }
   // Writers claim slots before they read the clock: order by time for readers.
   std::stable_sort(out.begin(), out.end(), [](const history_event& a, const history_event& b) {

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace soma::detail {
@@ -29,10 +30,12 @@ enum class history_kind : std::uint8_t {
   out_of_memory = 9,  ///< bytes: the request that failed; label: the message
 };
 
-/// One event, 64 bytes (the last 4 are padding). reserved_bytes and used_bytes are the pool's right
-/// after it.
+/// One event, 64 bytes (the last 4 are padding). reserved_bytes and used_bytes are the pool's
+/// right after a pool event (creation, growth, release, trim, compaction, out of memory).
+/// Allocations and frees leave them 0, since reading a pool's used bytes walks its stream caches:
+/// the trace counts used bytes on from the last pool event.
 struct history_event {
-  std::uint64_t time_ns = 0;  ///< steady clock
+  std::uint64_t time_ns = 0;  ///< steady clock (in the ring: ticks(), converted by events())
   std::uint64_t stream = 0;   ///< the stream's timeline id; 0: none
   std::uint64_t address = 0;
   std::uint64_t bytes = 0;
@@ -61,8 +64,10 @@ class memory_history {
 
   /// Records e (its time is set here) if recording is on.
   void record(history_event e) noexcept;
-  /// The recorded events, oldest first (at most capacity; slots being written are skipped),
-  /// and how many older ones the ring dropped.
+  /// The clock events are stamped with: the time stamp counter on x86, else the steady clock.
+  static std::uint64_t ticks() noexcept;
+  /// The recorded events, oldest first, with their times in steady-clock nanoseconds (at most
+  /// capacity; slots being written are skipped), and how many older ones the ring dropped.
   std::vector<history_event> events(std::uint64_t* dropped = nullptr) const;
 
   /// A small number for text, the same for the same text; 0 for "". Texts stay for the
@@ -95,7 +100,8 @@ class memory_history {
   // Rings are replaced by start() and kept until exit: a writer that loaded the old one may
   // still be writing into it.
   std::atomic<ring*> ring_{nullptr};
-  mutable std::mutex mutex_;  // rings_, labels
+  std::pair<std::uint64_t, std::uint64_t> clock_start_{0, 0};  // ticks and ns at start()
+  mutable std::mutex mutex_;                                   // rings_, labels
   std::vector<std::unique_ptr<ring>> rings_;
   std::deque<std::string> texts_{""};  // a deque: c_str() pointers stay valid as it grows
   std::unordered_map<std::string, std::uint32_t> ids_;

@@ -14,16 +14,18 @@ namespace soma::detail::history_notes {
 
 inline bool on() noexcept { return memory_history::process().enabled(); }
 
-/// An event of pool p on a stream (its handle), with the pool's figures now.
+/// An event of pool p on a stream (its handle); with the pool's figures now for pool events.
 inline history_event of_pool(history_kind kind, const pool& p, std::uintptr_t stream) {
-  const pool_statistics figures = p.statistics();
   history_event e;
   e.kind = kind;
   e.pool = p.serial();
   e.device = static_cast<std::int16_t>(p.config().device);
   e.stream = stream;
-  e.reserved_bytes = figures.reserved_bytes;
-  e.used_bytes = figures.used_bytes;
+  if (kind != history_kind::allocate && kind != history_kind::free) {
+    const pool_statistics figures = p.statistics();
+    e.reserved_bytes = figures.reserved_bytes;
+    e.used_bytes = figures.used_bytes;
+  }
   return e;
 }
 

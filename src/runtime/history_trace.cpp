@@ -1,5 +1,6 @@
 #include "runtime/history_trace.hpp"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <map>
@@ -68,7 +69,7 @@ class trace_writer {
     switch (e.kind) {
       case history_kind::allocate:
       case history_kind::free:
-        name += " " + format_bytes(e.bytes);
+        name.append(" ").append(format_bytes(e.bytes));
         args = field("address", format_address(e.address)) + "," + number("bytes", e.bytes);
         if (e.kind == history_kind::allocate) args += "," + field("reuse", served_by_name(e.how));
         if (e.label != 0) args += "," + field("scope", labels_.label(e.label));
@@ -78,7 +79,7 @@ class trace_writer {
         break;
       case history_kind::grow:
       case history_kind::release:
-        name += " " + format_bytes(e.bytes);
+        name.append(" ").append(format_bytes(e.bytes));
         args = field("address", format_address(e.address)) + "," + number("bytes", e.bytes);
         break;
       case history_kind::trim:
@@ -92,7 +93,7 @@ class trace_writer {
         scope = e.device < 0 ? "g" : "p";
         break;
       case history_kind::out_of_memory:
-        name += " " + format_bytes(e.bytes);
+        name.append(" ").append(format_bytes(e.bytes));
         args = number("bytes", e.bytes) + "," + field("message", labels_.label(e.label));
         scope = "g";
         break;
@@ -103,9 +104,10 @@ class trace_writer {
     emit("{\"name\":" + json_string(name) + ",\"cat\":\"soma\",\"ph\":\"i\",\"s\":\"" + scope +
          "\"," + where(e, pid, tid) + ",\"args\":{" + args + "}}");
     if (e.pool != 0 && e.kind != history_kind::wait && e.kind != history_kind::synchronize) {
+      const pool_figures& now = follow(e);
       emit("{\"name\":" + json_string(pool_name(e)) + ",\"ph\":\"C\"," + where(e, pid, 0) +
-           ",\"args\":{" + number("reserved_bytes", e.reserved_bytes) + "," +
-           number("used_bytes", e.used_bytes) + "}}");
+           ",\"args\":{" + number("reserved_bytes", now.reserved) + "," +
+           number("used_bytes", now.used) + "}}");
     }
   }
 
@@ -157,8 +159,26 @@ class trace_writer {
 
   static constexpr std::uint64_t pools_track = UINT64_MAX;  // no stream has this handle
 
+  struct pool_figures {
+    std::uint64_t reserved = 0;
+    std::uint64_t used = 0;
+  };
+  /// A pool's figures after e: pool events carry them; allocations and frees move used bytes.
+  const pool_figures& follow(const history_event& e) {
+    pool_figures& f = pools_[e.pool];
+    if (e.kind == history_kind::allocate) {
+      f.used += e.bytes;
+    } else if (e.kind == history_kind::free) {
+      f.used -= std::min(f.used, e.bytes);  // an allocation before the ring's window
+    } else {
+      f = {e.reserved_bytes, e.used_bytes};
+    }
+    return f;
+  }
+
   const history_labels& labels_;
   const std::uint64_t start_ns_;
+  std::map<std::uint32_t, pool_figures> pools_;
   std::map<int, std::string> processes_;
   std::map<std::pair<int, std::uint64_t>, std::pair<int, std::string>> tracks_;
   std::string body_;

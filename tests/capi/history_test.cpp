@@ -6,10 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 #include <unistd.h>
 
 #include "soma_test_util.hpp"
@@ -186,6 +189,41 @@ TEST_F(S11_History, TheRingKeepsTheNewestEventsAndCountsTheDropped) {
   EXPECT_EQ(count(text, "\"ph\":\"i\""), 4u) << text;
   EXPECT_NE(text.find("\"capacity_events\":4"), std::string::npos) << text;
   EXPECT_EQ(text.find("\"dropped_events\":0"), std::string::npos) << text;
+}
+
+TEST_F(S11_History, ThreadsRecordIntoOneRingWhileItIsExported) {
+  SOMA_ASSERT_OK(somaMemRecordHistory(512));  // small: the ring wraps many times
+  unique_pool pool(0);
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      somaStream_t stream = nullptr;
+      if (somaStreamCreate(&stream) != somaSuccess) {
+        failed = true;
+        return;
+      }
+      const std::string label = "thread " + std::to_string(t);
+      if (somaMemScopePush(label.c_str()) != somaSuccess) failed = true;
+      for (int i = 0; i < 2000 && !failed; ++i) {
+        void* p = nullptr;
+        if (somaMallocFromPoolAsync(&p, KiB * (1 + i % 7), pool, stream) != somaSuccess ||
+            somaFreeAsync(p, stream) != somaSuccess)
+          failed = true;
+      }
+      if (somaMemScopePop() != somaSuccess) failed = true;
+      if (somaStreamDestroy(stream) != somaSuccess) failed = true;
+    });
+  }
+  for (int i = 0; i < 5; ++i) {
+    const std::string text = trace();
+    EXPECT_LE(count(text, "\"ph\":\"i\""), 512u);
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_FALSE(failed) << last_message();
+  const std::string text = trace();
+  EXPECT_EQ(count(text, "\"ph\":\"i\""), 512u) << "a full ring, every slot written";
+  EXPECT_NE(text.find("\"scope\":\"thread "), std::string::npos);
 }
 
 TEST_F(S11_History, StoppedRecordingAddsNothingAndKeepsWhatWasRecorded) {

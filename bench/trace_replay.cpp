@@ -24,52 +24,12 @@
 
 #include "core/pool.hpp"
 #include "core/memory_provider.hpp"
+#include "core/synthetic_memory.hpp"
 #include "core/stream_timeline.hpp"
 
 namespace {
 
 using namespace soma::detail;
-
-/// Address space and commits that exist only as numbers: the pool never touches its memory.
-class synthetic_memory final : public memory_provider {
- public:
-  synthetic_memory(std::size_t granularity, bool partial)
-      : granularity_(granularity), partial_(partial) {}
-  std::size_t granularity_bytes() const override { return granularity_; }
-  result<std::uintptr_t> reserve(std::size_t bytes) override {
-    const std::uintptr_t base = next_base_;
-    next_base_ += (bytes + granularity_ - 1) / granularity_ * granularity_ + granularity_;
-    return base;
-  }
-  void free_reservation(std::uintptr_t, std::size_t) override {}
-  result<std::uint64_t> commit(std::uintptr_t address, std::size_t bytes) override {
-    committed_ += bytes;
-    ++commits_;
-    if (verbose_ != nullptr)
-      std::fprintf(verbose_, "commit %zu MiB at +%zu MiB, committed %.3f GiB\n", bytes >> 20,
-                   (address - (std::uintptr_t{1} << 44)) >> 20,
-                   static_cast<double>(committed_) / (1 << 30));
-    return next_token_++;
-  }
-  void decommit(std::uintptr_t, std::size_t bytes, std::uint64_t, std::size_t) override {
-    committed_ -= bytes;
-    ++decommits_;
-  }
-  bool can_decommit_part(std::uint64_t) const override { return partial_; }
-
-  std::size_t commits() const { return commits_; }
-  std::FILE* verbose_ = nullptr;  ///< where each commit is reported (--verbose)
-  std::size_t decommits() const { return decommits_; }
-
- private:
-  const std::size_t granularity_;
-  const bool partial_;
-  std::uintptr_t next_base_ = std::uintptr_t{1} << 44;
-  std::uint64_t next_token_ = 1;
-  std::size_t committed_ = 0;
-  std::size_t commits_ = 0;
-  std::size_t decommits_ = 0;
-};
 
 std::size_t parse_size(const char* text) { return std::strtoull(text, nullptr, 0); }
 
@@ -127,7 +87,6 @@ int main(int argc, char** argv) {
   }
   auto memory = std::make_unique<synthetic_memory>(granularity, partial || compact);
   synthetic_memory* observed = memory.get();
-  if (verbose) observed->verbose_ = stdout;
   pool_config config;
   config.name = "replay";
   config.max_size_bytes = std::size_t{140} << 30;

@@ -17,6 +17,10 @@ int run_demo(int argc, char** argv);
  *  status. */
 int run_report(int argc, char** argv);
 
+/** `soma replay TRACE [--try SETTINGS]...`: the trace replayed on the pool logic under the
+ *  recorded settings and others, side by side. Returns the exit status. */
+int run_replay(int argc, char** argv);
+
 /** "64 MiB", "1.50 MiB (1572864 B)", "unlimited" for UINT64_MAX. */
 std::string format_bytes(std::uint64_t bytes);
 

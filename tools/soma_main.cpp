@@ -51,6 +51,9 @@ void print_usage(std::FILE* out) {
       "          time in total and per stream, the peak's largest blocks and holes, out-of-\n"
       "          memory failures); record one with SOMA_HISTORY=<events>\n"
       "          SOMA_HISTORY_TRACE=<path>\n"
+      "  replay  TRACE.json [--try threshold=0,internal=0,compact=1 ...]: the trace replayed\n"
+      "          on the pool logic under its recorded settings and others: peak memory,\n"
+      "          inserted waits, synchronizes, failures, side by side\n"
       "  help    this text\n"
       "\n"
       "environment: SOMA_BACKEND=cpu|cuda|auto, SOMA_CPU_DEVICES, SOMA_CPU_DEVICE_MEMORY,\n"
@@ -75,6 +78,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(command, "info") == 0) return soma::tools::run_info(argc - 1, argv + 1);
     if (std::strcmp(command, "demo") == 0) return soma::tools::run_demo(argc - 1, argv + 1);
     if (std::strcmp(command, "report") == 0) return soma::tools::run_report(argc - 1, argv + 1);
+    if (std::strcmp(command, "replay") == 0) return soma::tools::run_replay(argc - 1, argv + 1);
   } catch (const soma::error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "soma %s: failed: %s: %s\n", command, e.name(), e.detail());

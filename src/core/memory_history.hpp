@@ -28,6 +28,8 @@ enum class history_kind : std::uint8_t {
   compaction = 7,     ///< bytes: the allocation that synchronized to give free memory back
   synchronize = 8,    ///< a synchronize point (S9, S12): stream, or every stream of a device
   out_of_memory = 9,  ///< bytes: the request that failed; label: the message
+  settings = 10,      ///< label: the pool's settings, "threshold=...,follow=1,..." (at creation,
+                      ///< at each change, and for every pool when recording starts)
 };
 
 /// One event, 64 bytes (the last 4 are padding). reserved_bytes and used_bytes are the pool's

@@ -34,10 +34,32 @@ inline std::string pool_name(const pool_object& p) {
   return p.describe() + " (" + format_address(p.handle()) + ")";
 }
 
+inline void settings(const pool_object& p);
+
 inline void pool_created(const pool_object& p) {
   memory_history& history = memory_history::process();
   history_event e = of_pool(history_kind::pool_created, p, 0);
   e.label = history.label(pool_name(p));
+  history.record(e);
+  settings(p);
+}
+
+/// A pool's settings as the trace gives them, which `soma replay` reads back.
+inline std::string settings_text(const pool_object& p) {
+  return "threshold=" + std::to_string(p.release_threshold_bytes()) +
+         ",follow=" + std::to_string(p.reuse_policy(1) ? 1 : 0) +
+         ",opportunistic=" + std::to_string(p.reuse_policy(2) ? 1 : 0) +
+         ",internal=" + std::to_string(p.reuse_policy(3) ? 1 : 0) +
+         ",compact=" + std::to_string(p.compact_before_growth() ? 1 : 0) +
+         ",granularity=" + std::to_string(p.granularity_bytes()) +
+         ",max=" + std::to_string(p.config().max_size_bytes) +
+         ",growth=" + std::to_string(p.config().growth_step_bytes);
+}
+
+inline void settings(const pool_object& p) {
+  memory_history& history = memory_history::process();
+  history_event e = of_pool(history_kind::settings, p, 0);
+  e.label = history.label(settings_text(p));
   history.record(e);
 }
 

@@ -14,9 +14,9 @@ namespace {
 
 const char* kind_name(history_kind kind) {
   // Indexed by history_kind, whose values are fixed.
-  static constexpr const char* names[] = {"pool created", "allocate",     "free", "wait inserted",
-                                          "grow",         "release",      "trim", "compaction",
-                                          "synchronize",  "out of memory"};
+  static constexpr const char* names[] = {
+      "pool created", "allocate",   "free",        "wait inserted", "grow",    "release",
+      "trim",         "compaction", "synchronize", "out of memory", "settings"};
   const auto index = static_cast<std::size_t>(kind);
   return index < std::size(names) ? names[index] : "event";
 }
@@ -99,6 +99,9 @@ class trace_writer {
         break;
       case history_kind::pool_created:
         break;  // named by the pool argument below
+      case history_kind::settings:
+        args = field("settings", labels_.label(e.label));
+        break;
     }
     if (e.pool != 0) args += std::string(args.empty() ? "" : ",") + field("pool", pool_name(e));
     emit("{\"name\":" + json_string(name) + ",\"cat\":\"soma\",\"ph\":\"i\",\"s\":\"" + scope +
@@ -111,7 +114,7 @@ class trace_writer {
     }
   }
 
-  std::string finish(std::uint64_t dropped, std::size_t capacity) {
+  std::string finish(const history_context& context) {
     for (const auto& [pid, name] : processes_) {
       emit("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(pid) +
            ",\"tid\":0,\"args\":{\"name\":" + json_string(name) + "}}");
@@ -121,9 +124,25 @@ class trace_writer {
            ",\"tid\":" + std::to_string(track.first) +
            ",\"args\":{\"name\":" + json_string(track.second) + "}}");
     }
+    std::string pools;
+    for (const history_pool_settings& p : context.pools) {
+      if (!pools.empty()) pools += ",";
+      pools += "{" + field("pool", labels_.pool(p.serial)) + "," +
+               number("device", static_cast<std::uint64_t>(p.device)) + "," +
+               number("granularity_bytes", p.granularity_bytes) + "," +
+               number("max_size_bytes", p.max_size_bytes) + "," +
+               number("growth_step_bytes", p.growth_step_bytes) + "," +
+               number("release_threshold_bytes", p.release_threshold_bytes) + "," +
+               number("follow_event_dependencies", p.follow_event_dependencies ? 1 : 0) + "," +
+               number("opportunistic", p.opportunistic ? 1 : 0) + "," +
+               number("internal_dependencies", p.internal_dependencies ? 1 : 0) + "," +
+               number("compact_before_growth", p.compact_before_growth ? 1 : 0) + "}";
+    }
     return "{\"traceEvents\":[\n" + body_ + "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{" +
-           field("producer", "soma memory history") + "," + number("dropped_events", dropped) +
-           "," + number("capacity_events", capacity) + "}}\n";
+           field("producer", "soma memory history") + "," +
+           number("dropped_events", context.dropped) + "," +
+           number("capacity_events", context.capacity) + "," + field("backend", context.backend) +
+           ",\"pools\":[" + pools + "]}}\n";
   }
 
  private:
@@ -186,11 +205,11 @@ class trace_writer {
 
 }  // namespace
 
-std::string chrome_trace_json(const std::vector<history_event>& events, std::uint64_t dropped,
-                              std::size_t capacity, const history_labels& labels) {
+std::string chrome_trace_json(const std::vector<history_event>& events,
+                              const history_context& context, const history_labels& labels) {
   trace_writer writer(labels, events.empty() ? 0 : events.front().time_ns);
   for (const history_event& e : events) writer.add(e);
-  return writer.finish(dropped, capacity);
+  return writer.finish(context);
 }
 
 }  // namespace soma::detail

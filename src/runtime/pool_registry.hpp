@@ -132,6 +132,8 @@ class pool_registry final : public stream_listener {
   void synchronized() override;
 
  private:
+  /// set_attribute's work; set_attribute then records the pool's settings in memory history.
+  status change_attribute(std::uintptr_t handle, pool_attribute attribute, const void* value);
   struct device_pools {
     pool_object* default_pool = nullptr;
     std::atomic<pool_object*> current{nullptr};

@@ -5,6 +5,8 @@
 
 #include "runtime/pool_registry.hpp"
 
+#include "runtime/history_notes.hpp"
+
 namespace soma::detail {
 namespace {
 
@@ -24,6 +26,15 @@ std::uint64_t statistic(const pool_statistics& stats, pool_attribute attribute) 
 
 status pool_registry::set_attribute(std::uintptr_t handle, pool_attribute attribute,
                                     const void* value) {
+  status changed = change_attribute(handle, attribute, value);
+  if (changed.ok() && history_notes::on()) {
+    if (result<pool_object*> p = resolve(handle); p.ok()) history_notes::settings(*p.value());
+  }
+  return changed;
+}
+
+status pool_registry::change_attribute(std::uintptr_t handle, pool_attribute attribute,
+                                       const void* value) {
   result<pool_object*> found = resolve(handle);
   if (!found.ok()) return found.take_error();
   pool_object& p = *found.value();

@@ -67,21 +67,41 @@ status runtime::record_history(std::size_t entries) {
     history.stop();
   } else {
     history.start(entries);
+    // The pools' settings as recording starts, so that a replay starts from them.
+    pools_.for_each_live([](const pool_object& p) {
+      if (!p.is_imported()) history_notes::settings(p);
+    });
   }
   return status::success();
 }
 
 std::string runtime::history_trace() const {
   const memory_history& history = memory_history::process();
-  std::uint64_t dropped = 0;
-  const std::vector<history_event> events = history.events(&dropped);
+  history_context context;
+  const std::vector<history_event> events = history.events(&context.dropped);
+  context.capacity = history.capacity();
+  context.backend = backend_->name();
   std::map<std::uint32_t, std::string> names;
   for (const history_event& e : events) {
     if (e.kind == history_kind::pool_created) names[e.pool] = history.label_text(e.label);
   }
-  pools_.for_each_live(
-      [&](const pool_object& p) { names[p.serial()] = history_notes::pool_name(p); });
-  return chrome_trace_json(events, dropped, history.capacity(), runtime_labels(history, names));
+  pools_.for_each_live([&](const pool_object& p) {
+    names[p.serial()] = history_notes::pool_name(p);
+    if (p.is_imported()) return;  // an imported pool holds the exporter's memory: no settings
+    history_pool_settings settings;
+    settings.serial = p.serial();
+    settings.device = p.config().device;
+    settings.granularity_bytes = p.granularity_bytes();
+    settings.max_size_bytes = p.config().max_size_bytes;
+    settings.growth_step_bytes = p.config().growth_step_bytes;
+    settings.release_threshold_bytes = p.release_threshold_bytes();
+    settings.follow_event_dependencies = p.reuse_policy(1);
+    settings.opportunistic = p.reuse_policy(2);
+    settings.internal_dependencies = p.reuse_policy(3);
+    settings.compact_before_growth = p.compact_before_growth();
+    context.pools.push_back(settings);
+  });
+  return chrome_trace_json(events, context, runtime_labels(history, names));
 }
 
 status runtime::export_history(const std::string& path) const {

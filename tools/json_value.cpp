@@ -57,9 +57,9 @@ class parser {
   }
   bool number(json_value* out) {
     const std::size_t start = at_;
-    while (at_ < text_.size() && (std::isdigit(static_cast<unsigned char>(text_[at_])) ||
-                                  text_[at_] == '-' || text_[at_] == '+' || text_[at_] == '.' ||
-                                  text_[at_] == 'e' || text_[at_] == 'E'))
+    while (at_ < text_.size() &&
+           (std::isdigit(static_cast<unsigned char>(text_[at_])) || text_[at_] == '-' ||
+            text_[at_] == '+' || text_[at_] == '.' || text_[at_] == 'e' || text_[at_] == 'E'))
       ++at_;
     if (at_ == start) return fail("expected a value");
     out->what = json_value::kind::number;
@@ -75,8 +75,8 @@ class parser {
         c = text_[at_++];
         if (c == 'u') {
           if (at_ + 4 > text_.size()) return fail("short \\u escape");
-          const unsigned code =
-              static_cast<unsigned>(std::strtoul(std::string(text_.substr(at_, 4)).c_str(), nullptr, 16));
+          const unsigned code = static_cast<unsigned>(
+              std::strtoul(std::string(text_.substr(at_, 4)).c_str(), nullptr, 16));
           at_ += 4;
           if (code < 0x80) {
             out->push_back(static_cast<char>(code));
@@ -98,29 +98,34 @@ class parser {
     ++at_;  // the closing quote
     return true;
   }
-  bool array(json_value* out, int depth) {
-    out->what = json_value::kind::array;
+  /// The elements of an array or object, from its opening bracket to `close`, each read by
+  /// element(); `what` names the error when neither a comma nor `close` follows one.
+  template <typename Element>
+  bool elements(char close, const char* what, Element element) {
     ++at_;
     skip_space();
-    if (at_ < text_.size() && text_[at_] == ']') return ++at_, true;
+    if (at_ < text_.size() && text_[at_] == close) return ++at_, true;
     for (;;) {
-      out->items.emplace_back();
-      if (!value(&out->items.back(), depth + 1)) return false;
+      if (!element()) return false;
       skip_space();
       if (at_ < text_.size() && text_[at_] == ',') {
         ++at_;
         continue;
       }
-      if (at_ < text_.size() && text_[at_] == ']') return ++at_, true;
-      return fail("expected , or ] in an array");
+      if (at_ < text_.size() && text_[at_] == close) return ++at_, true;
+      return fail(what);
     }
+  }
+  bool array(json_value* out, int depth) {
+    out->what = json_value::kind::array;
+    return elements(']', "expected , or ] in an array", [&] {
+      out->items.emplace_back();
+      return value(&out->items.back(), depth + 1);
+    });
   }
   bool object(json_value* out, int depth) {
     out->what = json_value::kind::object;
-    ++at_;
-    skip_space();
-    if (at_ < text_.size() && text_[at_] == '}') return ++at_, true;
-    for (;;) {
+    return elements('}', "expected , or } in an object", [&] {
       skip_space();
       if (at_ >= text_.size() || text_[at_] != '"') return fail("expected a member name");
       std::string key;
@@ -130,15 +135,8 @@ class parser {
       ++at_;
       out->names.push_back(std::move(key));
       out->items.emplace_back();
-      if (!value(&out->items.back(), depth + 1)) return false;
-      skip_space();
-      if (at_ < text_.size() && text_[at_] == ',') {
-        ++at_;
-        continue;
-      }
-      if (at_ < text_.size() && text_[at_] == '}') return ++at_, true;
-      return fail("expected , or } in an object");
-    }
+      return value(&out->items.back(), depth + 1);
+    });
   }
 
   std::string_view text_;
@@ -171,8 +169,9 @@ std::uint64_t json_value::unsigned_or(std::string_view key, std::uint64_t fallba
 
 double json_value::number_or(std::string_view key, double fallback) const {
   const json_value* member = find(key);
-  return member != nullptr && member->what == kind::number ? std::strtod(member->text.c_str(), nullptr)
-                                                           : fallback;
+  return member != nullptr && member->what == kind::number
+             ? std::strtod(member->text.c_str(), nullptr)
+             : fallback;
 }
 
 bool parse_json(std::string_view text, json_value* out, std::string* error) {

@@ -14,8 +14,8 @@ struct json_value {
   enum class kind { null, boolean, number, string, array, object };
   kind what = kind::null;
   bool boolean = false;
-  std::string text;  ///< string: the text; number: its digits as written
-  std::vector<json_value> items;  ///< array; object: the members' values
+  std::string text;                ///< string: the text; number: its digits as written
+  std::vector<json_value> items;   ///< array; object: the members' values
   std::vector<std::string> names;  ///< object: the members' names, in order, beside items
 
   /// The member named key, or nullptr (also when this is not an object).

@@ -13,9 +13,10 @@ namespace {
 recorded_event::kind kind_of(const std::string& name) {
   using k = recorded_event::kind;
   static const std::pair<const char*, k> prefixes[] = {
-      {"allocate", k::allocate},       {"free", k::free},       {"wait inserted", k::wait},
-      {"grow", k::grow},               {"release", k::release}, {"trim", k::trim},
-      {"compaction", k::compaction},   {"out of memory", k::out_of_memory},
+      {"allocate", k::allocate},     {"free", k::free},
+      {"wait inserted", k::wait},    {"grow", k::grow},
+      {"release", k::release},       {"trim", k::trim},
+      {"compaction", k::compaction}, {"out of memory", k::out_of_memory},
       {"settings", k::settings}};
   for (const auto& [prefix, what] : prefixes) {
     if (name.rfind(prefix, 0) == 0) return what;

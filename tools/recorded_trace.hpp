@@ -11,18 +11,29 @@
 namespace soma::tools {
 
 struct recorded_event {
-  enum class kind { allocate, free, wait, grow, release, trim, compaction, synchronize,
-                    out_of_memory, settings, other };
+  enum class kind {
+    allocate,
+    free,
+    wait,
+    grow,
+    release,
+    trim,
+    compaction,
+    synchronize,
+    out_of_memory,
+    settings,
+    other
+  };
   kind what = kind::other;
   int device = 0;
-  int track = 0;        ///< the trace's tid: 0 the device's pools track, else a stream's
-  std::string stream;   ///< the track's name ("stream 0x...", "default stream")
-  std::string pool;     ///< the pool's name, as the trace gives it
+  int track = 0;       ///< the trace's tid: 0 the device's pools track, else a stream's
+  std::string stream;  ///< the track's name ("stream 0x...", "default stream")
+  std::string pool;    ///< the pool's name, as the trace gives it
   std::uint64_t address = 0;
   std::uint64_t bytes = 0;
-  std::string reuse;    ///< allocate: the rule that served it
-  std::string name;     ///< the event's name (synchronize: which kind)
-  std::string settings; ///< settings: "threshold=...,follow=1,..."
+  std::string reuse;     ///< allocate: the rule that served it
+  std::string name;      ///< the event's name (synchronize: which kind)
+  std::string settings;  ///< settings: "threshold=...,follow=1,..."
 };
 
 struct recorded_pool {

@@ -53,12 +53,13 @@ void print_row(const char* what, const std::vector<column>& columns,
 
 void print_settings(const recorded_trace& trace) {
   for (const recorded_pool& p : trace.pools) {
-    std::printf("  %s: release threshold %s, follow %d, opportunistic %d, internal %d, compact %d, "
-                "granularity %s, growth step %s\n",
-                p.name.c_str(), format_bytes(p.release_threshold_bytes).c_str(),
-                p.follow_event_dependencies ? 1 : 0, p.opportunistic ? 1 : 0,
-                p.internal_dependencies ? 1 : 0, p.compact_before_growth ? 1 : 0,
-                format_bytes(p.granularity_bytes).c_str(), format_bytes(p.growth_step_bytes).c_str());
+    std::printf(
+        "  %s: release threshold %s, follow %d, opportunistic %d, internal %d, compact %d, "
+        "granularity %s, growth step %s\n",
+        p.name.c_str(), format_bytes(p.release_threshold_bytes).c_str(),
+        p.follow_event_dependencies ? 1 : 0, p.opportunistic ? 1 : 0,
+        p.internal_dependencies ? 1 : 0, p.compact_before_growth ? 1 : 0,
+        format_bytes(p.granularity_bytes).c_str(), format_bytes(p.growth_step_bytes).c_str());
   }
 }
 
@@ -108,14 +109,15 @@ int run_replay(int argc, char** argv) {
   std::size_t skipped = 0;
   for (const replay_settings& s : tries) {
     const replay_outcome o = replay_trace(trace, s);
-    columns.push_back({s.label, o.peak_reserved_bytes, o.peak_used_bytes, o.waits, o.synchronizes,
-                       o.failures});
+    columns.push_back(
+        {s.label, o.peak_reserved_bytes, o.peak_used_bytes, o.waits, o.synchronizes, o.failures});
     skipped = o.skipped_events;
   }
   std::printf("\n%-16s", "");
   for (const column& c : columns) std::printf(" %22s", c.label.c_str());
   std::printf("\n");
-  print_row("peak reserved", columns, [](const column& c) { return format_bytes(c.peak_reserved); });
+  print_row("peak reserved", columns,
+            [](const column& c) { return format_bytes(c.peak_reserved); });
   print_row("peak used", columns, [](const column& c) {
     return c.label == "recorded" ? std::string("-") : format_bytes(c.peak_used);
   });
@@ -126,12 +128,14 @@ int run_replay(int argc, char** argv) {
 
   const bool same = columns[0].peak_reserved == columns[1].peak_reserved;
   std::printf("\nreplay with the recorded settings %s the recorded peak (%s)\n",
-              same ? "reproduces" : "does not reproduce", format_bytes(columns[1].peak_reserved).c_str());
+              same ? "reproduces" : "does not reproduce",
+              format_bytes(columns[1].peak_reserved).c_str());
   if (trace.dropped_events != 0 || skipped != 0) {
-    std::printf("note: the ring dropped %llu older events and %zu events name pools without "
-                "settings (destroyed before the export); record from the start "
-                "(SOMA_HISTORY) for an exact replay\n",
-                static_cast<unsigned long long>(trace.dropped_events), skipped);
+    std::printf(
+        "note: the ring dropped %llu older events and %zu events name pools without "
+        "settings (destroyed before the export); record from the start "
+        "(SOMA_HISTORY) for an exact replay\n",
+        static_cast<unsigned long long>(trace.dropped_events), skipped);
   }
   return 0;
 }

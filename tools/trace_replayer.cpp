@@ -222,8 +222,8 @@ class replayer final : public detail::stream_hooks {
   std::map<stream_key, std::unique_ptr<stream_timeline>> streams_;
   std::map<std::uint64_t, std::pair<block*, pool*>> live_;  // by recorded address
   std::map<std::uint64_t, recorded_free> frees_;            // by recorded address
-  std::set<stream_key> last_free_;  // streams whose latest event was a free
-  stream_timeline* idle_ = nullptr;  // frees what is still live at the end
+  std::set<stream_key> last_free_;                          // streams whose latest event was a free
+  stream_timeline* idle_ = nullptr;                         // frees what is still live at the end
   std::uint32_t next_slot_ = 0;
   replay_outcome outcome_;
 };
@@ -237,7 +237,7 @@ bool parse_bytes(const std::string& text, std::uint64_t* out) {
   const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
   if (end == text.c_str()) return false;
   const std::string unit = end;
-  const std::uint64_t scale = unit.empty() ? 1
+  const std::uint64_t scale = unit.empty()  ? 1
                               : unit == "K" ? std::uint64_t{1} << 10
                               : unit == "M" ? std::uint64_t{1} << 20
                               : unit == "G" ? std::uint64_t{1} << 30
@@ -280,8 +280,8 @@ bool parse_replay_settings(const std::string& text, replay_settings* out, std::s
     } else if (key == "compact") {
       out->compact_before_growth = on;
     } else {
-      *error = "unknown setting '" + key +
-               "' (threshold, follow, opportunistic, internal, compact)";
+      *error =
+          "unknown setting '" + key + "' (threshold, follow, opportunistic, internal, compact)";
       return false;
     }
   }

@@ -33,10 +33,10 @@ bool parse_replay_settings(const std::string& text, replay_settings* out, std::s
 struct replay_outcome {
   std::uint64_t peak_reserved_bytes = 0;  ///< over the replayed pools
   std::uint64_t peak_used_bytes = 0;
-  std::size_t waits = 0;          ///< orderings the pools inserted (internal dependencies)
-  std::size_t synchronizes = 0;   ///< recorded synchronizes, plus compaction's
-  std::size_t failures = 0;       ///< allocations refused
-  std::size_t skipped_events = 0; ///< of pools the trace has no settings for
+  std::size_t waits = 0;           ///< orderings the pools inserted (internal dependencies)
+  std::size_t synchronizes = 0;    ///< recorded synchronizes, plus compaction's
+  std::size_t failures = 0;        ///< allocations refused
+  std::size_t skipped_events = 0;  ///< of pools the trace has no settings for
 };
 
 replay_outcome replay_trace(const recorded_trace& trace, const replay_settings& settings);

@@ -69,7 +69,8 @@ std::string trace_of(std::string events, int max_mib = 2) {
 {"name":"thread_name","ph":"M","pid":0,"tid":2,"args":{"name":"stream 0xb"}},
 {"name":"settings","ph":"i","s":"t","ts":0,"pid":0,"tid":0,"args":{"settings":"threshold=0,follow=1,opportunistic=1,internal=1,compact=0,granularity=1048576,max=)" +
          std::to_string(max_mib << 20) + R"(,growth=1048576","pool":")" + pool + R"("}},
-)" + events + R"(
+)" + events +
+         R"(
 ],"otherData":{"producer":"soma memory history","dropped_events":0,"backend":"cpu","pools":[]}})";
 }
 

@@ -218,8 +218,9 @@ class replayer final : public detail::stream_hooks {
   const recorded_trace& trace_;
   const replay_settings& settings_;
   std::map<std::string, recorded_pool> recorded_;  // settings as the trace's events set them
-  std::map<std::string, std::unique_ptr<pool>> pools_;
+  // The streams outlive the pools: a pool's teardown reads the stamps its frees left.
   std::map<stream_key, std::unique_ptr<stream_timeline>> streams_;
+  std::map<std::string, std::unique_ptr<pool>> pools_;
   std::map<std::uint64_t, std::pair<block*, pool*>> live_;  // by recorded address
   std::map<std::uint64_t, recorded_free> frees_;            // by recorded address
   std::set<stream_key> last_free_;                          // streams whose latest event was a free

@@ -52,6 +52,7 @@ result<runtime*> runtime::instance() {
   }
   auto* created = new runtime(std::move(platform.value()));
   if (status started = created->start(); !started.ok()) {
+    failed_start_ = created;
     start_failure = started;
     return start_failure;  // the half-started runtime is kept alive on purpose
   }

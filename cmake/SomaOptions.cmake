@@ -1,6 +1,12 @@
 # Warnings, sanitizers and checks shared by every soma target.
 add_library(soma_options INTERFACE)
 target_compile_options(soma_options INTERFACE -Wall -Wextra -Wpedantic -Wno-missing-field-initializers)
+# TLS descriptors: a thread_local in libsoma.so is reached in a few instructions instead of a
+# call to __tls_get_addr (the error state, the current device, memory history's cursor are read
+# on every call). Safe for a library that Python loads with dlopen.
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+  target_compile_options(soma_options INTERFACE $<$<COMPILE_LANG_AND_ID:CXX,GNU>:-mtls-dialect=gnu2>)
+endif()
 if(SOMA_EXPENSIVE_CHECKS)
   target_compile_definitions(soma_options INTERFACE SOMA_EXPENSIVE_CHECKS=1)
 endif()

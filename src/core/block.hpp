@@ -54,6 +54,9 @@ struct block {
   /// Live blocks: memory_history's scope label, 0 = none. Set by the runtime after the block
   /// went live (snapshots may read it meanwhile), hence atomic.
   std::atomic<std::uint32_t> scope{0};
+  /// memory_history's stamp of this block's last allocation or free while recording, which the
+  /// next one's stamp must pass (history_clock::cheap).
+  std::atomic<std::uint64_t> history_stamp{0};
 
   std::uintptr_t end() const noexcept { return address + size_bytes; }
   block_state current_state() const noexcept { return state.load(std::memory_order_acquire); }

@@ -1,111 +1,79 @@
 #include "core/memory_history.hpp"
 
 #include <algorithm>
-#include <array>
-#include <bit>
-#include <chrono>
-#if defined(__x86_64__) || defined(__i386__)
-#include <x86intrin.h>
-#endif
 
 namespace soma::detail {
 namespace {
 
-using event_words = std::array<std::uint64_t, 8>;
-static_assert(sizeof(history_event) == sizeof(event_words), "an event fills one slot");
-
 thread_local std::vector<std::uint32_t> scopes;  // the calling thread's open scope labels
-
-std::uint64_t steady_ns() {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                        std::chrono::steady_clock::now().time_since_epoch())
-                                        .count());
-}
 
 }  // namespace
 
-memory_history& memory_history::process() {
-  static memory_history* const history = new memory_history();  // lives past static teardown
-  return *history;
-}
+constinit thread_local history_thread this_thread_history;
 
-std::uint64_t memory_history::ticks() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  // The time stamp counter: a third of a clock_gettime's cost, constant-rate on the CPUs soma
-  // runs on; events() turns it into steady-clock nanoseconds.
-  return __rdtsc();
-#else
-  return steady_ns();
-#endif
+history_event decode(const std::uint64_t* words) noexcept {
+  history_event e;
+  e.time_ns = words[0];
+  e.stream = words[1];
+  e.address = words[2];
+  e.bytes = words[3];
+  e.reserved_bytes = words[4];
+  e.used_bytes = words[5];
+  e.pool = static_cast<std::uint32_t>(words[6]);
+  e.label = static_cast<std::uint32_t>(words[6] >> 32);
+  e.kind = static_cast<history_kind>(words[7] & 0xff);
+  e.how = static_cast<std::uint8_t>(words[7] >> 8);
+  e.device = static_cast<std::int16_t>(static_cast<std::uint16_t>(words[7] >> 16));
+  return e;
 }
 
 void memory_history::start(std::size_t capacity) {
+  capacity = std::max<std::size_t>(capacity, 1);
   std::lock_guard lock(mutex_);
-  clock_start_ = {ticks(), steady_ns()};
-  rings_.push_back(std::make_unique<ring>(std::max<std::size_t>(capacity, 1)));
-  ring_.store(rings_.back().get(), std::memory_order_release);
+  clock_.start();
+  history_ring* current = ring_.load(std::memory_order_relaxed);
+  if (current != nullptr && current->capacity() == capacity) {
+    current->restart();
+  } else {
+    rings_.push_back(std::make_unique<history_ring>(capacity));
+    ring_.store(rings_.back().get(), std::memory_order_release);
+  }
   enabled_.store(true, std::memory_order_release);
 }
 
-std::size_t memory_history::capacity() const {
-  const ring* r = ring_.load(std::memory_order_acquire);
-  return r != nullptr ? r->size : 0;
+void memory_history::stop() noexcept {
+  enabled_.store(false, std::memory_order_release);
+  clock_.stop();
 }
 
-void memory_history::record(history_event e) noexcept {
-  if (!enabled()) return;
-  ring* r = ring_.load(std::memory_order_acquire);
-  if (r == nullptr) return;
-  e.time_ns = ticks();
-  const std::uint64_t n = r->next.fetch_add(1, std::memory_order_relaxed);
-  slot& s = r->slots[n % r->size];
-  s.sequence.store(2 * n + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  const auto words = std::bit_cast<event_words>(e);
-  for (std::size_t i = 0; i < words.size(); ++i)
-    s.words[i].store(words[i], std::memory_order_relaxed);
-  s.sequence.store(2 * n + 2, std::memory_order_release);
+std::size_t memory_history::capacity() const {
+  const history_ring* r = ring_.load(std::memory_order_acquire);
+  return r != nullptr ? r->capacity() : 0;
 }
 
 std::vector<history_event> memory_history::events(std::uint64_t* dropped) const {
   std::vector<history_event> out;
-  const ring* r = ring_.load(std::memory_order_acquire);
   if (dropped != nullptr) *dropped = 0;
+  std::lock_guard lock(mutex_);  // start() may restart the ring otherwise
+  const history_ring* r = ring_.load(std::memory_order_acquire);
   if (r == nullptr) return out;
-  const std::uint64_t end = r->next.load(std::memory_order_acquire);
-  const std::uint64_t begin = end > r->size ? end - r->size : 0;
-  if (dropped != nullptr) *dropped = begin;
-  out.reserve(end - begin);
-  for (std::uint64_t n = begin; n < end; ++n) {
-    const slot& s = r->slots[n % r->size];
-    if (s.sequence.load(std::memory_order_acquire) != 2 * n + 2) continue;  // being written
-    event_words words{};
-    for (std::size_t i = 0; i < words.size(); ++i)
-      words[i] = s.words[i].load(std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (s.sequence.load(std::memory_order_relaxed) != 2 * n + 2) continue;  // overwritten
-    out.push_back(std::bit_cast<history_event>(words));
+  std::uint64_t lost = 0;
+  for (const history_ring::chunk_events& chunk : r->read(&lost)) {
+    for (std::size_t i = 0; i + 8 <= chunk.words.size(); i += 8)
+      out.push_back(decode(chunk.words.data() + i));
   }
-  // Ticks to steady-clock nanoseconds, by the rate measured from start() to now.
-  std::pair<std::uint64_t, std::uint64_t> from;
-  {
-    std::lock_guard lock(mutex_);
-    from = clock_start_;
-  }
-  const std::uint64_t now_ticks = ticks();
-  const std::uint64_t now_ns = steady_ns();
-  const double ns_per_tick =
-      now_ticks > from.first
-          ? static_cast<double>(now_ns - from.second) / static_cast<double>(now_ticks - from.first)
-          : 1.0;
-  for (history_event& e : out) {
-    const double since = static_cast<double>(static_cast<std::int64_t>(e.time_ns - from.first));
-    e.time_ns = from.second + static_cast<std::uint64_t>(std::max(0.0, since * ns_per_tick));
-  }
-  // Writers claim slots before they read the clock: order by time for readers.
+  // Chunks come in claim order, each thread's events in its order: a stable sort by stamp
+  // keeps a thread's events that share a stamp in order.
   std::stable_sort(out.begin(), out.end(), [](const history_event& a, const history_event& b) {
     return a.time_ns < b.time_ns;
   });
+  if (out.size() > r->capacity()) {
+    lost += out.size() - r->capacity();
+    out.erase(out.begin(), out.end() - static_cast<std::ptrdiff_t>(r->capacity()));
+  }
+  const history_clock::converter to_ns = clock_.conversion();
+  for (history_event& e : out) e.time_ns = to_ns.ns(e.time_ns);
+  if (dropped != nullptr) *dropped = lost;
   return out;
 }
 
@@ -127,15 +95,15 @@ const char* memory_history::label_c_str(std::uint32_t id) const {
   return id != 0 && id < texts_.size() ? texts_[id].c_str() : nullptr;
 }
 
-std::uint32_t memory_history::current_scope() noexcept {
-  return scopes.empty() ? 0 : scopes.back();
+void memory_history::push_scope(std::uint32_t label) {
+  scopes.push_back(label);
+  this_thread_history.scope = label;
 }
-
-void memory_history::push_scope(std::uint32_t label) { scopes.push_back(label); }
 
 bool memory_history::pop_scope() noexcept {
   if (scopes.empty()) return false;
   scopes.pop_back();
+  this_thread_history.scope = scopes.empty() ? 0 : scopes.back();
   return true;
 }
 

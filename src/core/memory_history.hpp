@@ -1,6 +1,6 @@
-// Memory history (issue "seeing memory"): a bounded ring of what the pools did, recorded only
-// while a user asks for it. Every pool and thread records into one ring; the newest events
-// replace the oldest. Off, the cost is one relaxed load per allocation and free.
+// Memory history: a bounded ring of what the pools did, recorded only while a user asks for
+// it. Every pool and thread records into one ring; the newest events replace the oldest. Off,
+// the cost is one relaxed load per allocation and free.
 #pragma once
 
 #include <atomic>
@@ -13,6 +13,9 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "core/history_clock.hpp"
+#include "core/history_ring.hpp"
 
 namespace soma::detail {
 
@@ -37,7 +40,7 @@ enum class history_kind : std::uint8_t {
 /// Allocations and frees leave them 0, since reading a pool's used bytes walks its stream caches:
 /// the trace counts used bytes on from the last pool event.
 struct history_event {
-  std::uint64_t time_ns = 0;  ///< steady clock (in the ring: ticks(), converted by events())
+  std::uint64_t time_ns = 0;  ///< steady clock (in the ring: a history_clock stamp)
   std::uint64_t stream = 0;   ///< the stream's timeline id; 0: none
   std::uint64_t address = 0;
   std::uint64_t bytes = 0;
@@ -50,26 +53,65 @@ struct history_event {
   std::int16_t device = -1;
 };
 
-/// The process's history. Thread-safe; recording takes no lock: a writer claims a slot with
-/// one atomic add and publishes it with a sequence number, so a reader skips a slot being
-/// written.
+/// An event as the ring's eight words, built in registers: copying the struct's narrow fields
+/// out as words through memory would stall on store forwarding on every event.
+inline history_words encode(const history_event& e) noexcept {
+  return {{e.time_ns, e.stream, e.address, e.bytes, e.reserved_bytes, e.used_bytes,
+           e.pool | std::uint64_t{e.label} << 32,
+           static_cast<std::uint64_t>(e.kind) | std::uint64_t{e.how} << 8 |
+               std::uint64_t{static_cast<std::uint16_t>(e.device)} << 16}};
+}
+history_event decode(const std::uint64_t* words) noexcept;
+
+/// What memory history keeps per thread, in one thread_local: reached once per event.
+struct history_thread {
+  history_ring::cursor cursor;
+  history_clock::thread_state clock;
+  std::uint32_t scope = 0;  ///< the innermost open scope label, 0 for none
+};
+extern constinit thread_local history_thread this_thread_history;
+
+/// The process's history. Thread-safe; recording takes no lock and no atomic read-modify-write
+/// (history_ring); a reader reads while threads record.
 class memory_history {
  public:
-  static memory_history& process();
+  static memory_history& process() noexcept {
+    static memory_history* const history = new memory_history();  // lives past static teardown
+    return *history;
+  }
 
-  /// Starts recording into a fresh ring of capacity events (> 0), dropping what was recorded.
+  /// Starts recording into a ring of capacity events (> 0), dropping what was recorded.
   void start(std::size_t capacity);
   /// Stops recording; what was recorded stays readable.
-  void stop() noexcept { enabled_.store(false, std::memory_order_release); }
+  void stop() noexcept;
   bool enabled() const noexcept { return enabled_.load(std::memory_order_relaxed); }
   std::size_t capacity() const;
 
-  /// Records e (its time is set here) if recording is on.
-  void record(history_event e) noexcept;
-  /// The clock events are stamped with: the time stamp counter on x86, else the steady clock.
-  static std::uint64_t ticks() noexcept;
-  /// The recorded events, oldest first, with their times in steady-clock nanoseconds (at most
-  /// capacity; slots being written are skipped), and how many older ones the ring dropped.
+  /// Records e, stamped now, if recording is on.
+  void record(history_event e) noexcept {
+    if (enabled()) record(e, history_clock::exact(this_thread_history.clock));
+  }
+  /// Records e with a stamp from cheap_stamp().
+  void record(history_event e, std::uint64_t stamp) noexcept {
+    if (!enabled()) return;
+    history_ring* r = ring_.load(std::memory_order_acquire);
+    if (r == nullptr) return;
+    e.time_ns = stamp;
+    r->write(this_thread_history.cursor, encode(e));
+  }
+  /// A stamp for an allocation or a free (history_clock::cheap): never before floor + 1, the
+  /// block's previous stamp, so that one block's events keep their order across threads.
+  std::uint64_t cheap_stamp(std::uint64_t floor) noexcept {
+    return clock_.cheap(this_thread_history.clock, floor);
+  }
+  /// A stamp read now, raised above floor (history_clock::exact).
+  static std::uint64_t exact_stamp(std::uint64_t floor) noexcept {
+    return history_clock::exact(this_thread_history.clock, floor);
+  }
+
+  /// The recorded events (at most capacity, the newest), oldest first, with their times in
+  /// steady-clock nanoseconds, and how many the ring dropped. Each thread's events keep the
+  /// order they were recorded in.
   std::vector<history_event> events(std::uint64_t* dropped = nullptr) const;
 
   /// A small number for text, the same for the same text; 0 for "". Texts stay for the
@@ -81,30 +123,19 @@ class memory_history {
   const char* label_c_str(std::uint32_t id) const;
 
   /// The calling thread's innermost scope label, 0 for none (memory_scope).
-  static std::uint32_t current_scope() noexcept;
+  static std::uint32_t current_scope() noexcept { return this_thread_history.scope; }
   static void push_scope(std::uint32_t label);
   /// false if the thread has no scope open.
   static bool pop_scope() noexcept;
 
  private:
-  struct slot {
-    std::atomic<std::uint64_t> sequence{0};  ///< 2n+1 while event n is written, 2n+2 after
-    std::atomic<std::uint64_t> words[8]{};
-  };
-  struct ring {
-    explicit ring(std::size_t n) : slots(std::make_unique<slot[]>(n)), size(n) {}
-    std::unique_ptr<slot[]> slots;
-    std::size_t size;
-    std::atomic<std::uint64_t> next{0};
-  };
-
   std::atomic<bool> enabled_{false};
-  // Rings are replaced by start() and kept until exit: a writer that loaded the old one may
-  // still be writing into it.
-  std::atomic<ring*> ring_{nullptr};
-  std::pair<std::uint64_t, std::uint64_t> clock_start_{0, 0};  // ticks and ns at start()
-  mutable std::mutex mutex_;                                   // rings_, labels
-  std::vector<std::unique_ptr<ring>> rings_;
+  // The ring in use. Rings are kept until exit: a writer that loaded one may still write into
+  // it. start() with the same capacity restarts the ring in use instead of making another.
+  std::atomic<history_ring*> ring_{nullptr};
+  history_clock clock_;
+  mutable std::mutex mutex_;  // rings_, labels
+  std::vector<std::unique_ptr<history_ring>> rings_;
   std::deque<std::string> texts_{""};  // a deque: c_str() pointers stay valid as it grows
   std::unordered_map<std::string, std::uint32_t> ids_;
 };

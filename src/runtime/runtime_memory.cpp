@@ -100,10 +100,11 @@ status runtime::free(void* pointer, std::uintptr_t stream_handle) {
   // shows none.
   const std::uint32_t scope = live.live->scope.load(std::memory_order_relaxed);
   if (scope != 0) live.live->scope.store(0, std::memory_order_relaxed);
+  const bool recording = history_notes::on() && !owner_destroyed;
+  const std::uint64_t stamp = recording ? history_notes::block_stamp(*live.live) : 0;
   owner.free(live.live, s.value()->timeline);
   // A destroyed owner may be gone once the free is done; its last frees go unrecorded.
-  if (history_notes::on() && !owner_destroyed)
-    history_notes::freed(owner, address, bytes, scope, s.value()->handle);
+  if (recording) history_notes::freed(owner, address, bytes, scope, s.value()->handle, stamp);
   if (owner_destroyed) pools_.reap();
   return status::success();
 }

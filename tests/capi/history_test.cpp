@@ -75,6 +75,33 @@ TEST_F(S11_History, EachAllocationNamesTheRuleThatServedIt) {
   EXPECT_GE(count(text, "\"reserved_bytes\":"), 4u) << "a counter after each pool event";
 }
 
+TEST_F(S11_History, AFreeOnOneThreadComesBeforeAnotherThreadsReuseOfTheBlock) {
+  // Allocations and frees reuse their thread's last clock reading for a while (cheap stamps),
+  // so the main thread's reuse below would carry a stamp from before the other thread's free,
+  // but for the block's own order.
+  unique_pool pool(0);
+  unique_stream stream;
+  void* first = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&first, 2 * MiB, pool, stream));
+  SOMA_ASSERT_OK(somaFreeAsync(first, stream));  // a cheap stamp: read now, reused next
+  void* block = nullptr;
+  std::thread([&] {
+    EXPECT_EQ(somaMallocFromPoolAsync(&block, MiB, pool, stream), somaSuccess);
+    EXPECT_EQ(somaFreeAsync(block, stream), somaSuccess);
+  }).join();
+  void* reused = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&reused, MiB, pool, stream));
+  EXPECT_EQ(reused, block);  // S11: the stream's own free, from its cache
+  const std::string text = trace();
+  const std::size_t allocated = text.find("\"name\":\"allocate 1.0 MiB");
+  const std::size_t freed = text.find("\"name\":\"free 1.0 MiB");
+  const std::size_t again = text.find("\"name\":\"allocate 1.0 MiB", allocated + 1);
+  ASSERT_NE(again, std::string::npos) << text;
+  EXPECT_LT(allocated, freed) << text;
+  EXPECT_LT(freed, again) << "the reuse comes after the free it reuses\n" << text;
+  SOMA_EXPECT_OK(somaFreeAsync(reused, stream));
+}
+
 TEST_F(S11_History, AWaitTheAllocatorInsertsIsRecorded) {
   unique_pool pool(0, granule);
   SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolReuseFollowEventDependencies, 0));

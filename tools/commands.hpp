@@ -21,6 +21,10 @@ int run_report(int argc, char** argv);
  *  recorded settings and others, side by side. Returns the exit status. */
 int run_replay(int argc, char** argv);
 
+/** The whole file at path into *text; false after printing "soma COMMAND: cannot read 'PATH':
+ *  REASON" to stderr. */
+bool read_whole_file(const char* command, const std::string& path, std::string* text);
+
 /** "64 MiB", "1.50 MiB (1572864 B)", "unlimited" for UINT64_MAX. */
 std::string format_bytes(std::uint64_t bytes);
 

@@ -2,11 +2,8 @@
 // with synthetic memory, under the recorded settings and each --try, and prints side by side
 // what each would have held and done: peak reserved and used memory, inserted waits,
 // synchronizes and failed allocations.
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -88,16 +85,11 @@ int run_replay(int argc, char** argv) {
     std::fputs(usage, stderr);
     return 2;
   }
-  std::ifstream in(path);
-  if (!in) {
-    std::fprintf(stderr, "soma replay: cannot read '%s': %s\n", path.c_str(), std::strerror(errno));
-    return 1;
-  }
-  std::stringstream text;
-  text << in.rdbuf();
+  std::string text;
+  if (!read_whole_file("replay", path, &text)) return 1;
   recorded_trace trace;
   std::string error;
-  if (!read_recorded_trace(text.str(), &trace, &error)) {
+  if (!read_recorded_trace(text, &trace, &error)) {
     std::fprintf(stderr, "soma replay: '%s': %s\n", path.c_str(), error.c_str());
     return 1;
   }

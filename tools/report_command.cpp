@@ -1,10 +1,10 @@
 // `soma report TRACE [-o PAGE]`: a trace from somaMemHistoryExportTrace becomes one HTML page
 // that needs no network: memory over time in total and per stream, the peak with its largest
 // blocks and holes, and any out-of-memory failure with its message.
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 #include "commands.hpp"
@@ -58,15 +58,8 @@ int run_report(int argc, char** argv) {
     return 2;
   }
   if (page_path.empty()) page_path = default_page(trace_path);
-  std::ifstream in(trace_path);
-  if (!in) {
-    std::fprintf(stderr, "soma report: cannot read '%s': %s\n", trace_path.c_str(),
-                 std::strerror(errno));
-    return 1;
-  }
-  std::stringstream contents;
-  contents << in.rdbuf();
-  const std::string trace = contents.str();
+  std::string trace;
+  if (!read_whole_file("report", trace_path, &trace)) return 1;
   if (trace.find("\"traceEvents\"") == std::string::npos ||
       trace.find("soma memory history") == std::string::npos) {
     std::fprintf(stderr,

@@ -4,13 +4,29 @@
 
 #include <soma/soma.hpp>
 
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 namespace soma::tools {
+
+bool read_whole_file(const char* command, const std::string& path, std::string* text) {
+  std::ifstream in(path);
+  if (!in) {
+    std::fprintf(stderr, "soma %s: cannot read '%s': %s\n", command, path.c_str(),
+                 std::strerror(errno));
+    return false;
+  }
+  std::stringstream contents;
+  contents << in.rdbuf();
+  *text = contents.str();
+  return true;
+}
 
 std::string format_bytes(std::uint64_t bytes) {
   if (bytes == UINT64_MAX) return "unlimited (UINT64_MAX)";

@@ -71,8 +71,8 @@ history_clock::converter::converter(std::pair<std::uint64_t, std::uint64_t> orig
   const std::uint64_t now_ticks = ticks();
   const std::uint64_t now_ns = steady_ns();
   if (now_ticks > origin.first) {
-    ns_per_tick_ = static_cast<double>(now_ns - origin.second) /
-                   static_cast<double>(now_ticks - origin.first);
+    ns_per_tick_ =
+        static_cast<double>(now_ns - origin.second) / static_cast<double>(now_ticks - origin.first);
   }
 }
 

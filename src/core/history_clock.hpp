@@ -72,8 +72,7 @@ class history_clock {
 
  private:
   static constexpr std::uint32_t events_per_reading = 32;
-  static std::uint64_t after(thread_state& t, std::uint64_t reading,
-                             std::uint64_t floor) noexcept {
+  static std::uint64_t after(thread_state& t, std::uint64_t reading, std::uint64_t floor) noexcept {
     t.last = std::max({t.last, reading, floor + 1});
     return t.last;
   }

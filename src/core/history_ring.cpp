@@ -36,9 +36,8 @@ history_ring::history_ring(std::size_t capacity)
   if (memory_ == nullptr) throw std::bad_alloc();
   void* aligned = memory_;
   std::size_t space = (chunk_count_ * chunk_events_ + 1) * sizeof(history_slot);
-  slots_ = static_cast<history_slot*>(
-      std::align(alignof(history_slot), chunk_count_ * chunk_events_ * sizeof(history_slot),
-                 aligned, space));
+  slots_ = static_cast<history_slot*>(std::align(
+      alignof(history_slot), chunk_count_ * chunk_events_ * sizeof(history_slot), aligned, space));
   // Touch every page now, so that recording does not pay for first touches (a page fault per
   // 64 events would double the cost of the first pass through a large ring).
   const std::size_t words = chunk_count_ * chunk_events_ * 8;
@@ -96,14 +95,13 @@ std::vector<history_ring::chunk_events> history_ring::read(std::uint64_t* droppe
     const chunk_header& h = chunks_[i];
     const std::uint64_t claim = h.claim.load(std::memory_order_acquire);
     if (claim == 0 || claim % 2 == 1 || claim / 2 - 1 < first) continue;
-    const std::uint32_t count =
-        std::min(h.count.load(std::memory_order_acquire), chunk_events_);
+    const std::uint32_t count = std::min(h.count.load(std::memory_order_acquire), chunk_events_);
     chunk_events events{claim / 2 - 1, std::vector<std::uint64_t>(std::size_t{count} * 8)};
     history_slot* slots = slots_ + i * chunk_events_;
     for (std::size_t e = 0; e < count; ++e) {
       for (std::size_t w = 0; w < 8; ++w) {
-        events.words[e * 8 + w] = std::atomic_ref<std::uint64_t>(slots[e].words[w])
-                                      .load(std::memory_order_relaxed);
+        events.words[e * 8 + w] =
+            std::atomic_ref<std::uint64_t>(slots[e].words[w]).load(std::memory_order_relaxed);
       }
     }
     std::atomic_thread_fence(std::memory_order_acquire);

@@ -87,7 +87,7 @@ class history_ring {
   std::uint32_t chunk_events_;
   std::size_t chunk_count_;
   std::unique_ptr<chunk_header[]> chunks_;
-  void* memory_;          // calloc'd, every page touched at construction
+  void* memory_;         // calloc'd, every page touched at construction
   history_slot* slots_;  // chunk_count_ * chunk_events_, in memory_
   std::atomic<std::uint64_t> epoch_{0};
   std::atomic<std::uint64_t> first_claim_{0};  // claims below belong to before restart()

@@ -75,7 +75,7 @@ extern constinit thread_local history_thread this_thread_history;
 /// (history_ring); a reader reads while threads record.
 class memory_history {
  public:
-  static memory_history& process() noexcept {
+  static memory_history& process() {
     static memory_history* const history = new memory_history();  // lives past static teardown
     return *history;
   }

@@ -56,12 +56,23 @@ inline std::string settings_text(const pool_object& p) {
          ",growth=" + std::to_string(p.config().growth_step_bytes);
 }
 
-inline void settings(const pool_object& p) {
-  memory_history& history = memory_history::process();
-  history_event e = of_pool(history_kind::settings, p, 0);
-  e.label = history.label(settings_text(p));
-  history.record(e);
+/// A settings event and its text, gathered while the pool is held and recorded after.
+struct pool_settings {
+  history_event event;
+  std::string text;
+};
+
+inline pool_settings settings_of(const pool_object& p) {
+  return {of_pool(history_kind::settings, p, 0), settings_text(p)};
 }
+
+inline void record_settings(pool_settings s) {
+  memory_history& history = memory_history::process();
+  s.event.label = history.label(s.text);
+  history.record(s.event);
+}
+
+inline void settings(const pool_object& p) { record_settings(settings_of(p)); }
 
 /// The stamp of an allocation or free of b, after b's previous one. Taken while the calling
 /// thread holds b (before a free hands it back), so that a thread that reuses it stamps after.

@@ -133,7 +133,7 @@ class pool_registry final : public stream_listener {
 
  private:
   /// set_attribute's work; set_attribute then records the pool's settings in memory history.
-  status change_attribute(std::uintptr_t handle, pool_attribute attribute, const void* value);
+  status change_attribute(pool_object& p, pool_attribute attribute, const void* value);
   struct device_pools {
     pool_object* default_pool = nullptr;
     std::atomic<pool_object*> current{nullptr};

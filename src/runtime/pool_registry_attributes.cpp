@@ -26,18 +26,15 @@ std::uint64_t statistic(const pool_statistics& stats, pool_attribute attribute) 
 
 status pool_registry::set_attribute(std::uintptr_t handle, pool_attribute attribute,
                                     const void* value) {
-  status changed = change_attribute(handle, attribute, value);
-  if (changed.ok() && history_notes::on()) {
-    if (result<pool_object*> p = resolve(handle); p.ok()) history_notes::settings(*p.value());
-  }
+  result<pool_object*> found = resolve(handle);
+  if (!found.ok()) return found.take_error();
+  status changed = change_attribute(*found.value(), attribute, value);
+  if (changed.ok() && history_notes::on()) history_notes::settings(*found.value());
   return changed;
 }
 
-status pool_registry::change_attribute(std::uintptr_t handle, pool_attribute attribute,
+status pool_registry::change_attribute(pool_object& p, pool_attribute attribute,
                                        const void* value) {
-  result<pool_object*> found = resolve(handle);
-  if (!found.ok()) return found.take_error();
-  pool_object& p = *found.value();
   if (p.is_imported()) {  // S7, as CUDA: an imported pool's attributes belong to its exporter
     return invalid("somaMemPoolSetAttribute: " + p.describe() +
                    " is an imported pool; its "

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "backend/os_error.hpp"
 #include "runtime/history_notes.hpp"
@@ -67,10 +69,13 @@ status runtime::record_history(std::size_t entries) {
     history.stop();
   } else {
     history.start(entries);
-    // The pools' settings as recording starts, so that a replay starts from them.
-    pools_.for_each_live([](const pool_object& p) {
-      if (!p.is_imported()) history_notes::settings(p);
+    // The pools' settings as recording starts, so that a replay starts from them: gathered
+    // under the registry's lock, recorded after it.
+    std::vector<history_notes::pool_settings> settings;
+    pools_.for_each_live([&settings](const pool_object& p) {
+      if (!p.is_imported()) settings.push_back(history_notes::settings_of(p));
     });
+    for (history_notes::pool_settings& s : settings) history_notes::record_settings(std::move(s));
   }
   return status::success();
 }

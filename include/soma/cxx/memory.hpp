@@ -228,6 +228,15 @@ class memory_resource {
     somaStreamSynchronize(nullptr);
   }
 
+  /** CCCL 3.0's synchronous resource shape (cuda::mr::resource, <soma/cxx/cccl.hpp>): the same
+   *  as allocate_sync and deallocate_sync. */
+  void* allocate(std::size_t bytes, std::size_t alignment) {
+    return allocate_sync(bytes, alignment);
+  }
+  void deallocate(void* ptr, std::size_t bytes, std::size_t alignment) noexcept {
+    deallocate_sync(ptr, bytes, alignment);
+  }
+
   somaMemPool_t pool_handle() const noexcept { return pool_; }
   friend bool operator==(const memory_resource& a, const memory_resource& b) noexcept {
     return a.pool_ == b.pool_;

@@ -383,7 +383,8 @@ int main(int argc, char** argv) {
       record);
   SOMA_BENCH_CHECK(somaStreamSynchronize(stream));
 
-  for (int thread_count : {1, 2}) {
+  // Up to 64 threads, past this machine's cores: more threads than cores must not collapse.
+  for (int thread_count : {1, 2, 4, 8, 16, 32, 64}) {
     std::vector<soma_allocator> soma_threads;
     std::vector<somaStream_t> streams;
     for (int t = 0; t < thread_count; ++t) {

@@ -191,6 +191,8 @@ class pool {
   };
 
   stream_cache* cache_for(const stream_timeline& stream);
+  /// The stream's cache in this pool if it has one (cache_for makes one).
+  stream_cache* existing_cache(const stream_timeline& stream) const;
   stream_cache* create_cache(std::uint32_t slot);
   result<block*> allocate_slow(std::size_t size_bytes, const stream_timeline& stream,
                                required_wait* wait);
@@ -208,6 +210,8 @@ class pool {
   void fold_used_shares() noexcept;
   void publish_used(std::int64_t bytes) noexcept;
   void drain_caches_locked();
+  /// Moves the blocks of one cache (nullptr: none) into the index.
+  void drain_cache_locked(stream_cache* cache);
   status grow_locked(std::size_t size_bytes);
   /// The unmapped range growth starts at (whole; growth takes its start), reserving one if
   /// needed, and in need_bytes how much growth must commit there.

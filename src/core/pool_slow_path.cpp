@@ -33,13 +33,22 @@ result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline
                                    required_wait* wait) {
   std::lock_guard lock(mutex_);
   auto usable = [&](const block* b) { return usable_without_waiting(b, stream); };
-  // Every stream's cache goes back to the index before the index is searched: cached blocks
-  // then merge with their free neighbours, so a large request finds the large block that
-  // several cached frees make together instead of splitting another one. Replaying PyTorch's
-  // allocation trace of a transformer training loop (bench/trace_replay) took peak reserved
-  // over peak used from 1.29 to 1.04 with this; a cache hit, the fast path, is unaffected.
-  drain_caches_locked();
+  // The stream's own cache goes back to the index before the index is searched, so that its
+  // blocks merge with their free neighbours. Other streams' caches go back only when the index
+  // cannot serve the request: draining them on every miss took blocks that their streams were
+  // about to reuse, each of those streams then missed and drained the others, and past about 8
+  // threads every allocation ran here under the pool lock (16 threads fell to a third of 4 on an
+  // H200 host; docs/benchmarks.md).
+  drain_cache_locked(existing_cache(stream));
   block* b = index_.take_best_fit(size_bytes, usable);
+  if (b == nullptr) {
+    // Before anything costlier (a promotion, a wait, growth): cached frees of every stream, with
+    // their free neighbours, may make the block. (Draining before the search took PyTorch's
+    // transformer training trace, one stream, from 1.29 to 1.04 peak reserved over peak used in
+    // bench/trace_replay; with one stream the first drain above is that drain.)
+    drain_caches_locked();
+    b = index_.take_best_fit(size_bytes, usable);
+  }
   // The rule that allowed the reuse, read while the stamp is the free's (split copies it).
   std::optional<served_by> how = b != nullptr ? reuse_rule(b, stream) : std::nullopt;
   if (b == nullptr) {
@@ -105,19 +114,30 @@ void pool::split_locked(block* b, std::size_t size_bytes) {
 }
 
 void pool::drain_caches_locked() {
-  // Every miss drains: the scratch vector keeps its storage, so this allocates nothing.
+  // The scratch vector keeps its storage, so this allocates nothing after the first time.
   drained_scratch_.clear();
   for (const auto& cache : cache_storage_) cache->drain(drained_scratch_);
   for (block* b : drained_scratch_) index_.insert(b);
 }
 
-void pool::forget_stream(const stream_timeline& stream) {
+void pool::drain_cache_locked(stream_cache* cache) {
+  if (cache == nullptr) return;
+  drained_scratch_.clear();
+  cache->drain(drained_scratch_);
+  for (block* b : drained_scratch_) index_.insert(b);
+}
+
+stream_cache* pool::existing_cache(const stream_timeline& stream) const {
   const std::uint32_t slot = stream.cache_slot();
-  if (slot >= caches_per_segment * cache_segment_count) return;
-  cache_segment* segment =
+  if (slot >= caches_per_segment * cache_segment_count) return nullptr;
+  const cache_segment* segment =
       cache_segments_[slot / caches_per_segment].load(std::memory_order_acquire);
-  if (segment == nullptr) return;
-  stream_cache* cache = segment->caches[slot % caches_per_segment].load(std::memory_order_acquire);
+  if (segment == nullptr) return nullptr;
+  return segment->caches[slot % caches_per_segment].load(std::memory_order_acquire);
+}
+
+void pool::forget_stream(const stream_timeline& stream) {
+  stream_cache* cache = existing_cache(stream);
   if (cache == nullptr) return;
   std::vector<block*> drained;
   cache->drain(drained);

@@ -143,6 +143,25 @@ TEST(S11_Pool, ProvenFreeInAnotherStreamsCacheIsDrainedForReuse) {
   p.the_pool->free(y, b);
 }
 
+// A miss of one stream leaves the other streams' caches alone while the index can serve it:
+// taking a block another stream is about to reuse made that stream miss in turn, and with many
+// threads every allocation ended up on the slow path under the pool lock.
+TEST(S11_Pool, AnotherStreamsMissLeavesThisStreamsCacheAlone) {
+  pool_under_test p;
+  stream_timeline a(0);
+  stream_timeline b(1);
+  block* x = p.allocate(4 * KiB, a);
+  p.free_pending(x, a);               // into a's cache
+  block* y = p.allocate(4 * KiB, b);  // b misses; the rest of the chunk serves it
+  ASSERT_NE(y, x);
+  block* again = p.allocate(4 * KiB, a);
+  EXPECT_EQ(again, x);
+  EXPECT_EQ(again->how, soma::detail::served_by::stream_cache) << "b's miss took a's cached block";
+  EXPECT_EQ(p.memory->commit_calls, 1u);
+  p.the_pool->free(again, a);
+  p.the_pool->free(y, b);
+}
+
 // ---- S3: growth --------------------------------------------------------------------------------
 
 TEST(S3_Pool, GrowthCommitsInGranularityUnits) {

@@ -38,7 +38,7 @@ TEST_F(S14_CcclResource, CodeWrittenAgainstCcclAllocatesFromTheSomaPool) {
   void* ptr = take(resource, MiB);
   ASSERT_NE(ptr, nullptr);
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(ptr) % 256, 0u);
-  EXPECT_EQ(p.used_bytes(), MiB);  // S10
+  EXPECT_EQ(p.used_bytes(), MiB);                            // S10
   SOMA_ASSERT_OK(somaMemsetAsync(ptr, 0x5a, MiB, nullptr));  // usable at return: no stream
   SOMA_ASSERT_OK(somaStreamSynchronize(nullptr));
   give_back(resource, ptr, MiB);

@@ -24,7 +24,8 @@
 #                   --track-stream-ordered-races all: must report 0 errors
 #   5 bench         bench/vs_driver (soma vs cudaMallocAsync vs cudaMalloc), bench/graph_vs_driver
 #                   (soma's graph memory nodes vs the driver's), and
-#                   bench/alloc_pairs_bench with SOMA_BACKEND=cpu (and, for information only, cuda)
+#                   bench/alloc_pairs_bench with SOMA_BACKEND=cpu (and, for information only, cuda),
+#                   and bench/thread_scaling on cuda (soma's threads beside the host's own scaling)
 # The conformance suites run here on cuda (CI runs them on cpu); tests that hold on the cpu
 # backend only report SKIPPED with their reason. GPU tests run with SOMA_BACKEND=cuda and SOMA_GPU_TESTS_REQUIRE_CUDA=1, so a
 # test that cannot reach the cuda backend FAILS instead of skipping.
@@ -307,6 +308,7 @@ else
   run_bench_program graph_vs_driver yes cuda "$build_abs/bench/graph_vs_driver"
   run_bench_program alloc_pairs_bench-cpu yes cpu "$build_abs/bench/alloc_pairs_bench"
   run_bench_program alloc_pairs_bench-cuda info cuda "$build_abs/bench/alloc_pairs_bench"
+  run_bench_program thread_scaling-cuda info cuda "$build_abs/bench/thread_scaling"
 fi
 
 # ---- summary ----------------------------------------------------------------------------------

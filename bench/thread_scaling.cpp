@@ -147,9 +147,10 @@ void print_samples() {
   std::vector<std::pair<int, std::string>> top;
   for (const auto& [where, count] : counts) top.emplace_back(count, where);
   std::sort(top.rbegin(), top.rend());
-  std::printf("%d samples (process CPU time: fewer samples than threads x time = threads "
-              "asleep)\n",
-              n);
+  std::printf(
+      "%d samples (process CPU time: fewer samples than threads x time = threads "
+      "asleep)\n",
+      n);
   for (std::size_t i = 0; i < top.size() && i < 40; ++i)
     std::printf("%7d %s\n", top[i].first, top[i].second.c_str());
 }

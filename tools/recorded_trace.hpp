@@ -47,6 +47,7 @@ struct recorded_pool {
   bool opportunistic = true;
   bool internal_dependencies = true;
   bool compact_before_growth = false;
+  bool remap_free_memory = false;  ///< traces written before remapping existed: off
 };
 
 struct recorded_trace {
@@ -59,7 +60,7 @@ struct recorded_trace {
 };
 
 /// The settings text of a settings event applied to pool (keys threshold, follow,
-/// opportunistic, internal, compact, granularity, max, growth); unknown keys are ignored.
+/// opportunistic, internal, compact, remap, granularity, max, growth); unknown keys are ignored.
 void apply_recorded_settings(const std::string& text, recorded_pool* pool);
 
 /// Reads a trace soma wrote; false with the reason in *error for anything else.

@@ -17,7 +17,7 @@ namespace {
 constexpr const char* usage =
     "usage: soma replay TRACE.json [--try SETTINGS]...\n"
     "  SETTINGS: comma-separated threshold=SIZE|max, follow=0|1, opportunistic=0|1,\n"
-    "            internal=0|1, compact=0|1 (for every pool; the rest as recorded)\n";
+    "            internal=0|1, compact=0|1, remap=0|1 (for every pool; the rest as recorded)\n";
 
 struct column {
   std::string label;
@@ -26,6 +26,8 @@ struct column {
   std::size_t waits = 0;
   std::size_t synchronizes = 0;
   std::size_t failures = 0;
+  std::uint64_t remaps = 0;
+  std::uint64_t remapped_bytes = 0;
 };
 
 column recorded_column(const recorded_trace& trace) {
@@ -37,6 +39,7 @@ column recorded_column(const recorded_trace& trace) {
     c.waits += e.what == k::wait ? 1 : 0;
     c.synchronizes += e.what == k::synchronize || e.what == k::compaction ? 1 : 0;
     c.failures += e.what == k::out_of_memory ? 1 : 0;
+    c.remaps += e.reuse == "remap" ? 1 : 0;
   }
   return c;
 }
@@ -52,10 +55,11 @@ void print_settings(const recorded_trace& trace) {
   for (const recorded_pool& p : trace.pools) {
     std::printf(
         "  %s: release threshold %s, follow %d, opportunistic %d, internal %d, compact %d, "
-        "granularity %s, growth step %s\n",
+        "remap %d, granularity %s, growth step %s\n",
         p.name.c_str(), format_bytes(p.release_threshold_bytes).c_str(),
         p.follow_event_dependencies ? 1 : 0, p.opportunistic ? 1 : 0,
         p.internal_dependencies ? 1 : 0, p.compact_before_growth ? 1 : 0,
+        p.remap_free_memory ? 1 : 0,
         format_bytes(p.granularity_bytes).c_str(), format_bytes(p.growth_step_bytes).c_str());
   }
 }
@@ -101,8 +105,8 @@ int run_replay(int argc, char** argv) {
   std::size_t skipped = 0;
   for (const replay_settings& s : tries) {
     const replay_outcome o = replay_trace(trace, s);
-    columns.push_back(
-        {s.label, o.peak_reserved_bytes, o.peak_used_bytes, o.waits, o.synchronizes, o.failures});
+    columns.push_back({s.label, o.peak_reserved_bytes, o.peak_used_bytes, o.waits, o.synchronizes,
+                       o.failures, o.remaps, o.remapped_bytes});
     skipped = o.skipped_events;
   }
   std::printf("\n%-16s", "");
@@ -117,6 +121,10 @@ int run_replay(int argc, char** argv) {
   print_row("synchronizes", columns,
             [](const column& c) { return std::to_string(c.synchronizes); });
   print_row("failures", columns, [](const column& c) { return std::to_string(c.failures); });
+  print_row("remaps", columns, [](const column& c) { return std::to_string(c.remaps); });
+  print_row("bytes remapped", columns, [](const column& c) {
+    return c.label == "recorded" ? std::string("-") : format_bytes(c.remapped_bytes);
+  });
 
   const bool same = columns[0].peak_reserved == columns[1].peak_reserved;
   std::printf("\nreplay with the recorded settings %s the recorded peak (%s)\n",

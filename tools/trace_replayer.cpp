@@ -45,6 +45,9 @@ class replayer final : public detail::stream_hooks {
       const detail::pool_statistics figures = p->statistics();
       outcome_.peak_reserved_bytes += figures.reserved_high_bytes;
       outcome_.peak_used_bytes += figures.used_high_bytes;
+      const detail::remap_statistics remapped = p->remap_counts();
+      outcome_.remaps += remapped.remaps;
+      outcome_.remapped_bytes += remapped.remapped_bytes;
     }
     for (auto& [address, live] : live_) live.second->free(live.first, *idle_);
     for (auto& [key, s] : streams_) prove(*s);  // a pool goes only with every free complete
@@ -73,9 +76,13 @@ class replayer final : public detail::stream_hooks {
     config.reservation_bytes = p.max_size_bytes * 2;
     config.growth_step_bytes = p.growth_step_bytes;
     const bool compact = settings_.compact_before_growth.value_or(p.compact_before_growth);
-    // The cpu backend gives memory back granule by granule; cuda whole commits, except that
-    // with compaction on it commits granule by granule.
-    const bool partial = trace_.backend == "cpu" || compact;
+    const bool remap = settings_.remap_free_memory.value_or(p.remap_free_memory);
+    const std::uint64_t threshold =
+        settings_.release_threshold_bytes.value_or(p.release_threshold_bytes);
+    // The cpu backend gives memory back (and maps it again) granule by granule; cuda whole
+    // commits, except that with compaction, or remapping in a pool that keeps memory, it
+    // commits granule by granule (runtime/pool_object.hpp).
+    const bool partial = trace_.backend == "cpu" || compact || (remap && threshold > 0);
     auto made = std::make_unique<pool>(
         config, std::make_unique<detail::synthetic_memory>(p.granularity_bytes, partial));
     configure(*made, p);
@@ -90,6 +97,7 @@ class replayer final : public detail::stream_hooks {
     target.set_reuse_policy(2, s.opportunistic.value_or(p.opportunistic));
     target.set_reuse_policy(3, s.internal_dependencies.value_or(p.internal_dependencies));
     target.set_compact_before_growth(s.compact_before_growth.value_or(p.compact_before_growth));
+    target.set_remap_free_memory(s.remap_free_memory.value_or(p.remap_free_memory));
   }
   void settings_changed(const recorded_event& e) {
     recorded_pool& recorded = recorded_[e.pool];
@@ -280,9 +288,11 @@ bool parse_replay_settings(const std::string& text, replay_settings* out, std::s
       out->internal_dependencies = on;
     } else if (key == "compact") {
       out->compact_before_growth = on;
+    } else if (key == "remap") {
+      out->remap_free_memory = on;
     } else {
-      *error =
-          "unknown setting '" + key + "' (threshold, follow, opportunistic, internal, compact)";
+      *error = "unknown setting '" + key +
+               "' (threshold, follow, opportunistic, internal, compact, remap)";
       return false;
     }
   }

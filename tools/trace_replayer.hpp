@@ -24,10 +24,11 @@ struct replay_settings {
   std::optional<bool> opportunistic;
   std::optional<bool> internal_dependencies;
   std::optional<bool> compact_before_growth;
+  std::optional<bool> remap_free_memory;
 };
 
 /// Parses "threshold=0,internal=0,compact=1" (keys threshold, follow, opportunistic, internal,
-/// compact; threshold takes bytes, K/M/G, or max). False with the reason in *error.
+/// compact, remap; threshold takes bytes, K/M/G, or max). False with the reason in *error.
 bool parse_replay_settings(const std::string& text, replay_settings* out, std::string* error);
 
 struct replay_outcome {
@@ -37,6 +38,8 @@ struct replay_outcome {
   std::size_t synchronizes = 0;    ///< recorded synchronizes, plus compaction's
   std::size_t failures = 0;        ///< allocations refused
   std::size_t skipped_events = 0;  ///< of pools the trace has no settings for
+  std::uint64_t remaps = 0;          ///< allocations served by remapping free granules
+  std::uint64_t remapped_bytes = 0;
 };
 
 replay_outcome replay_trace(const recorded_trace& trace, const replay_settings& settings);

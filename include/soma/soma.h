@@ -130,6 +130,16 @@ typedef enum somaMemPoolAttr {
    *  granule, so free granules inside a commit can go back. Costs a synchronize at such an
    *  allocation. Not for pools created exportable (their commits stay whole). */
   somaMemPoolAttrCompactBeforeGrowth = 1000,
+  /** soma's own, int, default 1. 1: when no free block fits an allocation but the pool's free
+   *  whole granules add up to it, soma maps their physical memory again, one after another, at
+   *  fresh addresses and serves the allocation there: no growth and no synchronize. The old
+   *  addresses are handed out again only after the frees that let them go have completed.
+   *  Statistics count the physical memory once. Not for pools created exportable (S7). On
+   *  cuda, a pool with a release threshold above 0 then commits one physical allocation per
+   *  granule. */
+  somaMemPoolAttrRemapFreeMemory = 1001,
+  somaMemPoolAttrRemapCount = 1002,    /**< uint64_t, get only: allocations served by remapping */
+  somaMemPoolAttrRemappedBytes = 1003, /**< uint64_t, get only: bytes those remaps mapped */
 } somaMemPoolAttr;
 
 typedef enum somaDeviceAttr {
@@ -431,7 +441,8 @@ typedef enum somaOutOfMemoryChange {
   somaOomChangeCompactBeforeGrowth = 5,       /**< changeBytes free, in more than one piece */
   somaOomChangeFreeDeviceMemory = 6,          /**< the platform refused to commit changeBytes */
   somaOomChangeSynchronizeDeviceAndCompact = 7,
-  somaOomChangeMoreMaxSize = 8 /**< a max size larger by changeBytes */
+  somaOomChangeMoreMaxSize = 8, /**< a max size larger by changeBytes */
+  somaOomChangeRemapFreeMemory = 9 /**< changeBytes free, in more than one piece: remapping */
 } somaOutOfMemoryChange;
 
 /** Memory freed on one stream and not yet known complete, at the failure. */
@@ -460,6 +471,7 @@ typedef struct somaOutOfMemoryReport {
   unsigned long long changeBytes;
   int changeStreamKnown;
   somaStream_t changeStream;
+  int remapFreeMemory; /**< somaMemPoolAttrRemapFreeMemory at the failure */
 } somaOutOfMemoryReport;
 
 /** soma's own: the latest out-of-memory failure of an allocation from memPool into *report;

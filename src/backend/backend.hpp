@@ -263,6 +263,29 @@ class backend {
   /// physical range may be mapped at several addresses at once (graph memory, S15).
   virtual status map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
                           std::size_t offset, int device) = 0;
+  /// One range of a physical allocation to map: [offset, offset + bytes) of handle.
+  struct mapping_part {
+    std::uint64_t handle = 0;
+    std::size_t offset = 0;
+    std::size_t bytes = 0;
+  };
+  /// Maps the parts one after another from address (inside one reservation), readable and
+  /// writable by device, as map_part each; a platform whose access grant costs a call per
+  /// range (cuMemSetAccess) grants it once over the whole range. On failure nothing of it
+  /// stays mapped.
+  virtual status map_parts(std::uintptr_t address, std::span<const mapping_part> parts,
+                           int device) {
+    std::uintptr_t at = address;
+    for (const mapping_part& part : parts) {
+      if (status mapped = map_part(at, part.bytes, part.handle, part.offset, device);
+          !mapped.ok()) {
+        if (at > address) unmap(address, at - address);
+        return mapped;
+      }
+      at += part.bytes;
+    }
+    return status::success();
+  }
   /// Unmaps; the address range stays reserved.
   virtual void unmap(std::uintptr_t address, std::size_t bytes) = 0;
   /// Grants a device access to a mapped range (S6).

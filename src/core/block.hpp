@@ -35,6 +35,7 @@ enum class served_by : std::uint8_t {
   opportunistic = 4,        ///< the free had already run on its stream
   internal_dependency = 5,  ///< the allocator ordered the stream after the free
   growth = 6,               ///< memory committed for this allocation
+  remap = 7,                ///< free granules mapped again as one range (design §3 "Remapping")
 };
 
 /// Blocks of one mapped run are linked in address order, so the free index can coalesce a

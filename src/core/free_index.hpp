@@ -46,6 +46,12 @@ class free_index {
   /// those already proven complete, and merges.
   void move_stamps(const stream_timeline* forgotten, free_stamp replacement);
 
+  /// Calls fn for every indexed block, smallest first. fn must not change the index.
+  template <typename Fn>
+  void for_each_by_size(Fn&& fn) const {
+    for (const block* b : by_size_) fn(b);
+  }
+
   std::size_t free_bytes() const noexcept { return free_bytes_; }
   /// The sum over the indexed blocks, counted again (expensive checks).
   std::size_t recount_bytes() const noexcept {

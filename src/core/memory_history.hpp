@@ -33,6 +33,7 @@ enum class history_kind : std::uint8_t {
   out_of_memory = 9,  ///< bytes: the request that failed; label: the message
   settings = 10,      ///< label: the pool's settings, "threshold=...,follow=1,..." (at creation,
                       ///< at each change, and for every pool when recording starts)
+  remap = 11,         ///< address, bytes: free granules mapped again there as one range
 };
 
 /// One event, 64 bytes (the last 4 are padding). reserved_bytes and used_bytes are the pool's

@@ -5,10 +5,20 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "core/status.hpp"
 
 namespace soma::detail {
+
+/// One commit (or what is left of it) backing part of a pool's address space, or a part of one
+/// about to be mapped at another address (remap).
+struct physical_piece {
+  std::uintptr_t address = 0;  ///< where it is (or is to be) mapped
+  std::size_t size_bytes = 0;
+  std::uint64_t token = 0;       ///< memory_provider's token: the backend's physical handle
+  std::size_t offset_bytes = 0;  ///< where the piece starts inside its commit
+};
 
 /// Address reservation and physical commitment for one pool. Called only on the slow path
 /// (growth, release, teardown), always under the pool's lock.
@@ -34,6 +44,22 @@ class memory_provider {
   /// Whether part of the commit made under token can go back on its own (granule-level
   /// release). Without it the pool releases that commit whole only.
   virtual bool can_decommit_part(std::uint64_t /*token*/) const { return false; }
+
+  /// Whether granule-aligned parts of the commit made under token can be mapped at a second
+  /// address while they stay mapped at the first (remap, design §3 "Remapping").
+  virtual bool can_map_again(std::uint64_t /*token*/) const { return false; }
+  /// Maps each piece's physical memory at its address, the pieces one after another in one
+  /// unmapped, reserved range, with the access the pool's memory has, granted once over the
+  /// whole range. The memory stays mapped where it was too. Requires: can_map_again for every
+  /// token; pieces granule aligned. On failure nothing new stays mapped.
+  virtual status map_again(std::span<const physical_piece> /*pieces*/) {
+    return status(error_code::not_supported, "this memory cannot be mapped at a second address");
+  }
+  /// Unmaps [address, address + bytes), where the memory committed under token from
+  /// offset_bytes is also mapped at another address: the physical memory stays, and the
+  /// addresses stay reserved.
+  virtual void unmap_alias(std::uintptr_t /*address*/, std::size_t /*bytes*/,
+                           std::uint64_t /*token*/, std::size_t /*offset_bytes*/) {}
 };
 
 }  // namespace soma::detail

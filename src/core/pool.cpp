@@ -38,6 +38,7 @@ pool::~pool() {
   {
     std::lock_guard lock(mutex_);
     drain_caches_locked();
+    unmap_retired_locked(/*all=*/true);
     for (auto& [address, c] : chunks_)
       memory_->decommit(address, c.size_bytes, c.token, c.offset_bytes);
     chunks_.clear();

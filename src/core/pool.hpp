@@ -43,6 +43,13 @@ struct pool_statistics {
   std::uint64_t used_high_bytes = 0;
 };
 
+/// What the remap path did (design §3 "Remapping"), read without the pool lock.
+struct remap_statistics {
+  std::uint64_t remaps = 0;          ///< allocations served by mapping free granules again
+  std::uint64_t remapped_bytes = 0;  ///< physical bytes those mappings covered
+  std::uint64_t retired_bytes = 0;   ///< old addresses still mapped, waiting for their frees
+};
+
 /// What the pool knows about an address it does not have as a live allocation start.
 struct address_diagnosis {
   enum class kind { outside_pool, unallocated, freed, interior_of_live } what = kind::outside_pool;
@@ -65,14 +72,6 @@ struct required_wait {
   std::uint64_t position = 0;
   bool allow_compaction = true;          ///< in: the caller can synchronize and retry
   bool synchronize_and_compact = false;  ///< out: do that, then retry
-};
-
-/// One physical commit (or what is left of it) backing part of a pool's address space.
-struct physical_piece {
-  std::uintptr_t address = 0;  ///< where it is mapped
-  std::size_t size_bytes = 0;
-  std::uint64_t token = 0;       ///< memory_provider's token: the backend's physical handle
-  std::size_t offset_bytes = 0;  ///< where the piece starts inside its commit
 };
 
 /// The allocation logic of design §2 "The flow of one allocation".
@@ -147,6 +146,14 @@ class pool {
     compact_.store(enabled, std::memory_order_relaxed);
   }
 
+  /// soma's own, on by default: when no free block fits but free whole granules add up to the
+  /// request, map their physical memory again at fresh addresses instead of growing (S9).
+  bool remap_free_memory() const noexcept { return remap_.load(std::memory_order_relaxed); }
+  void set_remap_free_memory(bool enabled) noexcept {
+    remap_.store(enabled, std::memory_order_relaxed);
+  }
+  remap_statistics remap_counts() const noexcept;
+
   /// Calls visit for each physical piece backing [address, address + bytes), in address
   /// order, under the pool lock (so none is released meanwhile); stops at the first failure
   /// and returns it. invalid_value if part of the range is not mapped. Used to export an
@@ -189,6 +196,13 @@ class pool {
     std::uint64_t token = 0;
     std::size_t offset_bytes = 0;  // where this piece starts inside the commit
   };
+  // Addresses whose physical memory was mapped again elsewhere (remap). They stay mapped, and
+  // out of the address space's unmapped ranges, until the free that let them go has completed:
+  // work before it may still use them.
+  struct retired_range {
+    physical_piece piece;
+    free_stamp stamp;
+  };
 
   stream_cache* cache_for(const stream_timeline& stream);
   /// The stream's cache in this pool if it has one (cache_for makes one).
@@ -217,7 +231,22 @@ class pool {
   /// needed, and in need_bytes how much growth must commit there.
   result<address_range> find_unmapped_locked(std::size_t bytes, std::size_t* need_bytes,
                                              std::size_t size_bytes);
+  /// An unmapped range of at least bytes, reserving one if needed.
+  result<address_range> unmapped_range_locked(std::size_t bytes);
   void split_locked(block* b, std::size_t size_bytes);
+  /// Files a block of newly mapped memory and links it with the blocks it touches.
+  void link_new_block_locked(block* fresh);
+  /// The remap path (pool_remap.cpp): a block of size_bytes made of free whole granules that
+  /// stream may use now, mapped again at fresh addresses; nullptr when they do not add up (or
+  /// the memory cannot be mapped twice).
+  block* remap_locked(std::size_t size_bytes, const stream_timeline& stream);
+  /// Unmaps the retired ranges whose frees have completed (all: every one, at teardown).
+  void unmap_retired_locked(bool all);
+  /// True if part of [offset, offset + bytes) of the commit under token is still mapped at a
+  /// retired address.
+  bool is_aliased_locked(std::uint64_t token, std::size_t offset_bytes, std::size_t bytes) const;
+  /// Takes [from, to) out of the chunk that holds it; returns that part as a piece.
+  physical_piece cut_chunk_locked(std::uintptr_t from, std::uintptr_t to);
   /// Fragmented free memory worth a synchronize before growing (compaction, S9).
   std::size_t compaction_floor(std::size_t size_bytes) const;
 
@@ -245,6 +274,7 @@ class pool {
   std::map<std::uintptr_t, block*> all_blocks_;
   free_index index_{all_blocks_};
   std::map<std::uintptr_t, chunk> chunks_;
+  std::vector<retired_range> retired_;
   address_space address_space_;  // reservations and their unmapped ranges
   std::array<std::atomic<cache_segment*>, cache_segment_count> cache_segments_{};
   std::vector<std::unique_ptr<stream_cache>> cache_storage_;
@@ -257,6 +287,10 @@ class pool {
   std::atomic<std::uint64_t> release_threshold_bytes_{0};
   std::array<std::atomic<bool>, 3> reuse_policies_{true, true, true};
   std::atomic<bool> compact_{false};
+  std::atomic<bool> remap_{true};
+  std::atomic<std::uint64_t> remaps_{0};
+  std::atomic<std::uint64_t> remapped_bytes_{0};
+  std::atomic<std::uint64_t> retired_bytes_{0};
   call_census calls_;                    // allocate and free calls, for check_used_if_quiet
   std::vector<block*> drained_scratch_;  // drain_caches_locked's, under the pool lock
   mutable std::mutex name_mutex_;        // apart from the pool lock: messages are built under it

@@ -29,6 +29,10 @@ result<address_range> pool::find_unmapped_locked(std::size_t bytes, std::size_t*
     return *extendable;
   }
   *need_bytes = bytes;
+  return unmapped_range_locked(bytes);
+}
+
+result<address_range> pool::unmapped_range_locked(std::size_t bytes) {
   if (const std::optional<address_range> unmapped = address_space_.find_unmapped(bytes))
     return *unmapped;
   // Every reservation is full (or fragmented): reserve another range.
@@ -103,19 +107,24 @@ status pool::grow_locked(std::size_t size_bytes) {
   fresh->address = address;
   fresh->size_bytes = need_bytes;
   fresh->owner = this;
-  if (block* before = block_containing_locked(address - 1); before && before->end() == address) {
-    fresh->previous_adjacent = before;
-    before->next_adjacent = fresh;
-  }
-  if (auto after = all_blocks_.find(address + need_bytes); after != all_blocks_.end()) {
-    fresh->next_adjacent = after->second;
-    after->second->previous_adjacent = fresh;
-  }
-  all_blocks_.emplace(address, fresh);
+  link_new_block_locked(fresh);
   index_.insert(fresh);
   check_invariants_locked();
   note_history(history_kind::grow, address, need_bytes);
   return status::success();
+}
+
+void pool::link_new_block_locked(block* fresh) {
+  const std::uintptr_t address = fresh->address;
+  if (block* before = block_containing_locked(address - 1); before && before->end() == address) {
+    fresh->previous_adjacent = before;
+    before->next_adjacent = fresh;
+  }
+  if (auto after = all_blocks_.find(fresh->end()); after != all_blocks_.end()) {
+    fresh->next_adjacent = after->second;
+    after->second->previous_adjacent = fresh;
+  }
+  all_blocks_.emplace(address, fresh);
 }
 
 void pool::raise_reserved(std::uint64_t bytes) noexcept {

@@ -19,6 +19,7 @@ void pool::carve_locked(block* b, std::uintptr_t from, std::uintptr_t to) {
     after->address = to;
     after->size_bytes = b_end - to;
     after->owner = this;
+    after->stamp = b->stamp;  // still freed where b was (remap carves pending blocks too)
     after->next_adjacent = b->next_adjacent;
     if (after->next_adjacent != nullptr) after->next_adjacent->previous_adjacent = after;
     all_blocks_.emplace(after->address, after);
@@ -55,24 +56,36 @@ std::size_t pool::release_range_locked(std::uintptr_t from, std::uintptr_t to,
     if (to - from > limit) from = to - limit;
     if (to <= from) return 0;
   }
-  block* b = block_containing_locked(from);
-  carve_locked(b, from, to);
-  memory_->decommit(from, to - from, c.token, c.offset_bytes + (from - chunk_start));
-  chunks_.erase(it);
-  if (chunk_start < from)
-    chunks_.emplace(chunk_start, chunk{from - chunk_start, c.token, c.offset_bytes});
-  if (to < chunk_end) {
-    chunks_.emplace(to, chunk{chunk_end - to, c.token, c.offset_bytes + (to - chunk_start)});
-  }
+  // Memory still mapped at a retired address goes back once that address is unmapped.
+  if (is_aliased_locked(c.token, c.offset_bytes + (from - chunk_start), to - from)) return 0;
+  carve_locked(block_containing_locked(from), from, to);
+  const physical_piece cut = cut_chunk_locked(from, to);
+  memory_->decommit(from, to - from, cut.token, cut.offset_bytes);
   reserved_bytes_.fetch_sub(to - from, std::memory_order_acq_rel);
   note_history(history_kind::release, from, to - from);
   address_space_.give_back(from, to - from);
   return to - from;
 }
 
+physical_piece pool::cut_chunk_locked(std::uintptr_t from, std::uintptr_t to) {
+  // Requires: [from, to) lies in one chunk.
+  auto it = std::prev(chunks_.upper_bound(from));
+  const std::uintptr_t chunk_start = it->first;
+  const chunk c = it->second;
+  const std::uintptr_t chunk_end = chunk_start + c.size_bytes;
+  chunks_.erase(it);
+  if (chunk_start < from)
+    chunks_.emplace(chunk_start, chunk{from - chunk_start, c.token, c.offset_bytes});
+  if (to < chunk_end) {
+    chunks_.emplace(to, chunk{chunk_end - to, c.token, c.offset_bytes + (to - chunk_start)});
+  }
+  return physical_piece{from, to - from, c.token, c.offset_bytes + (from - chunk_start)};
+}
+
 void pool::release_locked(std::size_t keep_bytes) {
   drain_caches_locked();
   index_.promote(/*only_proven=*/true);
+  unmap_retired_locked(/*all=*/false);
   // Highest addresses first, so what stays is dense at the start of the reservation. The
   // cursor walks down chunk by chunk; inside a chunk, free blocks from the top.
   std::uintptr_t cursor = UINTPTR_MAX;
@@ -126,8 +139,12 @@ bool pool::try_release_everything() {
   for (const auto& [address, b] : all_blocks_) {
     if (b->current_state() != block_state::indexed || !b->stamp.is_complete()) return false;
   }
+  for (const retired_range& r : retired_) {
+    if (!r.stamp.is_complete()) return false;
+  }
   // Work that used the memory has finished: every free may be treated as proven.
   index_.promote(/*only_proven=*/false);
+  unmap_retired_locked(/*all=*/true);
   release_locked(0);
   return chunks_.empty();
 }

@@ -57,6 +57,12 @@ result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline
     b = index_.take_best_fit(size_bytes, usable);
     if (b != nullptr) how = reuse_rule(b, stream);
   }
+  if (b == nullptr) {
+    // Enough free whole granules, only not in one piece: map them again as one range rather
+    // than grow or synchronize.
+    b = remap_locked(size_bytes, stream);
+    if (b != nullptr) how = served_by::remap;
+  }
   if (b == nullptr && wait != nullptr && wait->allow_compaction && compact_before_growth() &&
       reserved_bytes_.load(std::memory_order_relaxed) >=
           used_now() + compaction_floor(size_bytes)) {
@@ -149,6 +155,9 @@ void pool::forget_stream(const stream_timeline& stream) {
 void pool::forget_timeline(const stream_timeline& stream, free_stamp replacement) {
   std::lock_guard lock(mutex_);
   index_.move_stamps(&stream, replacement);
+  for (retired_range& r : retired_) {
+    if (r.stamp.timeline == &stream) r.stamp = replacement;
+  }
 }
 
 }  // namespace soma::detail

@@ -12,7 +12,8 @@ namespace soma::detail {
 
 class synthetic_memory final : public memory_provider {
  public:
-  /// partial: commits may go back granule by granule (the cpu backend), else whole only.
+  /// partial: commits may go back, and be mapped again, granule by granule (the cpu backend, or
+/// cuda's commits of a physical allocation per granule), else whole only.
   synthetic_memory(std::size_t granularity_bytes, bool partial)
       : granularity_(granularity_bytes), partial_(partial) {}
 
@@ -33,6 +34,9 @@ class synthetic_memory final : public memory_provider {
     ++decommits_;
   }
   bool can_decommit_part(std::uint64_t) const override { return partial_; }
+  /// Memory that goes back granule by granule can also be mapped again granule by granule.
+  bool can_map_again(std::uint64_t) const override { return partial_; }
+  status map_again(std::span<const physical_piece>) override { return status::success(); }
 
   std::size_t commits() const noexcept { return commits_; }
   std::size_t decommits() const noexcept { return decommits_; }

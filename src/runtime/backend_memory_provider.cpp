@@ -1,5 +1,7 @@
 #include "runtime/backend_memory_provider.hpp"
 
+#include <vector>
+
 namespace soma::detail {
 
 backend_memory_provider::backend_memory_provider(backend::backend& platform, int device,
@@ -7,7 +9,8 @@ backend_memory_provider::backend_memory_provider(backend::backend& platform, int
     : platform_(platform),
       device_(device),
       export_handle_types_(export_handle_types),
-      granularity_bytes_(platform.properties(device).granularity_bytes) {}
+      granularity_bytes_(platform.properties(device).granularity_bytes),
+      maps_at_offset_(platform.properties(device).maps_at_offset) {}
 
 result<std::uintptr_t> backend_memory_provider::reserve(std::size_t bytes) {
   result<std::uintptr_t> base = platform_.reserve_address(device_, bytes);
@@ -82,39 +85,71 @@ result<std::uint64_t> backend_memory_provider::commit(std::uintptr_t address, st
 
 result<std::uint64_t> backend_memory_provider::commit_by_granule(std::uintptr_t address,
                                                                  std::size_t bytes) {
-  std::map<std::uintptr_t, std::uint64_t> granules;
-  auto undo = [&] {
-    for (const auto& [at, handle] : granules) {
-      platform_.unmap(at, granularity_bytes_);
-      platform_.release_physical(handle);
-    }
+  std::map<std::size_t, std::uint64_t> granules;  // by offset
+  std::vector<backend::backend::mapping_part> parts;
+  auto release_all = [&] {
+    for (const auto& [offset, handle] : granules) platform_.release_physical(handle);
   };
-  for (std::uintptr_t at = address; at < address + bytes; at += granularity_bytes_) {
+  for (std::size_t offset = 0; offset < bytes; offset += granularity_bytes_) {
     result<std::uint64_t> handle = platform_.create_physical(device_, granularity_bytes_, 0);
     if (!handle.ok()) {
-      undo();
+      release_all();
       return handle;
     }
-    if (status mapped = platform_.map(at, granularity_bytes_, handle.value(), device_);
-        !mapped.ok()) {
-      platform_.release_physical(handle.value());
-      undo();
-      return mapped;
-    }
-    granules.emplace(at, handle.value());
+    granules.emplace(offset, handle.value());
+    parts.push_back({handle.value(), 0, granularity_bytes_});
+  }
+  // One call maps them all, so access is granted once over the range.
+  if (status mapped = platform_.map_parts(address, parts, device_); !mapped.ok()) {
+    release_all();
+    return mapped;
   }
   const std::uint64_t token = next_split_token_++;
   split_commits_.emplace(token, std::move(granules));
   return token;
 }
 
+status backend_memory_provider::map_again(std::span<const physical_piece> pieces) {
+  if (pieces.empty()) return status::success();
+  std::vector<backend::backend::mapping_part> parts;
+  for (const physical_piece& piece : pieces) {
+    auto split = split_commits_.find(piece.token);
+    if (split == split_commits_.end()) {
+      parts.push_back({piece.token, piece.offset_bytes, piece.size_bytes});
+      continue;
+    }
+    for (std::size_t at = 0; at < piece.size_bytes; at += granularity_bytes_) {
+      auto granule = split->second.find(piece.offset_bytes + at);
+      if (granule == split->second.end()) {
+        return status(error_code::invalid_value,
+                      "remap: no granule at offset " + std::to_string(piece.offset_bytes + at) +
+                          " of the commit");
+      }
+      parts.push_back({granule->second, 0, granularity_bytes_});
+    }
+  }
+  return platform_.map_parts(pieces.front().address, parts, device_);
+}
+
+void backend_memory_provider::unmap_alias(std::uintptr_t address, std::size_t bytes,
+                                          std::uint64_t token, std::size_t /*offset_bytes*/) {
+  if (split_commits_.count(token) == 0) {
+    platform_.unmap(address, bytes);
+    return;
+  }
+  // One physical allocation a granule: each was mapped on its own (cuMemUnmap takes whole
+  // mappings).
+  for (std::uintptr_t at = address; at < address + bytes; at += granularity_bytes_)
+    platform_.unmap(at, granularity_bytes_);
+}
+
 void backend_memory_provider::decommit(std::uintptr_t address, std::size_t bytes,
                                        std::uint64_t token, std::size_t offset_bytes) {
   if (auto split = split_commits_.find(token); split != split_commits_.end()) {
-    for (std::uintptr_t at = address; at < address + bytes; at += granularity_bytes_) {
-      auto granule = split->second.find(at);
+    for (std::size_t at = 0; at < bytes; at += granularity_bytes_) {
+      auto granule = split->second.find(offset_bytes + at);
       if (granule == split->second.end()) continue;
-      platform_.unmap(at, granularity_bytes_);
+      platform_.unmap(address + at, granularity_bytes_);
       platform_.release_physical(granule->second);
       split->second.erase(granule);
     }

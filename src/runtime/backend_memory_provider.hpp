@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <mutex>
 
 #include "backend/backend.hpp"
@@ -33,10 +34,19 @@ class backend_memory_provider final : public memory_provider {
     // them to the importer's mapping.
     return export_handle_types_ == 0 && platform_.can_discard_physical_part();
   }
+  /// Remap: a commit of granule-sized physical allocations, or any commit where the platform
+  /// maps at an offset (cpu's memfd); never an exportable pool's (S7 exports whole commits).
+  bool can_map_again(std::uint64_t token) const override {
+    if (export_handle_types_ != 0) return false;
+    return split_commits_.count(token) != 0 || maps_at_offset_;
+  }
+  status map_again(std::span<const physical_piece> pieces) override;
+  void unmap_alias(std::uintptr_t address, std::size_t bytes, std::uint64_t token,
+                   std::size_t offset_bytes) override;
   /// From now on, where the platform gives back physical allocations whole only (cuda), make
   /// each commit of a granule-sized physical allocation per granule, so that free granules
-  /// inside a commit can go back (compaction, S9). Not for exportable pools (S7 exports whole
-  /// commits). Requires: the pool lock is held.
+  /// inside a commit can go back (compaction, S9) or be mapped again elsewhere (remap). Not
+  /// for exportable pools (S7 exports whole commits). Requires: the pool lock is held.
   void set_granule_commits(bool enabled) { granule_commits_ = enabled; }
 
   /// Access other devices have to this memory (S6). set_access applies to every reservation
@@ -49,9 +59,10 @@ class backend_memory_provider final : public memory_provider {
 
  private:
   std::map<std::uint64_t, std::size_t> mapped_bytes_;  // per physical handle; pool lock held
-  // Commits made of one physical allocation per granule: token -> handle by address. Tokens
-  // are minted above 2^63, apart from the platform's handles. Pool lock held.
-  std::map<std::uint64_t, std::map<std::uintptr_t, std::uint64_t>> split_commits_;
+  // Commits made of one physical allocation per granule: token -> handle by offset inside the
+  // commit (remap maps a granule at other addresses). Tokens are minted above 2^63, apart from
+  // the platform's handles. Pool lock held.
+  std::map<std::uint64_t, std::map<std::size_t, std::uint64_t>> split_commits_;
   std::uint64_t next_split_token_ = std::uint64_t{1} << 63;
   bool granule_commits_ = false;
   mutable std::mutex access_mutex_;                     // the two maps below
@@ -61,6 +72,7 @@ class backend_memory_provider final : public memory_provider {
   const int device_;
   const unsigned export_handle_types_;
   const std::size_t granularity_bytes_;
+  const bool maps_at_offset_;
 };
 
 }  // namespace soma::detail

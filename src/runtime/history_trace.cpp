@@ -16,7 +16,8 @@ const char* kind_name(history_kind kind) {
   // Indexed by history_kind, whose values are fixed.
   static constexpr const char* names[] = {
       "pool created", "allocate",   "free",        "wait inserted", "grow",    "release",
-      "trim",         "compaction", "synchronize", "out of memory", "settings"};
+      "trim",         "compaction", "synchronize", "out of memory", "settings",
+      "remap"};
   const auto index = static_cast<std::size_t>(kind);
   return index < std::size(names) ? names[index] : "event";
 }
@@ -28,7 +29,8 @@ const char* served_by_name(std::uint8_t how) {
                                           "follow event dependencies",
                                           "opportunistic",
                                           "internal dependency",
-                                          "growth"};
+                                          "growth",
+                                          "remap"};
   return how < std::size(names) ? names[how] : "unknown";
 }
 
@@ -79,6 +81,7 @@ class trace_writer {
         break;
       case history_kind::grow:
       case history_kind::release:
+      case history_kind::remap:
         name.append(" ").append(format_bytes(e.bytes));
         args = field("address", format_address(e.address)) + "," + number("bytes", e.bytes);
         break;
@@ -136,7 +139,8 @@ class trace_writer {
                number("follow_event_dependencies", p.follow_event_dependencies ? 1 : 0) + "," +
                number("opportunistic", p.opportunistic ? 1 : 0) + "," +
                number("internal_dependencies", p.internal_dependencies ? 1 : 0) + "," +
-               number("compact_before_growth", p.compact_before_growth ? 1 : 0) + "}";
+               number("compact_before_growth", p.compact_before_growth ? 1 : 0) + "," +
+               number("remap_free_memory", p.remap_free_memory ? 1 : 0) + "}";
     }
     return "{\"traceEvents\":[\n" + body_ + "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{" +
            field("producer", "soma memory history") + "," +

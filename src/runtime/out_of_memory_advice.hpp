@@ -19,6 +19,7 @@ struct pool_policies {
   std::size_t granularity_bytes = 0;
   bool internal_dependencies = true;  ///< S11 somaMemPoolReuseAllowInternalDependencies
   bool compaction = false;            ///< somaMemPoolAttrCompactBeforeGrowth
+  bool remap = true;                  ///< somaMemPoolAttrRemapFreeMemory
 };
 
 /// Free memory of a pool, gathered from its snapshot.
@@ -49,6 +50,7 @@ struct out_of_memory_change {
     free_device_memory = 6,           ///< bytes: what the platform refused to commit
     synchronize_device_and_compact = 7,
     more_max_size = 8,  ///< bytes: how much larger the max size would need to be
+    remap_free_memory = 9,  ///< bytes: free memory in pieces, of whole granules enough
   };
   kind what = kind::more_max_size;
   std::uint64_t bytes = 0;

@@ -9,9 +9,25 @@ status pool_object::adopt_mapping(std::uintptr_t address, std::size_t bytes) {
 void pool_object::forget_mapping(std::uintptr_t address) { memory_.forget_range(address); }
 
 void pool_object::set_compaction(bool enabled) {
-  // Under the pool lock: commits are made and given back under it.
-  with_lock([&] { memory_.set_granule_commits(enabled); });
   set_compact_before_growth(enabled);
+  update_commit_mode();
+}
+
+void pool_object::set_remap(bool enabled) {
+  set_remap_free_memory(enabled);
+  update_commit_mode();
+}
+
+void pool_object::set_release_threshold(std::uint64_t bytes) {
+  set_release_threshold_bytes(bytes);
+  update_commit_mode();
+}
+
+void pool_object::update_commit_mode() {
+  const bool granules =
+      compact_before_growth() || (remap_free_memory() && release_threshold_bytes() > 0);
+  // Under the pool lock: commits are made and given back under it.
+  with_lock([&] { memory_.set_granule_commits(granules); });
 }
 
 pool_object::pool_object(pool_config config, std::unique_ptr<backend_memory_provider> memory,

@@ -55,6 +55,10 @@ class pool_object final : public pool {
   void forget_mapping(std::uintptr_t address);
   /// S9: compaction before growth (somaMemPoolAttrCompactBeforeGrowth).
   void set_compaction(bool enabled);
+  /// S9: remapping free granules instead of growing (somaMemPoolAttrRemapFreeMemory).
+  void set_remap(bool enabled);
+  /// S9: the release threshold (somaMemPoolAttrReleaseThreshold).
+  void set_release_threshold(std::uint64_t bytes);
   /// The latest out-of-memory failure of an allocation from this pool, kept for
   /// somaMemPoolGetLastOutOfMemory.
   void note_out_of_memory(out_of_memory_record record);
@@ -63,6 +67,13 @@ class pool_object final : public pool {
  private:
   pool_object(pool_config config, backend_memory_provider* memory, pool_properties properties,
               bool is_default);
+
+  /// Where the platform gives back physical memory whole only (cuda), commits are made of
+  /// granule-sized physical allocations when compaction or remapping needs them. Remapping
+  /// alone asks for them only in a pool that keeps memory (release threshold above 0): one
+  /// that gives memory back at every synchronize would pay a driver call per granule each
+  /// time, and finds little to remap between synchronizes.
+  void update_commit_mode();
 
   backend_memory_provider& memory_;  // owned by the base class
   const pool_properties properties_;

@@ -55,6 +55,9 @@ enum class pool_attribute : int {
   used_current = 7,
   used_high = 8,
   compact_before_growth = 1000,
+  remap_free_memory = 1001,
+  remap_count = 1002,
+  remapped_bytes = 1003,
 };
 
 /// S6: one entry of somaMemPoolSetAccess, {location type, location id, flags} as

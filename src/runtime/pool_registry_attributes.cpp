@@ -53,8 +53,16 @@ status pool_registry::change_attribute(pool_object& p, pool_attribute attribute,
       return status::success();
     }
     case pool_attribute::release_threshold:
-      p.set_release_threshold_bytes(*static_cast<const std::uint64_t*>(value));
+      p.set_release_threshold(*static_cast<const std::uint64_t*>(value));
       return status::success();
+    case pool_attribute::remap_free_memory: {
+      const int flag = *static_cast<const int*>(value);
+      if (flag != 0 && flag != 1)
+        return invalid("somaMemPoolSetAttribute: somaMemPoolAttrRemapFreeMemory takes 0 or 1, not " +
+                       std::to_string(flag));
+      p.set_remap(flag == 1);
+      return status::success();
+    }
     case pool_attribute::compact_before_growth: {
       const int flag = *static_cast<const int*>(value);
       if (flag != 0 && flag != 1)
@@ -81,6 +89,8 @@ status pool_registry::change_attribute(pool_object& p, pool_attribute attribute,
     }
     case pool_attribute::reserved_current:
     case pool_attribute::used_current:
+    case pool_attribute::remap_count:
+    case pool_attribute::remapped_bytes:
       return invalid("somaMemPoolSetAttribute: attribute " +
                      std::to_string(static_cast<int>(attribute)) + " is read-only");
   }
@@ -113,6 +123,15 @@ status pool_registry::get_attribute(std::uintptr_t handle, pool_attribute attrib
       return status::success();
     case pool_attribute::compact_before_growth:
       *static_cast<int*>(value) = p.compact_before_growth() ? 1 : 0;
+      return status::success();
+    case pool_attribute::remap_free_memory:
+      *static_cast<int*>(value) = p.remap_free_memory() ? 1 : 0;
+      return status::success();
+    case pool_attribute::remap_count:
+      put64(p.remap_counts().remaps);
+      return status::success();
+    case pool_attribute::remapped_bytes:
+      put64(p.remap_counts().remapped_bytes);
       return status::success();
     case pool_attribute::reserved_current:
     case pool_attribute::reserved_high:

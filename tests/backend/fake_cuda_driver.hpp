@@ -298,11 +298,20 @@ inline cu::CUresult unmap(cu::CUdeviceptr address, std::size_t bytes) {
   state->mappings.erase(it);
   return cu::CUDA_SUCCESS;
 }
+// As the driver: the range may span several mappings, end to end, and must be mapped whole.
 inline cu::CUresult set_access(cu::CUdeviceptr address, std::size_t bytes,
                                const cu::CUmemAccessDesc* desc, std::size_t count) {
-  auto it = state->mappings.find(address);
-  if (it == state->mappings.end() || it->second.bytes != bytes) return cu::CUDA_ERROR_INVALID_VALUE;
-  for (std::size_t i = 0; i < count; ++i) it->second.access[desc[i].location.id] = desc[i].flags;
+  for (cu::CUdeviceptr at = address; at < address + bytes;) {
+    auto it = state->mappings.find(at);
+    if (it == state->mappings.end() || at + it->second.bytes > address + bytes)
+      return cu::CUDA_ERROR_INVALID_VALUE;
+    at += it->second.bytes;
+  }
+  for (cu::CUdeviceptr at = address; at < address + bytes;) {
+    auto it = state->mappings.find(at);
+    for (std::size_t i = 0; i < count; ++i) it->second.access[desc[i].location.id] = desc[i].flags;
+    at += it->second.bytes;
+  }
   return cu::CUDA_SUCCESS;
 }
 inline cu::CUresult export_handle(void* shareable, cu::CUmemGenericAllocationHandle handle,

@@ -140,35 +140,46 @@ void fragment(somaMemPool_t pool, somaStream_t stream, std::size_t granule,
   *kept = {pieces[1], pieces[3]};
 }
 
-TEST_F(S3_S9_S11_OutOfMemoryAdvice, FreeMemoryInPiecesAsksForCompactionWhichThenServesIt) {
+// Free memory in pieces: with remapping off, the advice is remapping (it needs no synchronize);
+// remapping then serves the request, and so does compaction before growth on its own.
+TEST_F(S3_S9_S11_OutOfMemoryAdvice, FreeMemoryInPiecesAsksForRemappingWhichThenServesIt) {
   unique_stream stream;
   std::vector<void*> kept;
   {
     unique_pool pool(0, 4 * granule);
     make_strict(pool);
     SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
+    SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolAttrRemapFreeMemory, 0));
     fragment(pool, stream, granule, &kept);
     const std::string message = refused(2 * granule, pool, stream);
     EXPECT_TRUE(contains(message, "in 2 pieces")) << message;
-    EXPECT_TRUE(contains(message, "somaMemPoolAttrCompactBeforeGrowth = 1")) << message;
+    EXPECT_TRUE(contains(message, "somaMemPoolAttrRemapFreeMemory = 1")) << message;
     const somaOutOfMemoryReport report = report_of(pool);
-    EXPECT_EQ(report.change, somaOomChangeCompactBeforeGrowth);
+    EXPECT_EQ(report.change, somaOomChangeRemapFreeMemory);
     EXPECT_EQ(report.freePieces, 2u);
     EXPECT_EQ(report.freeBytes, 2 * granule);
     EXPECT_EQ(report.largestFreeBytes, granule);
     EXPECT_EQ(report.compactBeforeGrowth, 0);
+    EXPECT_EQ(report.remapFreeMemory, 0);
     for (void* p : kept) SOMA_ASSERT_OK(somaFreeAsync(p, stream));
   }
-  unique_pool pool(0, 4 * granule);
-  make_strict(pool);
-  SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
-  SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolAttrCompactBeforeGrowth, 1));
-  fragment(pool, stream, granule, &kept);
-  void* whole = nullptr;
-  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&whole, 2 * granule, pool, stream));
-  for (void* p : kept) SOMA_ASSERT_OK(somaFreeAsync(p, stream));
-  SOMA_ASSERT_OK(somaFreeAsync(whole, stream));
-  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+  for (const bool compaction : {false, true}) {
+    unique_pool pool(0, 4 * granule);
+    make_strict(pool);
+    SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
+    SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolAttrRemapFreeMemory, compaction ? 0 : 1));
+    SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolAttrCompactBeforeGrowth, compaction ? 1 : 0));
+    fragment(pool, stream, granule, &kept);
+    void* whole = nullptr;
+    SOMA_ASSERT_OK(somaMallocFromPoolAsync(&whole, 2 * granule, pool, stream))
+        << (compaction ? "compaction" : "remapping");
+    std::uint64_t remaps = 0;
+    SOMA_ASSERT_OK(somaMemPoolGetAttribute(pool, somaMemPoolAttrRemapCount, &remaps));
+    EXPECT_EQ(remaps, compaction ? 0u : 1u);
+    for (void* p : kept) SOMA_ASSERT_OK(somaFreeAsync(p, stream));
+    SOMA_ASSERT_OK(somaFreeAsync(whole, stream));
+    SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+  }
 }
 
 TEST_F(S3_S9_S11_OutOfMemoryAdvice, TheReportOfAPoolThatNeverFailedSaysNone) {

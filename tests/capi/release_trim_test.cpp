@@ -398,8 +398,12 @@ TEST_F(S9_Compaction, FragmentedFreeMemoryGoesBackBeforeThePoolGrows) {
   unique_stream stream;
   unique_pool plain(0);
   unique_pool compacting(0);
-  for (somaMemPool_t p : {plain.get(), compacting.get()})
+  // Remapping, on by default, would serve the large block from the holes in both: compaction
+  // is measured here on its own.
+  for (somaMemPool_t p : {plain.get(), compacting.get()}) {
     SOMA_ASSERT_OK(set_pool_u64(p, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
+    SOMA_ASSERT_OK(set_pool_int(p, somaMemPoolAttrRemapFreeMemory, 0));
+  }
   SOMA_ASSERT_OK(set_pool_int(compacting, somaMemPoolAttrCompactBeforeGrowth, 1));
   const std::uint64_t grown = fragment_then_allocate_large(plain, stream);
   const std::uint64_t compacted = fragment_then_allocate_large(compacting, stream);
@@ -409,6 +413,43 @@ TEST_F(S9_Compaction, FragmentedFreeMemoryGoesBackBeforeThePoolGrows) {
   // (cuda grows in 32 MiB steps).
   EXPECT_LE(compacted, 8 * granule + 24 * granule + std::max<std::size_t>(32 * MiB, 24 * granule));
   EXPECT_EQ(pool_u64(compacting, somaMemPoolAttrUsedMemCurrent), 0u);
+}
+
+// S9, soma's own: the holes' whole granules, mapped again as one range, serve the large block
+// with no growth and no synchronize; the pins keep their bytes (fragment_then_allocate_large
+// checks) and the pool reserves what it held before the large block.
+TEST_F(S9_Compaction, RemappingServesTheLargeBlockFromTheHolesWithoutGrowing) {
+  unique_stream stream;
+  unique_pool plain(0);
+  unique_pool remapping(0);
+  for (somaMemPool_t p : {plain.get(), remapping.get()})
+    SOMA_ASSERT_OK(set_pool_u64(p, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
+  SOMA_ASSERT_OK(set_pool_int(plain, somaMemPoolAttrRemapFreeMemory, 0));
+  EXPECT_EQ(pool_int(remapping, somaMemPoolAttrRemapFreeMemory), 1) << "on by default";
+  const std::uint64_t grown = fragment_then_allocate_large(plain, stream);
+  const std::uint64_t remapped = fragment_then_allocate_large(remapping, stream);
+  const std::size_t granule = granularity_bytes(0);
+  EXPECT_LT(remapped, grown);
+  // The eight blocks and pins, plus at most one growth step of slack (cuda: 32 MiB).
+  EXPECT_LE(remapped, 33 * granule + std::max<std::size_t>(32 * MiB, 24 * granule));
+  EXPECT_EQ(pool_u64(remapping, somaMemPoolAttrRemapCount), 1u);
+  EXPECT_EQ(pool_u64(remapping, somaMemPoolAttrRemappedBytes), 24 * granule);
+  EXPECT_EQ(pool_u64(plain, somaMemPoolAttrRemapCount), 0u);
+  EXPECT_EQ(pool_u64(remapping, somaMemPoolAttrUsedMemCurrent), 0u);
+}
+
+TEST_F(S9_Compaction, TheRemapAttributeTakesZeroOrOneAndItsCountsAreReadOnly) {
+  unique_pool pool(0);
+  EXPECT_EQ(set_pool_int(pool, somaMemPoolAttrRemapFreeMemory, 2), somaErrorInvalidValue);
+  EXPECT_TRUE(contains(last_message(), "0 or 1")) << last_message();
+  EXPECT_EQ(pool_int(pool, somaMemPoolAttrRemapFreeMemory), 1) << "a refused set changes nothing";
+  SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolAttrRemapFreeMemory, 0));
+  EXPECT_EQ(pool_int(pool, somaMemPoolAttrRemapFreeMemory), 0);
+  for (somaMemPoolAttr counter : {somaMemPoolAttrRemapCount, somaMemPoolAttrRemappedBytes}) {
+    EXPECT_EQ(set_pool_u64(pool, counter, 0), somaErrorInvalidValue);
+    EXPECT_TRUE(contains(last_message(), "read-only")) << last_message();
+    EXPECT_EQ(pool_u64(pool, counter), 0u);
+  }
 }
 
 TEST_F(S9_Compaction, AnIncompleteFreeOfAnotherStreamIsNeverGivenBack) {

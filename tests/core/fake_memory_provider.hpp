@@ -22,6 +22,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <span>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -48,14 +49,20 @@ struct fake_memory_state {
   std::size_t max_reservation_bytes = std::numeric_limits<std::size_t>::max();
   /// What can_decommit_part() answers: may part of a commit be released on its own.
   bool allow_partial_decommit = false;
+  /// What can_map_again() answers: may granules of a commit be mapped at a second address.
+  bool allow_map_again = false;
   /// Bases for the next reservations, used front first; once empty, bases come from next_base.
   std::vector<std::uintptr_t> reserve_at;
 
   // -- observations -----------------------------------------------------------------------
   std::size_t commit_calls = 0;
   std::size_t reserve_calls = 0;
+  std::size_t map_again_calls = 0;
+  std::size_t unmap_alias_calls = 0;
   std::map<std::uintptr_t, range> reservations;            ///< live reservations by base
-  std::map<std::uintptr_t, std::size_t> committed;         ///< committed ranges by address
+  std::map<std::uintptr_t, std::size_t> committed;         ///< mapped ranges by address
+  /// What each range of `committed` maps: the commit's token and the offset inside it.
+  std::map<std::uintptr_t, std::pair<std::uint64_t, std::size_t>> backing;
   std::map<std::uint64_t, range> tokens;                   ///< commit token -> range
   std::map<std::uint64_t, std::size_t> token_decommitted;  ///< token -> bytes released so far
   std::vector<range> commits;                              ///< every successful commit, in order
@@ -67,6 +74,51 @@ struct fake_memory_state {
     std::size_t total = 0;
     for (const auto& [address, bytes] : committed) total += bytes;
     return total;
+  }
+  /// Physical bytes held: every commit, less what was given back (an alias counts once).
+  std::size_t physical_bytes() const {
+    std::size_t total = 0;
+    for (const auto& [token, r] : tokens) {
+      auto released = token_decommitted.find(token);
+      total += r.bytes - (released == token_decommitted.end() ? 0 : released->second);
+    }
+    return total;
+  }
+  /// The mapped range holding address: its start; committed.end() if none.
+  std::map<std::uintptr_t, std::size_t>::iterator mapping_at(std::uintptr_t address) {
+    auto it = committed.upper_bound(address);
+    if (it == committed.begin()) return committed.end();
+    --it;
+    return address < it->first + it->second ? it : committed.end();
+  }
+  /// Takes [address, address + bytes), which must lie in one mapped range, out of the mapped
+  /// ranges; returns what it mapped (token, offset at address), token 0 if it was not mapped.
+  std::pair<std::uint64_t, std::size_t> unmap_range(std::uintptr_t address, std::size_t bytes) {
+    auto it = mapping_at(address);
+    if (it == committed.end() || it->first + it->second < address + bytes) return {0, 0};
+    const std::uintptr_t start = it->first;
+    const std::uintptr_t end = it->first + it->second;
+    const auto [token, offset] = backing[start];
+    committed.erase(it);
+    backing.erase(start);
+    if (start < address) {
+      committed[start] = address - start;
+      backing[start] = {token, offset};
+    }
+    if (address + bytes < end) {
+      committed[address + bytes] = end - (address + bytes);
+      backing[address + bytes] = {token, offset + (address + bytes - start)};
+    }
+    return {token, offset + (address - start)};
+  }
+  /// Whether [offset, offset + bytes) of token is mapped at some address.
+  bool is_mapped_anywhere(std::uint64_t token, std::size_t offset, std::size_t bytes) const {
+    for (const auto& [address, b] : backing) {
+      const std::size_t length = committed.at(address);
+      if (b.first == token && b.second <= offset && offset + bytes <= b.second + length)
+        return true;
+    }
+    return false;
   }
   /// True if [address, address + bytes) lies inside one committed range.
   bool is_committed(std::uintptr_t address, std::size_t bytes) const {
@@ -161,6 +213,7 @@ class fake_memory_provider final : public soma::detail::memory_provider {
     }
     s.committed[address] = bytes;
     const std::uint64_t token = s.next_token++;
+    s.backing[address] = {token, 0};
     s.tokens[token] = {address, bytes};
     s.commits.push_back({address, bytes});
     return token;
@@ -175,7 +228,6 @@ class fake_memory_provider final : public soma::detail::memory_provider {
       return;
     }
     const fake_memory_state::range whole = t->second;
-    EXPECT_EQ(address, whole.address + offset_bytes) << "offset does not match the commit";
     EXPECT_LE(offset_bytes + bytes, whole.bytes) << "decommit beyond its commit";
     if (!s.allow_partial_decommit) {
       EXPECT_EQ(offset_bytes, 0u) << "part of a commit released without can_decommit_part()";
@@ -184,19 +236,16 @@ class fake_memory_provider final : public soma::detail::memory_provider {
     EXPECT_GT(bytes, 0u);
     EXPECT_EQ(address % s.granularity_bytes, 0u) << "decommit address not granule aligned";
     EXPECT_EQ(bytes % s.granularity_bytes, 0u) << "decommit size not granule aligned";
-    // The range must be committed now; what is left of its committed range stays committed.
-    auto it = s.committed.upper_bound(address);
-    if (it == s.committed.begin() ||
-        std::prev(it)->first + std::prev(it)->second < address + bytes) {
+    // The range must be mapped now, to that part of the commit; the rest stays mapped.
+    const auto [mapped_token, mapped_offset] = s.unmap_range(address, bytes);
+    if (mapped_token == 0) {
       ADD_FAILURE() << "decommit of a range not committed at " << std::hex << address;
       return;
     }
-    --it;
-    const std::uintptr_t start = it->first;
-    const std::uintptr_t end = it->first + it->second;
-    s.committed.erase(it);
-    if (start < address) s.committed[start] = address - start;
-    if (address + bytes < end) s.committed[address + bytes] = end - (address + bytes);
+    EXPECT_EQ(mapped_token, token) << "decommit names another commit than the one mapped";
+    EXPECT_EQ(mapped_offset, offset_bytes) << "offset does not match the mapping";
+    EXPECT_FALSE(s.is_mapped_anywhere(token, offset_bytes, bytes))
+        << "physical memory given back while still mapped at another address";
     s.token_decommitted[token] += bytes;
     if (s.token_decommitted[token] >= whole.bytes) {
       s.token_decommitted.erase(token);
@@ -206,6 +255,41 @@ class fake_memory_provider final : public soma::detail::memory_provider {
   }
 
   bool can_decommit_part(std::uint64_t) const override { return state_->allow_partial_decommit; }
+
+  bool can_map_again(std::uint64_t) const override { return state_->allow_map_again; }
+
+  soma::detail::status map_again(std::span<const soma::detail::physical_piece> pieces) override {
+    fake_memory_state& s = *state_;
+    ++s.map_again_calls;
+    EXPECT_TRUE(s.allow_map_again) << "map_again without can_map_again()";
+    std::uintptr_t expected = pieces.empty() ? 0 : pieces.front().address;
+    for (const soma::detail::physical_piece& p : pieces) {
+      EXPECT_EQ(p.address, expected) << "pieces are not one after another";
+      EXPECT_EQ(p.address % s.granularity_bytes, 0u) << "remap address not granule aligned";
+      EXPECT_EQ(p.size_bytes % s.granularity_bytes, 0u) << "remap size not granule aligned";
+      EXPECT_EQ(p.offset_bytes % s.granularity_bytes, 0u) << "remap offset not granule aligned";
+      EXPECT_TRUE(s.mapping_at(p.address) == s.committed.end()) << "remap over mapped memory";
+      EXPECT_TRUE(s.is_mapped_anywhere(p.token, p.offset_bytes, p.size_bytes))
+          << "remap of physical memory that is not mapped (given back, or never committed)";
+      expected = p.address + p.size_bytes;
+    }
+    for (const soma::detail::physical_piece& p : pieces) {
+      s.committed[p.address] = p.size_bytes;
+      s.backing[p.address] = {p.token, p.offset_bytes};
+    }
+    return soma::detail::status::success();
+  }
+
+  void unmap_alias(std::uintptr_t address, std::size_t bytes, std::uint64_t token,
+                   std::size_t offset_bytes) override {
+    fake_memory_state& s = *state_;
+    ++s.unmap_alias_calls;
+    const auto [mapped_token, mapped_offset] = s.unmap_range(address, bytes);
+    EXPECT_EQ(mapped_token, token) << "unmap_alias of a range that does not map that commit";
+    EXPECT_EQ(mapped_offset, offset_bytes) << "unmap_alias offset does not match the mapping";
+    EXPECT_TRUE(s.is_mapped_anywhere(token, offset_bytes, bytes))
+        << "unmap_alias of the last mapping of physical memory";
+  }
 
  private:
   std::shared_ptr<fake_memory_state> state_;

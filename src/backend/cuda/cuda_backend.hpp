@@ -62,6 +62,8 @@ class cuda_backend final : public backend {
   void discard_physical_part(std::uint64_t, std::size_t, std::size_t) override {}
   status map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
                   std::size_t offset, int device) override;
+  status map_parts(std::uintptr_t address, std::span<const mapping_part> parts,
+                   int device) override;
   void unmap(std::uintptr_t address, std::size_t bytes) override;
   /// Applies to the mapped pieces inside the range and is remembered for the reservation:
   /// later maps anywhere in it grant the same access (pool-wide access, S6).

@@ -202,6 +202,54 @@ status cuda_backend::map_part(std::uintptr_t address, std::size_t bytes, std::ui
   return status::success();
 }
 
+status cuda_backend::map_parts(std::uintptr_t address, std::span<const mapping_part> parts,
+                               int device) {
+  std::size_t total_bytes = 0;
+  for (const mapping_part& part : parts) {
+    if (part.offset != 0) return map_part(address, part.bytes, part.handle, part.offset, device);
+    total_bytes += part.bytes;
+  }
+  if (status checked = check_device(device); !checked.ok()) return checked;
+  result<reservation*> found = reservation_of(address, total_bytes);
+  if (!found.ok()) return found.take_error();
+  reservation* r = found.value();
+  std::lock_guard lock(r->mutex);
+  context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
+  if (!scope.entered().ok()) return scope.entered();
+  const auto base = static_cast<CUdeviceptr>(address);
+  std::size_t mapped_bytes = 0;
+  for (const mapping_part& part : parts) {
+    if (status s = driver_.check(driver_.cuMemMap(base + mapped_bytes, part.bytes, 0, part.handle, 0),
+                                 "cuMemMap", range_text(address + mapped_bytes, part.bytes));
+        !s.ok()) {
+      if (mapped_bytes != 0) driver_.cuMemUnmap(base, mapped_bytes);
+      return s;
+    }
+    mapped_bytes += part.bytes;
+  }
+  // One access grant over the whole range: cuMemSetAccess costs tens of microseconds a call,
+  // whatever the range's size (reference: VMM figures).
+  std::vector<CUmemAccessDesc> access{access_for(device, CU_MEM_ACCESS_FLAGS_PROT_READWRITE)};
+  for (const auto& [peer, flags] : r->granted) {
+    if (peer != device && flags != access_flags::none)
+      access.push_back(access_for(peer, protection(flags)));
+  }
+  if (const CUresult granted =
+          driver_.cuMemSetAccess(base, total_bytes, access.data(), access.size());
+      granted != CUDA_SUCCESS) {
+    driver_.cuMemUnmap(base, total_bytes);
+    return driver_.check(
+        granted, "cuMemSetAccess",
+        range_text(address, total_bytes) + " for " + std::to_string(access.size()) + " device(s)");
+  }
+  std::uintptr_t at = address;
+  for (const mapping_part& part : parts) {
+    r->mapped_bytes[at] = part.bytes;
+    at += part.bytes;
+  }
+  return status::success();
+}
+
 void cuda_backend::unmap(std::uintptr_t address, std::size_t bytes) {
   reservation* r = find_reservation(address, bytes);
   if (r == nullptr) return;

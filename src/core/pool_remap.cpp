@@ -1,0 +1,115 @@
+// pool: the remap path. When no free block fits a request but the pool's free whole granules
+// add up to it, their physical memory is mapped again, one after another, at fresh addresses,
+// and that range serves the request: no growth and no synchronize (design §3 "Remapping"). The
+// old addresses stay mapped, and are handed to nothing, until the frees that let them go have
+// completed.
+#include <algorithm>
+#include <vector>
+
+#include "core/pool.hpp"
+
+namespace soma::detail {
+
+remap_statistics pool::remap_counts() const noexcept {
+  return {remaps_.load(std::memory_order_relaxed),
+          remapped_bytes_.load(std::memory_order_relaxed),
+          retired_bytes_.load(std::memory_order_relaxed)};
+}
+
+block* pool::remap_locked(std::size_t size_bytes, const stream_timeline& stream) {
+  if (!remap_free_memory()) return nullptr;
+  unmap_retired_locked(/*all=*/false);
+  const std::size_t need_bytes = round_up(size_bytes, granularity_bytes_);
+  if (index_.free_bytes() < need_bytes || need_bytes > config_.max_size_bytes) return nullptr;
+
+  // Granule-aligned parts of free blocks this stream may use now, from the smallest blocks up,
+  // so that large free blocks stay whole for requests they fit. One part lies in one block
+  // and one chunk; the last one taken gives only what is still needed, from its top.
+  struct part {
+    std::uintptr_t from = 0, to = 0;
+    free_stamp stamp;
+  };
+  std::vector<part> parts;
+  std::size_t found_bytes = 0;
+  index_.for_each_by_size([&](const block* b) {
+    if (found_bytes >= need_bytes || !usable_without_waiting(b, stream)) return;
+    const std::uintptr_t low = round_up(b->address, granularity_bytes_);
+    const std::uintptr_t high = b->end() / granularity_bytes_ * granularity_bytes_;
+    if (high <= low) return;
+    for (auto it = std::prev(chunks_.upper_bound(low));
+         it != chunks_.end() && it->first < high && found_bytes < need_bytes; ++it) {
+      std::uintptr_t from = std::max(low, it->first);
+      const std::uintptr_t to = std::min(high, it->first + it->second.size_bytes);
+      if (to <= from || !memory_->can_map_again(it->second.token)) continue;
+      from = std::max(from, to - (need_bytes - found_bytes));
+      parts.push_back({from, to, b->stamp});
+      found_bytes += to - from;
+    }
+  });
+  if (found_bytes < need_bytes) return nullptr;
+
+  result<address_range> where = unmapped_range_locked(need_bytes);
+  if (!where.ok()) return nullptr;  // growth reports the address-space failure, if it has one
+  const std::uintptr_t address = where.value().address;
+  std::vector<physical_piece> pieces;
+  std::uintptr_t at = address;
+  for (const part& p : parts) {
+    auto it = std::prev(chunks_.upper_bound(p.from));
+    pieces.push_back({at, p.to - p.from, it->second.token,
+                      it->second.offset_bytes + (p.from - it->first)});
+    at += p.to - p.from;
+  }
+  if (!memory_->map_again(pieces).ok()) return nullptr;  // growth may still serve
+
+  // The old addresses leave the blocks and the chunks; the physical memory is counted once,
+  // at its new address.
+  bool one_stamp = true;
+  for (const part& p : parts) {
+    carve_locked(block_containing_locked(p.from), p.from, p.to);
+    retired_.push_back({cut_chunk_locked(p.from, p.to), p.stamp});
+    one_stamp = one_stamp && p.stamp.timeline == parts.front().stamp.timeline &&
+                p.stamp.position == parts.front().stamp.position;
+  }
+  address_space_.take(address, need_bytes);
+  for (const physical_piece& p : pieces)
+    chunks_.emplace(p.address, chunk{p.size_bytes, p.token, p.offset_bytes});
+  retired_bytes_.fetch_add(need_bytes, std::memory_order_relaxed);
+  remaps_.fetch_add(1, std::memory_order_relaxed);
+  remapped_bytes_.fetch_add(need_bytes, std::memory_order_relaxed);
+
+  auto* fresh = new block();
+  fresh->address = address;
+  fresh->size_bytes = need_bytes;
+  fresh->owner = this;
+  // What split leaves over serves other streams only after every granule's free. Frees of
+  // several points are all ordered before this stream's next operation (each was usable by
+  // it), so that point stands for them.
+  fresh->stamp = one_stamp ? parts.front().stamp : free_stamp{&stream, stream.enqueued_position()};
+  link_new_block_locked(fresh);
+  block* b = index_.insert(fresh);
+  index_.remove(b);
+  note_history(history_kind::remap, address, need_bytes, stream.id());
+  return b;
+}
+
+void pool::unmap_retired_locked(bool all) {
+  auto done = std::remove_if(retired_.begin(), retired_.end(), [&](const retired_range& r) {
+    if (!all && !r.stamp.is_complete()) return false;
+    const physical_piece& p = r.piece;
+    memory_->unmap_alias(p.address, p.size_bytes, p.token, p.offset_bytes);
+    address_space_.give_back(p.address, p.size_bytes);
+    retired_bytes_.fetch_sub(p.size_bytes, std::memory_order_relaxed);
+    return true;
+  });
+  retired_.erase(done, retired_.end());
+}
+
+bool pool::is_aliased_locked(std::uint64_t token, std::size_t offset_bytes,
+                             std::size_t bytes) const {
+  return std::any_of(retired_.begin(), retired_.end(), [&](const retired_range& r) {
+    return r.piece.token == token && r.piece.offset_bytes < offset_bytes + bytes &&
+           offset_bytes < r.piece.offset_bytes + r.piece.size_bytes;
+  });
+}
+
+}  // namespace soma::detail

@@ -1,0 +1,152 @@
+// Remapping free memory (S9, soma's own; design §3 "Remapping"), on both backends: free whole
+// granules that lie in pieces serve a larger allocation by being mapped again as one range,
+// while the stream that freed them is still held (no synchronize, no growth); the old addresses
+// are handed to nothing until those frees complete, under every combination of the reuse
+// policies (S11); live blocks keep their bytes, and work queued before the frees still runs on
+// the old addresses.
+#include <soma/soma.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "soma_test_util.hpp"
+#include "stream_gate.hpp"
+
+namespace {
+
+using namespace soma_test;
+
+class S9_Remap : public capi_test {};
+
+bool overlaps(const void* pointer, std::size_t bytes, const void* other, std::size_t other_bytes) {
+  const auto a = reinterpret_cast<std::uintptr_t>(pointer);
+  const auto b = reinterpret_cast<std::uintptr_t>(other);
+  return a < b + other_bytes && b < a + bytes;
+}
+
+/// Four blocks of two granules, each filled with its own byte; the first and third are then
+/// freed on the held stream after one more memset each (work that still uses their addresses).
+struct two_holes {
+  two_holes(somaMemPool_t pool, somaStream_t stream, stream_gate& gate, std::size_t granule)
+      : block_bytes(2 * granule) {
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(somaMallocFromPoolAsync(&blocks[i], block_bytes, pool, stream), somaSuccess);
+      EXPECT_EQ(somaMemsetAsync(blocks[i], 0x10 * (i + 1), block_bytes, stream), somaSuccess);
+    }
+    EXPECT_EQ(somaStreamSynchronize(stream), somaSuccess);
+    EXPECT_EQ(gate.hold(stream), somaSuccess);
+    for (int i : {0, 2}) {
+      EXPECT_EQ(somaMemsetAsync(blocks[i], 0x5a, block_bytes, stream), somaSuccess);
+      EXPECT_EQ(somaFreeAsync(blocks[i], stream), somaSuccess);
+    }
+  }
+  bool lands_on_a_hole(const void* pointer, std::size_t bytes) const {
+    return overlaps(pointer, bytes, blocks[0], block_bytes) ||
+           overlaps(pointer, bytes, blocks[2], block_bytes);
+  }
+  std::size_t block_bytes;
+  void* blocks[4] = {};
+};
+
+TEST_F(S9_Remap, AHeldStreamsFreesServeALargerAllocationWithoutGrowthOrSynchronize) {
+  const std::size_t granule = granularity_bytes(0);
+  unique_stream stream;
+  unique_pool pool(0);
+  SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
+  stream_gate gate;
+  two_holes holes(pool, stream, gate, granule);
+  const std::uint64_t reserved = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
+
+  void* large = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&large, 4 * granule, pool, stream));
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrRemapCount), 1u);
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrRemappedBytes), 4 * granule);
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), reserved)
+      << "the pool grew, or counted remapped memory twice";
+  EXPECT_EQ(somaStreamQuery(stream), somaErrorNotReady) << "the stream was synchronized";
+  EXPECT_EQ(gate.left(), 0);
+  EXPECT_FALSE(holes.lands_on_a_hole(large, 4 * granule));
+  SOMA_ASSERT_OK(somaMemsetAsync(large, 0x77, 4 * granule, stream));
+
+  gate.open();
+  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+  EXPECT_EQ(read_back(large, 4 * granule, stream).count_not(0x77), 0u);
+  EXPECT_EQ(read_back(holes.blocks[1], holes.block_bytes, stream).count_not(0x20), 0u)
+      << "a live block lost its bytes";
+  EXPECT_EQ(read_back(holes.blocks[3], holes.block_bytes, stream).count_not(0x40), 0u)
+      << "a live block lost its bytes";
+  SOMA_ASSERT_OK(somaFreeAsync(large, stream));
+  SOMA_ASSERT_OK(somaFreeAsync(holes.blocks[1], stream));
+  SOMA_ASSERT_OK(somaFreeAsync(holes.blocks[3], stream));
+  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrUsedMemCurrent), 0u);
+}
+
+// S11 for remapping: while the freeing stream is held, no allocation on another stream lands on
+// the old addresses, whatever the policies; an allocation there may wait for them only as a
+// block would (internal dependencies take pending blocks, never retired addresses).
+class S9_RemapPolicies : public capi_test, public ::testing::WithParamInterface<int> {};
+
+TEST_P(S9_RemapPolicies, OldAddressesServeNoStreamBeforeTheirFreesComplete) {
+  const int mask = GetParam();
+  const std::size_t granule = granularity_bytes(0);
+  unique_stream stream;
+  unique_stream other;
+  unique_pool pool(0);
+  SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
+  const somaMemPoolAttr policies[] = {somaMemPoolReuseFollowEventDependencies,
+                                      somaMemPoolReuseAllowOpportunistic,
+                                      somaMemPoolReuseAllowInternalDependencies};
+  for (int i = 0; i < 3; ++i)
+    SOMA_ASSERT_OK(set_pool_int(pool, policies[i], (mask >> i) & 1));
+  stream_gate gate;
+  two_holes holes(pool, stream, gate, granule);
+  void* large = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&large, 4 * granule, pool, stream));
+  ASSERT_EQ(pool_u64(pool, somaMemPoolAttrRemapCount), 1u);
+
+  std::vector<void*> taken;
+  for (std::size_t bytes : {granule, 2 * granule, granule / 2, 3 * granule, granule}) {
+    void* p = nullptr;
+    SOMA_ASSERT_OK(somaMallocFromPoolAsync(&p, bytes, pool, other));
+    EXPECT_FALSE(holes.lands_on_a_hole(p, bytes))
+        << "an old address was handed out while its free was pending (policies " << mask << ")";
+    SOMA_ASSERT_OK(somaMemsetAsync(p, 0x66, bytes, other));
+    taken.push_back(p);
+  }
+  gate.open();
+  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+  SOMA_ASSERT_OK(somaStreamSynchronize(other));
+  EXPECT_EQ(read_back(holes.blocks[1], holes.block_bytes, stream).count_not(0x20), 0u);
+  for (void* p : taken) SOMA_ASSERT_OK(somaFreeAsync(p, other));
+  for (void* p : {large, holes.blocks[1], holes.blocks[3]})
+    SOMA_ASSERT_OK(somaFreeAsync(p, stream));
+  SOMA_ASSERT_OK(somaDeviceSynchronize());
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrUsedMemCurrent), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryPolicyCombination, S9_RemapPolicies, ::testing::Range(0, 8));
+
+// S7: an exportable pool keeps whole commits and never remaps.
+TEST_F(S9_Remap, AnExportablePoolGrowsInstead) {
+  const std::size_t granule = granularity_bytes(0);
+  somaMemPoolProps props = pool_props(0);
+  props.handleTypes = somaMemHandleTypePosixFileDescriptor;
+  unique_pool pool(props);
+  SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
+  unique_stream stream;
+  stream_gate gate;
+  two_holes holes(pool, stream, gate, granule);
+  void* large = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&large, 4 * granule, pool, stream));
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrRemapCount), 0u);
+  EXPECT_FALSE(holes.lands_on_a_hole(large, 4 * granule));
+  gate.open();
+  for (void* p : {large, holes.blocks[1], holes.blocks[3]})
+    SOMA_ASSERT_OK(somaFreeAsync(p, stream));
+  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+}
+
+}  // namespace

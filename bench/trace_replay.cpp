@@ -4,13 +4,14 @@
 // recorded on a GPU machine can be studied and the pool tuned here.
 //
 //   trace_replay TRACE [--granularity BYTES] [--growth-step BYTES] [--partial-decommit]
-//                [--compact]
+//                [--compact] [--no-remap]
 //
-// Defaults model the cuda backend on an H200: 2 MiB granules, commits in 32 MiB steps, whole
-// commits released only, release threshold never reached (soma_torch's default). --compact
-// models somaMemPoolAttrCompactBeforeGrowth as the runtime does it: the stream is synchronized
-// (its frees proven), the pool trimmed to 0, the allocation retried; commits then go back by
-// granule, as the cuda backend's granule commits allow.
+// Defaults model the cuda backend on an H200 under soma_torch: 2 MiB granules, commits in
+// 32 MiB steps, release threshold never reached, remapping on (somaMemPoolAttrRemapFreeMemory;
+// the pool then commits granule by granule). --compact models somaMemPoolAttrCompactBeforeGrowth
+// as the runtime does it: the stream is synchronized (its frees proven), the pool trimmed to 0,
+// the allocation retried. The same trace is also replayed with neither and with compaction
+// alone, side by side: remaps, bytes remapped, and the synchronizes remapping avoids.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -56,47 +57,42 @@ class replay_hooks final : public soma::detail::stream_hooks {
   bool verbose_;
 };
 
-int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr,
-                 "usage: %s TRACE [--granularity B] [--growth-step B] [--partial-decommit]\n",
-                 argv[0]);
-    return 2;
-  }
+struct replay_figures {
+  pool_statistics stats;
+  remap_statistics remapped;
+  std::size_t compactions = 0;
+  std::size_t commits = 0;
+  bool ok = true;
+};
+
+struct replay_options {
   std::size_t granularity = std::size_t{2} << 20;
   std::size_t growth_step = std::size_t{32} << 20;
   bool partial = false;
   bool verbose = false;
   bool compact = false;
-  for (int i = 2; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--granularity") == 0 && i + 1 < argc)
-      granularity = parse_size(argv[++i]);
-    else if (std::strcmp(argv[i], "--growth-step") == 0 && i + 1 < argc)
-      growth_step = parse_size(argv[++i]);
-    else if (std::strcmp(argv[i], "--partial-decommit") == 0)
-      partial = true;
-    else if (std::strcmp(argv[i], "--verbose") == 0)
-      verbose = true;
-    else if (std::strcmp(argv[i], "--compact") == 0)
-      compact = true;
-  }
-  std::ifstream trace(argv[1]);
-  if (!trace) {
-    std::fprintf(stderr, "trace_replay: cannot read %s\n", argv[1]);
-    return 2;
-  }
-  auto memory = std::make_unique<synthetic_memory>(granularity, partial || compact);
+  bool remap = true;
+};
+
+// One pass over the trace ("a ID BYTES" allocates, "f ID" frees) on one stream.
+replay_figures replay(const char* path, const replay_options& o) {
+  replay_figures out;
+  std::ifstream trace(path);
+  // Remapping and compaction take memory back granule by granule, as the cuda backend's
+  // granule commits allow (a pool that keeps memory commits so when remapping is on).
+  auto memory = std::make_unique<synthetic_memory>(o.granularity, o.partial || o.compact || o.remap);
   synthetic_memory* observed = memory.get();
   pool_config config;
   config.name = "replay";
   config.max_size_bytes = std::size_t{140} << 30;
   config.reservation_bytes = config.max_size_bytes * 2;
-  config.growth_step_bytes = growth_step;
+  config.growth_step_bytes = o.growth_step;
   pool replayed(config, std::move(memory));
   replayed.set_release_threshold_bytes(UINT64_MAX);
-  replayed.set_compact_before_growth(compact);
+  replayed.set_compact_before_growth(o.compact);
+  replayed.set_remap_free_memory(o.remap);
   stream_timeline stream(0);
-  replay_hooks hooks(stream, verbose);
+  replay_hooks hooks(stream, o.verbose);
 
   std::unordered_map<std::uint64_t, block*> live;
   std::size_t events = 0;
@@ -108,7 +104,7 @@ int main(int argc, char** argv) {
     if (kind == "a") {
       trace >> bytes;
       if (bytes == 0) continue;
-      if (verbose) {
+      if (o.verbose) {
         const pool_statistics now = replayed.statistics();
         std::printf("event %zu: allocate %zu (%.1f MiB), used %.3f GiB, reserved %.3f GiB\n",
                     events, bytes, static_cast<double>(bytes) / (1 << 20),
@@ -119,7 +115,8 @@ int main(int argc, char** argv) {
       if (!made.ok()) {
         std::fprintf(stderr, "trace_replay: event %zu: %s\n", events,
                      made.error().message().c_str());
-        return 1;
+        out.ok = false;
+        break;
       }
       live[id] = made.value();
     } else if (kind == "f") {
@@ -129,16 +126,78 @@ int main(int argc, char** argv) {
       live.erase(found);
     }
   }
-  const pool_statistics s = replayed.statistics();
-  std::printf("trace %s: %zu events, granularity %zu KiB, growth step %zu MiB, %s release\n",
-              argv[1], events, granularity >> 10, growth_step >> 20,
-              partial ? "granule" : "whole-commit");
-  std::printf("compactions %zu (each a stream synchronize on the GPU)\n", hooks.compactions);
-  std::printf("peak used %.3f GiB, peak reserved %.3f GiB, reserved/used %.3f; %zu commits\n",
-              static_cast<double>(s.used_high_bytes) / (1 << 30),
-              static_cast<double>(s.reserved_high_bytes) / (1 << 30),
-              static_cast<double>(s.reserved_high_bytes) / static_cast<double>(s.used_high_bytes),
-              observed->commits());
+  out.stats = replayed.statistics();
+  out.remapped = replayed.remap_counts();
+  out.compactions = hooks.compactions;
+  out.commits = observed->commits();
   for (auto& [unused, b] : live) replayed.free(b, stream);
-  return 0;
+  const std::uint64_t position = stream.note_enqueued();
+  stream.note_completed(position);
+  stream.prove_completed(position);
+  return out;
+}
+
+void print(const char* label, const replay_figures& f) {
+  std::printf("%-26s peak used %.3f GiB, peak reserved %.3f GiB, reserved/used %.3f; %zu commits, "
+              "%llu remaps (%.3f GiB), %zu compactions\n",
+              label, static_cast<double>(f.stats.used_high_bytes) / (1 << 30),
+              static_cast<double>(f.stats.reserved_high_bytes) / (1 << 30),
+              static_cast<double>(f.stats.reserved_high_bytes) /
+                  static_cast<double>(f.stats.used_high_bytes),
+              f.commits, static_cast<unsigned long long>(f.remapped.remaps),
+              static_cast<double>(f.remapped.remapped_bytes) / (1 << 30), f.compactions);
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr,
+                 "usage: %s TRACE [--granularity B] [--growth-step B] [--partial-decommit] "
+                 "[--compact] [--no-remap] [--verbose]\n",
+                 argv[0]);
+    return 2;
+  }
+  replay_options o;
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--granularity") == 0 && i + 1 < argc)
+      o.granularity = parse_size(argv[++i]);
+    else if (std::strcmp(argv[i], "--growth-step") == 0 && i + 1 < argc)
+      o.growth_step = parse_size(argv[++i]);
+    else if (std::strcmp(argv[i], "--partial-decommit") == 0)
+      o.partial = true;
+    else if (std::strcmp(argv[i], "--verbose") == 0)
+      o.verbose = true;
+    else if (std::strcmp(argv[i], "--compact") == 0)
+      o.compact = true;
+    else if (std::strcmp(argv[i], "--no-remap") == 0)
+      o.remap = false;
+  }
+  if (!std::ifstream(argv[1])) {
+    std::fprintf(stderr, "trace_replay: cannot read %s\n", argv[1]);
+    return 2;
+  }
+  std::printf("trace %s: granularity %zu KiB, growth step %zu MiB\n", argv[1],
+              o.granularity >> 10, o.growth_step >> 20);
+  const replay_figures asked = replay(argv[1], o);
+  print(o.remap ? (o.compact ? "remap + compaction:" : "remap (the default):")
+                : (o.compact ? "compaction:" : "neither:"),
+        asked);
+  // Side by side: the same trace with neither, and with compaction alone, whose compactions are
+  // the synchronizes remapping avoids.
+  replay_options neither = o;
+  neither.remap = false;
+  neither.compact = false;
+  replay_options compaction = neither;
+  compaction.compact = true;
+  const replay_figures plain = replay(argv[1], neither);
+  const replay_figures compacted = replay(argv[1], compaction);
+  print("neither:", plain);
+  print("compaction alone:", compacted);
+  if (o.remap && !o.compact) {
+    std::printf("remapping: %llu remaps, %.3f GiB remapped, %zu synchronizes avoided (compaction's)"
+                "\n",
+                static_cast<unsigned long long>(asked.remapped.remaps),
+                static_cast<double>(asked.remapped.remapped_bytes) / (1 << 30),
+                compacted.compactions);
+  }
+  return asked.ok && plain.ok && compacted.ok ? 0 : 1;
 }

@@ -3,7 +3,12 @@
 # the CUDA toolkit (nvcc) but no GPU. The result is meant to be carried to a GPU machine and run
 # there with scripts/gpu-check.sh (the GPU machine has no GoogleTest, so tests are built here).
 #
-#   scripts/build-gpu.sh [extra cmake configure arguments]
+#   scripts/build-gpu.sh [--slim] [extra cmake configure arguments]
+#
+# --slim removes what the GPU machine never reads once the build is done: object files and static
+# libraries (a later build then compiles everything again) and the programs of the cpu-only
+# suites (core, tools, fuzz), so that build/gpu fits the 64 MiB a carry may hold with the
+# working tree.
 #
 # Checks that the GPU programs were built, that they need no shared library the GPU machine
 # may lack (cudart and GoogleTest are linked statically; libsoma is found through $ORIGIN), and
@@ -14,6 +19,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 build_dir=build/gpu
 jobs="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
+slim=0
+if [[ "${1:-}" == "--slim" ]]; then
+  slim=1
+  shift
+fi
 
 scripts/setup-deps.sh
 cmake --preset gpu "$@"
@@ -85,6 +95,13 @@ echo "build-gpu: benchmarks: $build_dir/bench/vs_driver, $build_dir/bench/graph_
 echo "build-gpu: glibc/libstdc++ of this machine: $(ldd --version | head -1);" \
   "newest GLIBCXX needed: $(objdump -T "$build_dir"/src/capi/libsoma.so* "${gpu_tests[@]}" 2>/dev/null |
     grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -1)"
+if ((slim)); then
+  find "$build_dir" \( -name '*.o' -path '*/CMakeFiles/*' -o -name '*.a' \) -delete
+  for suite in core tools fuzz; do
+    find "$build_dir/tests/$suite" -maxdepth 1 -type f -perm -u+x -delete 2>/dev/null || true
+  done
+  echo "build-gpu: --slim: object files and the cpu-only suites' programs removed"
+fi
 size_kib="$(du -sk "$build_dir" | cut -f1)"
 echo "build-gpu: $build_dir is $((size_kib / 1024)) MiB ($size_kib KiB); carry limit 64 MiB in all"
 if ((size_kib > 60 * 1024)); then

@@ -6,11 +6,17 @@
 The workload of shared/targets.md: a transformer of torch.nn layers (8 x
 nn.TransformerEncoderLayer, d_model 1024, 16 heads, feed-forward 4096, causal attention,
 embedding and output layer over a 32000-token vocabulary), parameters in bf16, AdamW, loss in
-fp32. Two workloads:
+fp32. Four workloads:
 
-  fixed     every step batch 8 x 2048 tokens
-  variable  batch 8, sequence length drawn each step uniformly from [128, 2048] (seeded, so
-            every allocator runs the same sequence of shapes)
+  fixed      every step batch 8 x 2048 tokens
+  variable   batch 8, sequence length drawn each step uniformly from [128, 2048] (seeded, so
+             every allocator runs the same sequence of shapes)
+  inference  the same transformer, forward only (torch.inference_mode), as a server would run
+             it: each call's batch drawn from [1, 2 x batch] and its sequence length from
+             [128, 2048]; a step is one call
+  conv       a convolutional network (torchvision's ResNet-50, or a small residual network of
+             torch.nn layers where torchvision is missing) trained with SGD on 224 x 224 images,
+             the batch drawn each step from [batch, 8 x batch]
 
 Four allocators, each in a process of its own (PyTorch fixes its allocator at the first CUDA
 allocation):
@@ -53,10 +59,12 @@ ALLOCATORS = {
     "cuda_malloc_async": "backend:cudaMallocAsync",
     "soma": None,
     "soma_compact": None,
+    "soma_noremap": None,
 }
-WORKLOADS = ("fixed", "variable")
+SOMA_ALLOCATORS = ("soma", "soma_compact", "soma_noremap")
+WORKLOADS = ("fixed", "variable", "inference", "conv")
 # shared/targets.md: reserved/allocated goals for soma, and its step time against native.
-RATIO_GOALS = {"fixed": 1.01, "variable": 1.02}
+RATIO_GOALS = {"fixed": 1.01, "variable": 1.01, "inference": 1.01, "conv": 1.01}
 STEP_TIME_GOAL = 1.01
 GIB = 2**30
 
@@ -89,13 +97,51 @@ def parse_arguments():
     return args
 
 
-def sequence_lengths(args, workload):
-    """The sequence length of every step (warm-up first): the same in every process."""
+def step_shapes(args, workload):
+    """(batch, sequence length) of every step, warm-up first: the same in every process. The
+    conv workload's length is its image side."""
     count = args.warmup + args.steps
     if workload == "fixed":
-        return [args.max_seq] * count
+        return [(args.batch, args.max_seq)] * count
     rng = random.Random(args.seed)
-    return [rng.randint(args.min_seq, args.max_seq) for _ in range(count)]
+    if workload == "variable":
+        return [(args.batch, rng.randint(args.min_seq, args.max_seq)) for _ in range(count)]
+    if workload == "inference":
+        return [(rng.randint(1, 2 * args.batch), rng.randint(args.min_seq, args.max_seq))
+                for _ in range(count)]
+    return [(rng.randint(args.batch, 8 * args.batch), 224) for _ in range(count)]
+
+
+def residual_network(nn):
+    """torchvision's ResNet-50 where torchvision is installed, else a small residual network."""
+    try:
+        import torchvision
+        return torchvision.models.resnet50(num_classes=1000)
+    except ImportError:
+        pass
+
+    class Block(nn.Module):
+        def __init__(self, channels, stride):
+            super().__init__()
+            out = channels * stride
+            self.body = nn.Sequential(
+                nn.Conv2d(channels, out, 3, stride, 1, bias=False), nn.BatchNorm2d(out),
+                nn.ReLU(inplace=True), nn.Conv2d(out, out, 3, 1, 1, bias=False),
+                nn.BatchNorm2d(out))
+            self.skip = nn.Conv2d(channels, out, 1, stride, bias=False) if stride > 1 else None
+
+        def forward(self, x):
+            skip = x if self.skip is None else self.skip(x)
+            return nn.functional.relu(self.body(x) + skip)
+
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+              nn.MaxPool2d(3, 2, 1)]
+    channels = 64
+    for stride in (1, 2, 2, 2):
+        layers += [Block(channels, stride), Block(channels * stride, 1)]
+        channels *= stride
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 1000)]
+    return nn.Sequential(*layers)
 
 
 # ---- one run (child process) --------------------------------------------------------------------
@@ -103,12 +149,14 @@ def sequence_lengths(args, workload):
 def run_child(args):
     allocator, workload = args.child
     soma_torch = None
-    if allocator in ("soma", "soma_compact"):
+    if allocator in SOMA_ALLOCATORS:
         sys.path.insert(0, TORCH_INTEGRATION)
         import soma_torch  # noqa: E402 (enabled before torch touches CUDA)
 
+        # soma_compact: compaction before growth instead of remapping; soma_noremap: neither.
         soma_torch.enable(library=args.library,
-                          compact_before_growth=allocator == "soma_compact")
+                          compact_before_growth=allocator == "soma_compact",
+                          remap_free_memory=allocator == "soma")
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -137,14 +185,40 @@ def run_child(args):
             return self.head(self.norm(x))
 
     with torch.device(device):
-        model = Transformer().to(torch.bfloat16)
+        model = (residual_network(nn) if workload == "conv" else Transformer()).to(torch.bfloat16)
     parameters = sum(p.numel() for p in model.parameters())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    if workload == "conv":
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     generator = torch.Generator(device=device)
     generator.manual_seed(args.seed)
 
-    def train_step(length):
-        tokens = torch.randint(0, args.vocab, (args.batch, length + 1), device=device,
+    def conv_step(batch, side):
+        images = torch.randn(batch, 3, side, side, device=device, generator=generator,
+                             dtype=torch.bfloat16)
+        labels = torch.randint(0, 1000, (batch,), device=device, generator=generator)
+        loss = F.cross_entropy(model(images).float(), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    def inference_step(batch, length):
+        with torch.inference_mode():
+            tokens = torch.randint(0, args.vocab, (batch, length), device=device,
+                                   generator=generator)
+            mask = nn.Transformer.generate_square_subsequent_mask(length, device=device,
+                                                                  dtype=torch.bfloat16)
+            logits = model(tokens, mask)
+            return logits[:, -1].float().logsumexp(-1).mean()
+
+    def train_step(batch, length):
+        if workload == "conv":
+            return conv_step(batch, length)
+        if workload == "inference":
+            return inference_step(batch, length)
+        tokens = torch.randint(0, args.vocab, (batch, length + 1), device=device,
                                generator=generator)
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
         mask = nn.Transformer.generate_square_subsequent_mask(length, device=device,
@@ -156,14 +230,16 @@ def run_child(args):
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
-    lengths = sequence_lengths(args, workload)
+    if workload == "inference":
+        model.eval()
+    shapes = step_shapes(args, workload)
     step_ms = []
     losses = []
     started = time.perf_counter()
-    for index, length in enumerate(lengths):
+    for index, (batch, length) in enumerate(shapes):
         torch.cuda.synchronize()
         begin = time.perf_counter()
-        loss = train_step(length)
+        loss = train_step(batch, length)
         torch.cuda.synchronize()
         elapsed_ms = (time.perf_counter() - begin) * 1e3
         losses.append(float(loss))
@@ -171,7 +247,7 @@ def run_child(args):
             step_ms.append(elapsed_ms)
     wall_s = time.perf_counter() - started
 
-    if allocator in ("soma", "soma_compact"):
+    if allocator in SOMA_ALLOCATORS:
         stats = soma_torch.stats()
         peak_reserved = stats["reserved_high_bytes"]
         peak_allocated = stats["used_high_bytes"]
@@ -211,7 +287,7 @@ def run_child(args):
         "steps": args.steps,
         "warmup": args.warmup,
         "batch": args.batch,
-        "sequence_lengths": lengths,
+        "shapes": shapes,
         "parameters": parameters,
         "wall_s": wall_s,
         "step_ms": step_ms,
@@ -230,7 +306,7 @@ def child_environment(allocator):
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     if ALLOCATORS[allocator] is not None:
         env["PYTORCH_CUDA_ALLOC_CONF"] = ALLOCATORS[allocator]
-    if allocator in ("soma", "soma_compact"):
+    if allocator in SOMA_ALLOCATORS:
         env.setdefault("SOMA_BACKEND", "cuda")
     return env
 
@@ -285,7 +361,7 @@ def summarize(results):
             continue
         base = native.get(result["workload"])
         result["vs_native"] = result["median_ms"] / base["median_ms"] if base else None
-        if result["allocator"] in ("soma", "soma_compact"):
+        if result["allocator"] in SOMA_ALLOCATORS:
             goal = RATIO_GOALS[result["workload"]]
             result["ratio_goal"] = goal
             result["ratio_goal_met"] = result["ratio"] is not None and result["ratio"] <= goal
@@ -309,7 +385,7 @@ def table(results):
             f"{r['peak_allocated_bytes'] / GIB:.3f} | {r['ratio']:.3f} |")
     verdicts = []
     for r in results:
-        if r.get("allocator") in ("soma", "soma_compact") and "error" not in r:
+        if r.get("allocator") in SOMA_ALLOCATORS and "error" not in r:
             ratio = "met" if r["ratio_goal_met"] else "MISSED"
             line = (f"- {r['allocator']}, {r['workload']}: reserved/allocated {r['ratio']:.3f} "
                     f"(goal <= {r['ratio_goal']}: {ratio})")

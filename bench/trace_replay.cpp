@@ -80,7 +80,8 @@ replay_figures replay(const char* path, const replay_options& o) {
   std::ifstream trace(path);
   // Remapping and compaction take memory back granule by granule, as the cuda backend's
   // granule commits allow (a pool that keeps memory commits so when remapping is on).
-  auto memory = std::make_unique<synthetic_memory>(o.granularity, o.partial || o.compact || o.remap);
+  auto memory =
+      std::make_unique<synthetic_memory>(o.granularity, o.partial || o.compact || o.remap);
   synthetic_memory* observed = memory.get();
   pool_config config;
   config.name = "replay";
@@ -138,14 +139,15 @@ replay_figures replay(const char* path, const replay_options& o) {
 }
 
 void print(const char* label, const replay_figures& f) {
-  std::printf("%-26s peak used %.3f GiB, peak reserved %.3f GiB, reserved/used %.3f; %zu commits, "
-              "%llu remaps (%.3f GiB), %zu compactions\n",
-              label, static_cast<double>(f.stats.used_high_bytes) / (1 << 30),
-              static_cast<double>(f.stats.reserved_high_bytes) / (1 << 30),
-              static_cast<double>(f.stats.reserved_high_bytes) /
-                  static_cast<double>(f.stats.used_high_bytes),
-              f.commits, static_cast<unsigned long long>(f.remapped.remaps),
-              static_cast<double>(f.remapped.remapped_bytes) / (1 << 30), f.compactions);
+  std::printf(
+      "%-26s peak used %.3f GiB, peak reserved %.3f GiB, reserved/used %.3f; %zu commits, "
+      "%llu remaps (%.3f GiB), %zu compactions\n",
+      label, static_cast<double>(f.stats.used_high_bytes) / (1 << 30),
+      static_cast<double>(f.stats.reserved_high_bytes) / (1 << 30),
+      static_cast<double>(f.stats.reserved_high_bytes) /
+          static_cast<double>(f.stats.used_high_bytes),
+      f.commits, static_cast<unsigned long long>(f.remapped.remaps),
+      static_cast<double>(f.remapped.remapped_bytes) / (1 << 30), f.compactions);
 }
 
 int main(int argc, char** argv) {
@@ -175,8 +177,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "trace_replay: cannot read %s\n", argv[1]);
     return 2;
   }
-  std::printf("trace %s: granularity %zu KiB, growth step %zu MiB\n", argv[1],
-              o.granularity >> 10, o.growth_step >> 20);
+  std::printf("trace %s: granularity %zu KiB, growth step %zu MiB\n", argv[1], o.granularity >> 10,
+              o.growth_step >> 20);
   const replay_figures asked = replay(argv[1], o);
   print(o.remap ? (o.compact ? "remap + compaction:" : "remap (the default):")
                 : (o.compact ? "compaction:" : "neither:"),
@@ -193,11 +195,11 @@ int main(int argc, char** argv) {
   print("neither:", plain);
   print("compaction alone:", compacted);
   if (o.remap && !o.compact) {
-    std::printf("remapping: %llu remaps, %.3f GiB remapped, %zu synchronizes avoided (compaction's)"
-                "\n",
-                static_cast<unsigned long long>(asked.remapped.remaps),
-                static_cast<double>(asked.remapped.remapped_bytes) / (1 << 30),
-                compacted.compactions);
+    std::printf(
+        "remapping: %llu remaps, %.3f GiB remapped, %zu synchronizes avoided (compaction's)"
+        "\n",
+        static_cast<unsigned long long>(asked.remapped.remaps),
+        static_cast<double>(asked.remapped.remapped_bytes) / (1 << 30), compacted.compactions);
   }
   return asked.ok && plain.ok && compacted.ok ? 0 : 1;
 }

@@ -59,8 +59,8 @@ void print_settings(const recorded_trace& trace) {
         p.name.c_str(), format_bytes(p.release_threshold_bytes).c_str(),
         p.follow_event_dependencies ? 1 : 0, p.opportunistic ? 1 : 0,
         p.internal_dependencies ? 1 : 0, p.compact_before_growth ? 1 : 0,
-        p.remap_free_memory ? 1 : 0,
-        format_bytes(p.granularity_bytes).c_str(), format_bytes(p.growth_step_bytes).c_str());
+        p.remap_free_memory ? 1 : 0, format_bytes(p.granularity_bytes).c_str(),
+        format_bytes(p.growth_step_bytes).c_str());
   }
 }
 

@@ -38,7 +38,7 @@ struct replay_outcome {
   std::size_t synchronizes = 0;    ///< recorded synchronizes, plus compaction's
   std::size_t failures = 0;        ///< allocations refused
   std::size_t skipped_events = 0;  ///< of pools the trace has no settings for
-  std::uint64_t remaps = 0;          ///< allocations served by remapping free granules
+  std::uint64_t remaps = 0;        ///< allocations served by remapping free granules
   std::uint64_t remapped_bytes = 0;
 };
 

@@ -441,7 +441,7 @@ typedef enum somaOutOfMemoryChange {
   somaOomChangeCompactBeforeGrowth = 5,       /**< changeBytes free, in more than one piece */
   somaOomChangeFreeDeviceMemory = 6,          /**< the platform refused to commit changeBytes */
   somaOomChangeSynchronizeDeviceAndCompact = 7,
-  somaOomChangeMoreMaxSize = 8, /**< a max size larger by changeBytes */
+  somaOomChangeMoreMaxSize = 8,    /**< a max size larger by changeBytes */
   somaOomChangeRemapFreeMemory = 9 /**< changeBytes free, in more than one piece: remapping */
 } somaOutOfMemoryChange;
 

@@ -11,8 +11,7 @@
 namespace soma::detail {
 
 remap_statistics pool::remap_counts() const noexcept {
-  return {remaps_.load(std::memory_order_relaxed),
-          remapped_bytes_.load(std::memory_order_relaxed),
+  return {remaps_.load(std::memory_order_relaxed), remapped_bytes_.load(std::memory_order_relaxed),
           retired_bytes_.load(std::memory_order_relaxed)};
 }
 
@@ -55,8 +54,8 @@ block* pool::remap_locked(std::size_t size_bytes, const stream_timeline& stream)
   std::uintptr_t at = address;
   for (const part& p : parts) {
     auto it = std::prev(chunks_.upper_bound(p.from));
-    pieces.push_back({at, p.to - p.from, it->second.token,
-                      it->second.offset_bytes + (p.from - it->first)});
+    pieces.push_back(
+        {at, p.to - p.from, it->second.token, it->second.offset_bytes + (p.from - it->first)});
     at += p.to - p.from;
   }
   if (!memory_->map_again(pieces).ok()) return nullptr;  // growth may still serve

@@ -13,7 +13,7 @@ namespace soma::detail {
 class synthetic_memory final : public memory_provider {
  public:
   /// partial: commits may go back, and be mapped again, granule by granule (the cpu backend, or
-/// cuda's commits of a physical allocation per granule), else whole only.
+  /// cuda's commits of a physical allocation per granule), else whole only.
   synthetic_memory(std::size_t granularity_bytes, bool partial)
       : granularity_(granularity_bytes), partial_(partial) {}
 

@@ -121,9 +121,9 @@ status backend_memory_provider::map_again(std::span<const physical_piece> pieces
     for (std::size_t at = 0; at < piece.size_bytes; at += granularity_bytes_) {
       auto granule = split->second.find(piece.offset_bytes + at);
       if (granule == split->second.end()) {
-        return status(error_code::invalid_value,
-                      "remap: no granule at offset " + std::to_string(piece.offset_bytes + at) +
-                          " of the commit");
+        return status(error_code::invalid_value, "remap: no granule at offset " +
+                                                     std::to_string(piece.offset_bytes + at) +
+                                                     " of the commit");
       }
       parts.push_back({granule->second, 0, granularity_bytes_});
     }

@@ -15,9 +15,8 @@ namespace {
 const char* kind_name(history_kind kind) {
   // Indexed by history_kind, whose values are fixed.
   static constexpr const char* names[] = {
-      "pool created", "allocate",   "free",        "wait inserted", "grow",    "release",
-      "trim",         "compaction", "synchronize", "out of memory", "settings",
-      "remap"};
+      "pool created", "allocate",   "free",        "wait inserted", "grow",     "release",
+      "trim",         "compaction", "synchronize", "out of memory", "settings", "remap"};
   const auto index = static_cast<std::size_t>(kind);
   return index < std::size(names) ? names[index] : "event";
 }

@@ -125,8 +125,8 @@ std::string describe_out_of_memory(const out_of_memory_facts& facts,
              " pieces would go back and the pool would grow into one piece)";
       break;
     case kind::remap_free_memory:
-      text = "somaMemPoolAttrRemapFreeMemory = 1 (the " + format_bytes(change.bytes) +
-             " free in " + std::to_string(facts.free_pieces) +
+      text = "somaMemPoolAttrRemapFreeMemory = 1 (the " + format_bytes(change.bytes) + " free in " +
+             std::to_string(facts.free_pieces) +
              " pieces would be mapped again as one range, with no synchronize)";
       break;
     case kind::free_device_memory:

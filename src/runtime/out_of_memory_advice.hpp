@@ -49,7 +49,7 @@ struct out_of_memory_change {
     compact_before_growth = 5,        ///< bytes: free memory in pieces
     free_device_memory = 6,           ///< bytes: what the platform refused to commit
     synchronize_device_and_compact = 7,
-    more_max_size = 8,  ///< bytes: how much larger the max size would need to be
+    more_max_size = 8,      ///< bytes: how much larger the max size would need to be
     remap_free_memory = 9,  ///< bytes: free memory in pieces, of whole granules enough
   };
   kind what = kind::more_max_size;

@@ -58,8 +58,9 @@ status pool_registry::change_attribute(pool_object& p, pool_attribute attribute,
     case pool_attribute::remap_free_memory: {
       const int flag = *static_cast<const int*>(value);
       if (flag != 0 && flag != 1)
-        return invalid("somaMemPoolSetAttribute: somaMemPoolAttrRemapFreeMemory takes 0 or 1, not " +
-                       std::to_string(flag));
+        return invalid(
+            "somaMemPoolSetAttribute: somaMemPoolAttrRemapFreeMemory takes 0 or 1, not " +
+            std::to_string(flag));
       p.set_remap(flag == 1);
       return status::success();
     }

@@ -110,8 +110,7 @@ TEST_P(S9_RemapPolicies, OldAddressesServeNoStreamBeforeTheirFreesComplete) {
   const somaMemPoolAttr policies[] = {somaMemPoolReuseFollowEventDependencies,
                                       somaMemPoolReuseAllowOpportunistic,
                                       somaMemPoolReuseAllowInternalDependencies};
-  for (int i = 0; i < 3; ++i)
-    SOMA_ASSERT_OK(set_pool_int(pool, policies[i], (mask >> i) & 1));
+  for (int i = 0; i < 3; ++i) SOMA_ASSERT_OK(set_pool_int(pool, policies[i], (mask >> i) & 1));
   stream_gate gate;
   two_holes holes(pool, stream, gate, granule);
   void* large = nullptr;

@@ -59,8 +59,8 @@ struct fake_memory_state {
   std::size_t reserve_calls = 0;
   std::size_t map_again_calls = 0;
   std::size_t unmap_alias_calls = 0;
-  std::map<std::uintptr_t, range> reservations;            ///< live reservations by base
-  std::map<std::uintptr_t, std::size_t> committed;         ///< mapped ranges by address
+  std::map<std::uintptr_t, range> reservations;     ///< live reservations by base
+  std::map<std::uintptr_t, std::size_t> committed;  ///< mapped ranges by address
   /// What each range of `committed` maps: the commit's token and the offset inside it.
   std::map<std::uintptr_t, std::pair<std::uint64_t, std::size_t>> backing;
   std::map<std::uint64_t, range> tokens;                   ///< commit token -> range

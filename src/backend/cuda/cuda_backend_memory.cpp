@@ -219,8 +219,9 @@ status cuda_backend::map_parts(std::uintptr_t address, std::span<const mapping_p
   const auto base = static_cast<CUdeviceptr>(address);
   std::size_t mapped_bytes = 0;
   for (const mapping_part& part : parts) {
-    if (status s = driver_.check(driver_.cuMemMap(base + mapped_bytes, part.bytes, 0, part.handle, 0),
-                                 "cuMemMap", range_text(address + mapped_bytes, part.bytes));
+    if (status s =
+            driver_.check(driver_.cuMemMap(base + mapped_bytes, part.bytes, 0, part.handle, 0),
+                          "cuMemMap", range_text(address + mapped_bytes, part.bytes));
         !s.ok()) {
       if (mapped_bytes != 0) driver_.cuMemUnmap(base, mapped_bytes);
       return s;

@@ -99,6 +99,11 @@ void session::set_compaction(const operation& op) {
   pool.compaction = value;
   FUZZ_CHECK(read_int(pool.handle, somaMemPoolAttrCompactBeforeGrowth) == value,
              "compaction reads other than set");
+  // The same op sets remapping (on by default): bit 1 of c turns it off.
+  int remap = (op.c >> 1) & 1 ? 0 : 1;
+  FUZZ_OK(somaMemPoolSetAttribute(pool.handle, somaMemPoolAttrRemapFreeMemory, &remap));
+  FUZZ_CHECK(read_int(pool.handle, somaMemPoolAttrRemapFreeMemory) == remap,
+             "remapping reads other than set");
 }
 
 /// S9: a request bounded by live memory; what it may leave is checked by the statistics.

@@ -254,9 +254,11 @@ void thread_worker::pool_setting(const pool_view& pool, const operation& op) {
     case 3:
       return FUZZ_OK(
           somaMemPoolSetAttribute(pool.handle, somaMemPoolReuseAllowInternalDependencies, &flag));
-    case 4:
-      return FUZZ_OK(
-          somaMemPoolSetAttribute(pool.handle, somaMemPoolAttrCompactBeforeGrowth, &flag));
+    case 4: {
+      FUZZ_OK(somaMemPoolSetAttribute(pool.handle, somaMemPoolAttrCompactBeforeGrowth, &flag));
+      int remap = op.c & 2 ? 0 : 1;  // remapping, on by default, off with bit 1
+      return FUZZ_OK(somaMemPoolSetAttribute(pool.handle, somaMemPoolAttrRemapFreeMemory, &remap));
+    }
     default: {  // S6, for the other device only: the owner's access is fixed
       const somaMemAccessDesc desc{
           {somaMemLocationTypeDevice, 1 - pool.device},

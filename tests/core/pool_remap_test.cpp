@@ -191,14 +191,33 @@ TEST(S9_Remap, WhatARemapLeavesOfAPendingBlockStaysPending) {
   p.the_pool->free(on_b, b);
 }
 
-TEST(S9_Remap, TooFewFreeGranulesGrowInstead) {
+// Fewer free granules than the request still serve it, with only the shortfall committed
+// after them (what compaction reaches with a synchronize).
+TEST(S9_Remap, TooFewFreeGranulesServeWithTheShortfallCommittedAfterThem) {
   remap_pool p;
   stream_timeline a(0);
   std::vector<block*> blocks = p.two_holes(a);
   const std::size_t commits = p.memory->commit_calls;
+  const std::uint64_t reserved = p.the_pool->statistics().reserved_bytes;
   block* big = p.allocate(5 * kGranule, a);  // four free granules only
-  EXPECT_EQ(big->how, served_by::growth);
+  EXPECT_EQ(big->how, served_by::remap);
   EXPECT_EQ(p.memory->commit_calls, commits + 1);
+  EXPECT_EQ(p.memory->commits.back().bytes, kGranule) << "more than the shortfall committed";
+  EXPECT_EQ(p.memory->commits.back().address, big->address + 4 * kGranule);
+  EXPECT_EQ(p.the_pool->statistics().reserved_bytes, reserved + kGranule);
+  EXPECT_EQ(p.the_pool->remap_counts().remapped_bytes, 4 * kGranule);
+  EXPECT_TRUE(p.memory->is_committed(big->address, big->size_bytes));
+  p.the_pool->free(big, a);
+  for (int i : {1, 3}) p.the_pool->free(blocks[i], a);
+}
+
+// Free granules below a quarter of the request are left where they are: the request grows.
+TEST(S9_Remap, ASliverOfTheRequestIsLeftAndThePoolGrows) {
+  remap_pool p;
+  stream_timeline a(0);
+  std::vector<block*> blocks = p.two_holes(a);
+  block* big = p.allocate(17 * kGranule, a);  // four free granules: under a quarter
+  EXPECT_EQ(big->how, served_by::growth);
   EXPECT_EQ(p.memory->map_again_calls, 0u);
   p.the_pool->free(big, a);
   for (int i : {1, 3}) p.the_pool->free(blocks[i], a);

@@ -7,11 +7,12 @@
 //                [--compact] [--no-remap]
 //
 // Defaults model the cuda backend on an H200 under soma_torch: 2 MiB granules, commits in
-// 32 MiB steps, release threshold never reached, remapping on (somaMemPoolAttrRemapFreeMemory;
-// the pool then commits granule by granule). --compact models somaMemPoolAttrCompactBeforeGrowth
-// as the runtime does it: the stream is synchronized (its frees proven), the pool trimmed to 0,
-// the allocation retried. The same trace is also replayed with neither and with compaction
-// alone, side by side: remaps, bytes remapped, and the synchronizes remapping avoids.
+// 32 MiB steps, release threshold never reached; by default with remapping before growth
+// (somaMemPoolAttrRemapFreeMemory = 1; the pool then commits granule by granule). --compact models
+// somaMemPoolAttrCompactBeforeGrowth as the runtime does it: the stream is synchronized (its frees
+// proven), the pool trimmed to 0, the allocation retried. The same trace is also replayed with
+// neither and with compaction alone, side by side: remaps, bytes remapped, and the synchronizes
+// remapping avoids.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -91,7 +92,7 @@ replay_figures replay(const char* path, const replay_options& o) {
   pool replayed(config, std::move(memory));
   replayed.set_release_threshold_bytes(UINT64_MAX);
   replayed.set_compact_before_growth(o.compact);
-  replayed.set_remap_free_memory(o.remap);
+  replayed.set_remap_free_memory(o.remap ? remap_mode::before_growth : remap_mode::never);
   stream_timeline stream(0);
   replay_hooks hooks(stream, o.verbose);
 
@@ -180,7 +181,7 @@ int main(int argc, char** argv) {
   std::printf("trace %s: granularity %zu KiB, growth step %zu MiB\n", argv[1], o.granularity >> 10,
               o.growth_step >> 20);
   const replay_figures asked = replay(argv[1], o);
-  print(o.remap ? (o.compact ? "remap + compaction:" : "remap (the default):")
+  print(o.remap ? (o.compact ? "remap + compaction:" : "remap before growth:")
                 : (o.compact ? "compaction:" : "neither:"),
         asked);
   // Side by side: the same trace with neither, and with compaction alone, whose compactions are

@@ -36,7 +36,7 @@ recorded_pool pool_of(const json_value& p) {
   pool.opportunistic = p.unsigned_or("opportunistic", 1) != 0;
   pool.internal_dependencies = p.unsigned_or("internal_dependencies", 1) != 0;
   pool.compact_before_growth = p.unsigned_or("compact_before_growth") != 0;
-  pool.remap_free_memory = p.unsigned_or("remap_free_memory") != 0;
+  pool.remap_free_memory = static_cast<int>(p.unsigned_or("remap_free_memory") % 3);
   return pool;
 }
 
@@ -58,7 +58,7 @@ void apply_recorded_settings(const std::string& text, recorded_pool* pool) {
     if (key == "opportunistic") pool->opportunistic = value != 0;
     if (key == "internal") pool->internal_dependencies = value != 0;
     if (key == "compact") pool->compact_before_growth = value != 0;
-    if (key == "remap") pool->remap_free_memory = value != 0;
+    if (key == "remap") pool->remap_free_memory = static_cast<int>(value % 3);
     if (key == "granularity") pool->granularity_bytes = value;
     if (key == "max") pool->max_size_bytes = value;
     if (key == "growth") pool->growth_step_bytes = value;

@@ -47,7 +47,7 @@ struct recorded_pool {
   bool opportunistic = true;
   bool internal_dependencies = true;
   bool compact_before_growth = false;
-  bool remap_free_memory = false;  ///< traces written before remapping existed: off
+  int remap_free_memory = 0;  ///< 0 never, 1 before growth, 2 instead of failing; older traces: 0
 };
 
 struct recorded_trace {

@@ -17,7 +17,7 @@ namespace {
 constexpr const char* usage =
     "usage: soma replay TRACE.json [--try SETTINGS]...\n"
     "  SETTINGS: comma-separated threshold=SIZE|max, follow=0|1, opportunistic=0|1,\n"
-    "            internal=0|1, compact=0|1, remap=0|1 (for every pool; the rest as recorded)\n";
+    "            internal=0|1, compact=0|1, remap=0|1|2 (for every pool; the rest as recorded)\n";
 
 struct column {
   std::string label;
@@ -58,9 +58,8 @@ void print_settings(const recorded_trace& trace) {
         "remap %d, granularity %s, growth step %s\n",
         p.name.c_str(), format_bytes(p.release_threshold_bytes).c_str(),
         p.follow_event_dependencies ? 1 : 0, p.opportunistic ? 1 : 0,
-        p.internal_dependencies ? 1 : 0, p.compact_before_growth ? 1 : 0,
-        p.remap_free_memory ? 1 : 0, format_bytes(p.granularity_bytes).c_str(),
-        format_bytes(p.growth_step_bytes).c_str());
+        p.internal_dependencies ? 1 : 0, p.compact_before_growth ? 1 : 0, p.remap_free_memory,
+        format_bytes(p.granularity_bytes).c_str(), format_bytes(p.growth_step_bytes).c_str());
   }
 }
 

@@ -76,7 +76,7 @@ class replayer final : public detail::stream_hooks {
     config.reservation_bytes = p.max_size_bytes * 2;
     config.growth_step_bytes = p.growth_step_bytes;
     const bool compact = settings_.compact_before_growth.value_or(p.compact_before_growth);
-    const bool remap = settings_.remap_free_memory.value_or(p.remap_free_memory);
+    const bool remap = settings_.remap_free_memory.value_or(p.remap_free_memory) == 1;
     const std::uint64_t threshold =
         settings_.release_threshold_bytes.value_or(p.release_threshold_bytes);
     // The cpu backend gives memory back (and maps it again) granule by granule; cuda whole
@@ -97,7 +97,8 @@ class replayer final : public detail::stream_hooks {
     target.set_reuse_policy(2, s.opportunistic.value_or(p.opportunistic));
     target.set_reuse_policy(3, s.internal_dependencies.value_or(p.internal_dependencies));
     target.set_compact_before_growth(s.compact_before_growth.value_or(p.compact_before_growth));
-    target.set_remap_free_memory(s.remap_free_memory.value_or(p.remap_free_memory));
+    target.set_remap_free_memory(
+        static_cast<detail::remap_mode>(s.remap_free_memory.value_or(p.remap_free_memory)));
   }
   void settings_changed(const recorded_event& e) {
     recorded_pool& recorded = recorded_[e.pool];
@@ -275,8 +276,12 @@ bool parse_replay_settings(const std::string& text, replay_settings* out, std::s
       out->release_threshold_bytes = bytes;
       continue;
     }
+    if (key == "remap" && (value == "0" || value == "1" || value == "2")) {
+      out->remap_free_memory = value[0] - '0';
+      continue;
+    }
     if (value != "0" && value != "1") {
-      *error = "'" + item + "': expected key=0 or key=1 (or threshold=SIZE)";
+      *error = "'" + item + "': expected key=0 or key=1 (or threshold=SIZE, remap=0|1|2)";
       return false;
     }
     const bool on = value == "1";
@@ -288,8 +293,6 @@ bool parse_replay_settings(const std::string& text, replay_settings* out, std::s
       out->internal_dependencies = on;
     } else if (key == "compact") {
       out->compact_before_growth = on;
-    } else if (key == "remap") {
-      out->remap_free_memory = on;
     } else {
       *error = "unknown setting '" + key +
                "' (threshold, follow, opportunistic, internal, compact, remap)";

@@ -24,7 +24,7 @@ struct replay_settings {
   std::optional<bool> opportunistic;
   std::optional<bool> internal_dependencies;
   std::optional<bool> compact_before_growth;
-  std::optional<bool> remap_free_memory;
+  std::optional<int> remap_free_memory;  ///< 0, 1 or 2 (somaMemPoolAttrRemapFreeMemory)
 };
 
 /// Parses "threshold=0,internal=0,compact=1" (keys threshold, follow, opportunistic, internal,

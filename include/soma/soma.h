@@ -130,13 +130,16 @@ typedef enum somaMemPoolAttr {
    *  granule, so free granules inside a commit can go back. Costs a synchronize at such an
    *  allocation. Not for pools created exportable (their commits stay whole). */
   somaMemPoolAttrCompactBeforeGrowth = 1000,
-  /** soma's own, int, default 1. 1: when no free block fits an allocation but the pool's free
-   *  whole granules add up to it, soma maps their physical memory again, one after another, at
-   *  fresh addresses and serves the allocation there: no growth and no synchronize. The old
-   *  addresses are handed out again only after the frees that let them go have completed.
-   *  Statistics count the physical memory once. Not for pools created exportable (S7). On
-   *  cuda, a pool with a release threshold above 0 then commits one physical allocation per
-   *  granule. */
+  /** soma's own, int: 0 never, 1 before growth, 2 instead of failing (the default). To remap:
+   *  where no free block fits an allocation, soma maps the physical memory of the pool's free
+   *  whole granules again, one after another, at fresh addresses, commits only what they lack
+   *  after them and serves the allocation there, with no synchronize. 2 does so only where
+   *  growth fails; 1 wherever the granules hold a quarter of the request (peak memory near live
+   *  memory, at a cost per granule moved). The old addresses are handed out again only after
+   *  the frees that let them go have completed. Statistics count the physical memory once. Not
+   *  for pools created exportable (S7). On cuda only memory committed a physical allocation per
+   *  granule remaps: a pool commits so with 1 and a release threshold above 0, or with
+   *  compaction. docs/api-behaviour.md. */
   somaMemPoolAttrRemapFreeMemory = 1001,
   somaMemPoolAttrRemapCount = 1002,    /**< uint64_t, get only: allocations served by remapping */
   somaMemPoolAttrRemappedBytes = 1003, /**< uint64_t, get only: bytes those remaps mapped */

@@ -92,12 +92,13 @@ somaError_t device_pools::apply(somaMemPool_t pool, const pool_settings& setting
     int on = 1;
     status = somaMemPoolSetAttribute(pool, somaMemPoolAttrCompactBeforeGrowth, &on);
   }
-  // SOMA_TORCH_REMAP=0: no remapping of free granules (somaMemPoolAttrRemapFreeMemory, on by
-  // default), for measuring what it saves.
+  // SOMA_TORCH_REMAP=0|1|2: somaMemPoolAttrRemapFreeMemory (never, before growth, instead of
+  // failing: the pools' default), docs/torch.md.
   const char* remap = std::getenv("SOMA_TORCH_REMAP");
-  if (status == somaSuccess && remap != nullptr && std::string(remap) == "0") {
-    int off = 0;
-    status = somaMemPoolSetAttribute(pool, somaMemPoolAttrRemapFreeMemory, &off);
+  if (status == somaSuccess && remap != nullptr && remap[0] >= '0' && remap[0] <= '2' &&
+      remap[1] == '\0') {
+    int mode = remap[0] - '0';
+    status = somaMemPoolSetAttribute(pool, somaMemPoolAttrRemapFreeMemory, &mode);
   }
   return status;
 }

@@ -187,7 +187,7 @@ def enable(
     allow_internal_dependencies=True,
     library=None,
     compact_before_growth=False,
-    remap_free_memory=True,
+    remap_free_memory=None,
 ):
     """Makes soma PyTorch's CUDA allocator for this process and returns stats().
 
@@ -206,10 +206,13 @@ def enable(
         stream and gives that memory back first. Peak memory then stays near live memory, at
         the price of such synchronizes (sets SOMA_TORCH_COMPACT=1 for the library; takes
         effect for pools created afterwards, so pass it to the first call).
-    remap_free_memory: soma's somaMemPoolAttrRemapFreeMemory on every pool (on by default):
-        where a pool would grow while its free whole granules add up to the request, soma maps
-        them again as one range instead, with no synchronize. False turns it off (sets
-        SOMA_TORCH_REMAP=0; pass it to the first call), to measure what it saves.
+    remap_free_memory: soma's somaMemPoolAttrRemapFreeMemory on every pool. None keeps the
+        pools' default (remap instead of failing an allocation). True remaps before growth:
+        where a pool would grow while free whole granules hold at least a quarter of the
+        request, soma maps them again as one range and commits only the shortfall, with no
+        synchronize; peak memory then stays near live memory, at a cost where the loop
+        fragments the pool anew every step (docs/torch.md). False never remaps. Sets
+        SOMA_TORCH_REMAP (1, 0) for the library; pass it to the first call.
 
     A second call reconfigures the pools (the allocator stays installed).
     """
@@ -218,8 +221,8 @@ def enable(
 
     if compact_before_growth:
         os.environ["SOMA_TORCH_COMPACT"] = "1"
-    if not remap_free_memory:
-        os.environ["SOMA_TORCH_REMAP"] = "0"
+    if remap_free_memory is not None:
+        os.environ["SOMA_TORCH_REMAP"] = "1" if remap_free_memory else "0"
 
     with _lock:
         if _state is not None:

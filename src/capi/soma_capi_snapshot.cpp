@@ -118,7 +118,7 @@ void fill_report(const soma::detail::out_of_memory_record& r, somaOutOfMemoryRep
   out->reuseAllowOpportunistic = r.opportunistic ? 1 : 0;
   out->reuseAllowInternalDependencies = r.policies.internal_dependencies ? 1 : 0;
   out->compactBeforeGrowth = r.policies.compaction ? 1 : 0;
-  out->remapFreeMemory = r.policies.remap ? 1 : 0;
+  out->remapFreeMemory = r.policies.remap;
   out->change = static_cast<somaOutOfMemoryChange>(static_cast<int>(r.change.what));
   out->changeBytes = r.change.bytes;
   out->changeStreamKnown = r.change.stream.has_value() ? 1 : 0;

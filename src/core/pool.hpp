@@ -43,6 +43,14 @@ struct pool_statistics {
   std::uint64_t used_high_bytes = 0;
 };
 
+/// When a pool maps free granules again rather than grow (values of
+/// somaMemPoolAttrRemapFreeMemory).
+enum class remap_mode : int {
+  never = 0,
+  before_growth = 1,       ///< memory first: rather than grow, wherever free granules serve
+  instead_of_failing = 2,  ///< only where growth fails (the cap, or the device refuses)
+};
+
 /// What the remap path did (design §3 "Remapping"), read without the pool lock.
 struct remap_statistics {
   std::uint64_t remaps = 0;          ///< allocations served by mapping free granules again
@@ -146,11 +154,12 @@ class pool {
     compact_.store(enabled, std::memory_order_relaxed);
   }
 
-  /// soma's own, on by default: when no free block fits but free whole granules add up to the
-  /// request, map their physical memory again at fresh addresses instead of growing (S9).
-  bool remap_free_memory() const noexcept { return remap_.load(std::memory_order_relaxed); }
-  void set_remap_free_memory(bool enabled) noexcept {
-    remap_.store(enabled, std::memory_order_relaxed);
+  /// soma's own (S9): when no free block fits, map the physical memory of free whole granules
+  /// again at fresh addresses, committing only the shortfall, rather than grow (before_growth)
+  /// or only where growth fails (instead_of_failing, the default).
+  remap_mode remap_free_memory() const noexcept { return remap_.load(std::memory_order_relaxed); }
+  void set_remap_free_memory(remap_mode mode) noexcept {
+    remap_.store(mode, std::memory_order_relaxed);
   }
   remap_statistics remap_counts() const noexcept;
 
@@ -287,7 +296,7 @@ class pool {
   std::atomic<std::uint64_t> release_threshold_bytes_{0};
   std::array<std::atomic<bool>, 3> reuse_policies_{true, true, true};
   std::atomic<bool> compact_{false};
-  std::atomic<bool> remap_{true};
+  std::atomic<remap_mode> remap_{remap_mode::instead_of_failing};
   std::atomic<std::uint64_t> remaps_{0};
   std::atomic<std::uint64_t> remapped_bytes_{0};
   std::atomic<std::uint64_t> retired_bytes_{0};

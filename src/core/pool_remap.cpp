@@ -17,7 +17,7 @@ remap_statistics pool::remap_counts() const noexcept {
 }
 
 block* pool::remap_locked(std::size_t size_bytes, const stream_timeline& stream) {
-  if (!remap_free_memory()) return nullptr;
+  if (remap_free_memory() == remap_mode::never) return nullptr;
   unmap_retired_locked(/*all=*/false);
   const std::size_t need_bytes = round_up(size_bytes, granularity_bytes_);
   if (index_.free_bytes() < granularity_bytes_ || need_bytes > config_.max_size_bytes)

@@ -57,9 +57,9 @@ result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline
     b = index_.take_best_fit(size_bytes, usable);
     if (b != nullptr) how = reuse_rule(b, stream);
   }
-  if (b == nullptr) {
-    // Enough free whole granules, only not in one piece: map them again as one range rather
-    // than grow or synchronize.
+  if (b == nullptr && remap_free_memory() == remap_mode::before_growth) {
+    // Free whole granules, only not in one piece: map them again as one range rather than
+    // grow (by more than their shortfall) or synchronize.
     b = remap_locked(size_bytes, stream);
     if (b != nullptr) how = served_by::remap;
   }
@@ -82,6 +82,12 @@ result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline
       if (b == nullptr) {
         return status(error_code::unknown, describe() + ": internal error after growth");
       }
+    } else if (grown.code() == error_code::out_of_memory &&
+               remap_free_memory() == remap_mode::instead_of_failing &&
+               (b = remap_locked(size_bytes, stream)) != nullptr) {
+      // Free whole granules, mapped again as one range, serve where growth could not: before
+      // any wait, since they need none.
+      how = served_by::remap;
     } else if (grown.code() == error_code::out_of_memory && wait != nullptr && reuse_policy(3)) {
       index_.merge_pending_runs();
       b = index_.take_best_fit(size_bytes, [&](const block* candidate) {

@@ -51,7 +51,7 @@ inline std::string settings_text(const pool_object& p) {
          ",opportunistic=" + std::to_string(p.reuse_policy(2) ? 1 : 0) +
          ",internal=" + std::to_string(p.reuse_policy(3) ? 1 : 0) +
          ",compact=" + std::to_string(p.compact_before_growth() ? 1 : 0) +
-         ",remap=" + std::to_string(p.remap_free_memory() ? 1 : 0) +
+         ",remap=" + std::to_string(static_cast<int>(p.remap_free_memory())) +
          ",granularity=" + std::to_string(p.granularity_bytes()) +
          ",max=" + std::to_string(p.config().max_size_bytes) +
          ",growth=" + std::to_string(p.config().growth_step_bytes);

@@ -139,7 +139,7 @@ class trace_writer {
                number("opportunistic", p.opportunistic ? 1 : 0) + "," +
                number("internal_dependencies", p.internal_dependencies ? 1 : 0) + "," +
                number("compact_before_growth", p.compact_before_growth ? 1 : 0) + "," +
-               number("remap_free_memory", p.remap_free_memory ? 1 : 0) + "}";
+               number("remap_free_memory", static_cast<std::uint64_t>(p.remap_free_memory)) + "}";
     }
     return "{\"traceEvents\":[\n" + body_ + "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{" +
            field("producer", "soma memory history") + "," +

@@ -35,7 +35,7 @@ struct history_pool_settings {
   bool opportunistic = true;
   bool internal_dependencies = true;
   bool compact_before_growth = false;
-  bool remap_free_memory = false;
+  int remap_free_memory = 2;  ///< somaMemPoolAttrRemapFreeMemory
 };
 
 /// What goes into the trace's otherData besides the events.

@@ -19,7 +19,7 @@ struct pool_policies {
   std::size_t granularity_bytes = 0;
   bool internal_dependencies = true;  ///< S11 somaMemPoolReuseAllowInternalDependencies
   bool compaction = false;            ///< somaMemPoolAttrCompactBeforeGrowth
-  bool remap = true;                  ///< somaMemPoolAttrRemapFreeMemory
+  int remap = 2;                      ///< somaMemPoolAttrRemapFreeMemory (0 never, 1, 2)
 };
 
 /// Free memory of a pool, gathered from its snapshot.

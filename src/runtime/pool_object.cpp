@@ -13,8 +13,8 @@ void pool_object::set_compaction(bool enabled) {
   update_commit_mode();
 }
 
-void pool_object::set_remap(bool enabled) {
-  set_remap_free_memory(enabled);
+void pool_object::set_remap(remap_mode mode) {
+  set_remap_free_memory(mode);
   update_commit_mode();
 }
 
@@ -25,7 +25,8 @@ void pool_object::set_release_threshold(std::uint64_t bytes) {
 
 void pool_object::update_commit_mode() {
   const bool granules =
-      compact_before_growth() || (remap_free_memory() && release_threshold_bytes() > 0);
+      compact_before_growth() ||
+      (remap_free_memory() == remap_mode::before_growth && release_threshold_bytes() > 0);
   // Under the pool lock: commits are made and given back under it.
   with_lock([&] { memory_.set_granule_commits(granules); });
 }

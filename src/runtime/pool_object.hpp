@@ -56,7 +56,7 @@ class pool_object final : public pool {
   /// S9: compaction before growth (somaMemPoolAttrCompactBeforeGrowth).
   void set_compaction(bool enabled);
   /// S9: remapping free granules instead of growing (somaMemPoolAttrRemapFreeMemory).
-  void set_remap(bool enabled);
+  void set_remap(remap_mode mode);
   /// S9: the release threshold (somaMemPoolAttrReleaseThreshold).
   void set_release_threshold(std::uint64_t bytes);
   /// The latest out-of-memory failure of an allocation from this pool, kept for
@@ -69,10 +69,11 @@ class pool_object final : public pool {
               bool is_default);
 
   /// Where the platform gives back physical memory whole only (cuda), commits are made of
-  /// granule-sized physical allocations when compaction or remapping needs them. Remapping
-  /// alone asks for them only in a pool that keeps memory (release threshold above 0): one
-  /// that gives memory back at every synchronize would pay a driver call per granule each
-  /// time, and finds little to remap between synchronizes.
+  /// granule-sized physical allocations when compaction or remapping before growth needs them,
+  /// the latter only in a pool that keeps memory (release threshold above 0): one that gives
+  /// memory back at every synchronize would pay a driver call per granule each time. Remapping
+  /// instead of failing (the default) does not ask for them: growth stays one driver call per
+  /// commit, and such a pool remaps only commits it made per granule.
   void update_commit_mode();
 
   backend_memory_provider& memory_;  // owned by the base class

@@ -56,12 +56,13 @@ status pool_registry::change_attribute(pool_object& p, pool_attribute attribute,
       p.set_release_threshold(*static_cast<const std::uint64_t*>(value));
       return status::success();
     case pool_attribute::remap_free_memory: {
-      const int flag = *static_cast<const int*>(value);
-      if (flag != 0 && flag != 1)
+      const int mode = *static_cast<const int*>(value);
+      if (mode < 0 || mode > 2)
         return invalid(
-            "somaMemPoolSetAttribute: somaMemPoolAttrRemapFreeMemory takes 0 or 1, not " +
-            std::to_string(flag));
-      p.set_remap(flag == 1);
+            "somaMemPoolSetAttribute: somaMemPoolAttrRemapFreeMemory takes 0 (never), 1 (before "
+            "growth) or 2 (instead of failing), not " +
+            std::to_string(mode));
+      p.set_remap(static_cast<remap_mode>(mode));
       return status::success();
     }
     case pool_attribute::compact_before_growth: {
@@ -126,7 +127,7 @@ status pool_registry::get_attribute(std::uintptr_t handle, pool_attribute attrib
       *static_cast<int*>(value) = p.compact_before_growth() ? 1 : 0;
       return status::success();
     case pool_attribute::remap_free_memory:
-      *static_cast<int*>(value) = p.remap_free_memory() ? 1 : 0;
+      *static_cast<int*>(value) = static_cast<int>(p.remap_free_memory());
       return status::success();
     case pool_attribute::remap_count:
       put64(p.remap_counts().remaps);

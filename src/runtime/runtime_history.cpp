@@ -104,7 +104,7 @@ std::string runtime::history_trace() const {
     settings.opportunistic = p.reuse_policy(2);
     settings.internal_dependencies = p.reuse_policy(3);
     settings.compact_before_growth = p.compact_before_growth();
-    settings.remap_free_memory = p.remap_free_memory();
+    settings.remap_free_memory = static_cast<int>(p.remap_free_memory());
     context.pools.push_back(settings);
   });
   return chrome_trace_json(events, context, runtime_labels(history, names));

@@ -140,8 +140,9 @@ void fragment(somaMemPool_t pool, somaStream_t stream, std::size_t granule,
   *kept = {pieces[1], pieces[3]};
 }
 
-// Free memory in pieces: with remapping off, the advice is remapping (it needs no synchronize);
-// remapping then serves the request, and so does compaction before growth on its own.
+// Free memory in pieces at the cap: with remapping off, the advice is remapping (it needs no
+// synchronize); remapping instead of failing (the default) then serves the request, and so does
+// compaction before growth on its own.
 TEST_F(S3_S9_S11_OutOfMemoryAdvice, FreeMemoryInPiecesAsksForRemappingWhichThenServesIt) {
   unique_stream stream;
   std::vector<void*> kept;
@@ -153,7 +154,7 @@ TEST_F(S3_S9_S11_OutOfMemoryAdvice, FreeMemoryInPiecesAsksForRemappingWhichThenS
     fragment(pool, stream, granule, &kept);
     const std::string message = refused(2 * granule, pool, stream);
     EXPECT_TRUE(contains(message, "in 2 pieces")) << message;
-    EXPECT_TRUE(contains(message, "somaMemPoolAttrRemapFreeMemory = 1")) << message;
+    EXPECT_TRUE(contains(message, "somaMemPoolAttrRemapFreeMemory = 2")) << message;
     const somaOutOfMemoryReport report = report_of(pool);
     EXPECT_EQ(report.change, somaOomChangeRemapFreeMemory);
     EXPECT_EQ(report.freePieces, 2u);
@@ -167,7 +168,7 @@ TEST_F(S3_S9_S11_OutOfMemoryAdvice, FreeMemoryInPiecesAsksForRemappingWhichThenS
     unique_pool pool(0, 4 * granule);
     make_strict(pool);
     SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
-    SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolAttrRemapFreeMemory, compaction ? 0 : 1));
+    SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolAttrRemapFreeMemory, compaction ? 0 : 2));
     SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolAttrCompactBeforeGrowth, compaction ? 1 : 0));
     fragment(pool, stream, granule, &kept);
     void* whole = nullptr;

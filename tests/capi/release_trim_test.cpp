@@ -398,8 +398,8 @@ TEST_F(S9_Compaction, FragmentedFreeMemoryGoesBackBeforeThePoolGrows) {
   unique_stream stream;
   unique_pool plain(0);
   unique_pool compacting(0);
-  // Remapping, on by default, would serve the large block from the holes in both: compaction
-  // is measured here on its own.
+  // Remapping before growth would serve the large block from the holes: compaction is measured
+  // here on its own (the default, instead of failing, does not act while the pool can grow).
   for (somaMemPool_t p : {plain.get(), compacting.get()}) {
     SOMA_ASSERT_OK(set_pool_u64(p, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
     SOMA_ASSERT_OK(set_pool_int(p, somaMemPoolAttrRemapFreeMemory, 0));
@@ -425,7 +425,8 @@ TEST_F(S9_Compaction, RemappingServesTheLargeBlockFromTheHolesWithoutGrowing) {
   for (somaMemPool_t p : {plain.get(), remapping.get()})
     SOMA_ASSERT_OK(set_pool_u64(p, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
   SOMA_ASSERT_OK(set_pool_int(plain, somaMemPoolAttrRemapFreeMemory, 0));
-  EXPECT_EQ(pool_int(remapping, somaMemPoolAttrRemapFreeMemory), 1) << "on by default";
+  EXPECT_EQ(pool_int(remapping, somaMemPoolAttrRemapFreeMemory), 2) << "instead of failing";
+  SOMA_ASSERT_OK(set_pool_int(remapping, somaMemPoolAttrRemapFreeMemory, 1));
   const std::uint64_t grown = fragment_then_allocate_large(plain, stream);
   const std::uint64_t remapped = fragment_then_allocate_large(remapping, stream);
   const std::size_t granule = granularity_bytes(0);
@@ -438,13 +439,18 @@ TEST_F(S9_Compaction, RemappingServesTheLargeBlockFromTheHolesWithoutGrowing) {
   EXPECT_EQ(pool_u64(remapping, somaMemPoolAttrUsedMemCurrent), 0u);
 }
 
-TEST_F(S9_Compaction, TheRemapAttributeTakesZeroOrOneAndItsCountsAreReadOnly) {
+TEST_F(S9_Compaction, TheRemapAttributeTakesZeroOneOrTwoAndItsCountsAreReadOnly) {
   unique_pool pool(0);
-  EXPECT_EQ(set_pool_int(pool, somaMemPoolAttrRemapFreeMemory, 2), somaErrorInvalidValue);
-  EXPECT_TRUE(contains(last_message(), "0 or 1")) << last_message();
-  EXPECT_EQ(pool_int(pool, somaMemPoolAttrRemapFreeMemory), 1) << "a refused set changes nothing";
-  SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolAttrRemapFreeMemory, 0));
-  EXPECT_EQ(pool_int(pool, somaMemPoolAttrRemapFreeMemory), 0);
+  EXPECT_EQ(pool_int(pool, somaMemPoolAttrRemapFreeMemory), 2) << "default: instead of failing";
+  for (int bad : {3, -1}) {
+    EXPECT_EQ(set_pool_int(pool, somaMemPoolAttrRemapFreeMemory, bad), somaErrorInvalidValue);
+    EXPECT_TRUE(contains(last_message(), "0 (never), 1 (before growth) or 2")) << last_message();
+    EXPECT_EQ(pool_int(pool, somaMemPoolAttrRemapFreeMemory), 2) << "a refused set changes nothing";
+  }
+  for (int mode : {0, 1, 2}) {
+    SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolAttrRemapFreeMemory, mode));
+    EXPECT_EQ(pool_int(pool, somaMemPoolAttrRemapFreeMemory), mode);
+  }
   for (somaMemPoolAttr counter : {somaMemPoolAttrRemapCount, somaMemPoolAttrRemappedBytes}) {
     EXPECT_EQ(set_pool_u64(pool, counter, 0), somaErrorInvalidValue);
     EXPECT_TRUE(contains(last_message(), "read-only")) << last_message();

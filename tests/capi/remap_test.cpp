@@ -1,5 +1,6 @@
-// Remapping free memory (S9, soma's own; design §3 "Remapping"), on both backends: free whole
-// granules that lie in pieces serve a larger allocation by being mapped again as one range,
+// Remapping free memory (S9, soma's own; design §3 "Remapping"), on both backends, with
+// somaMemPoolAttrRemapFreeMemory = 1 (before growth): free whole granules that lie in pieces
+// serve a larger allocation by being mapped again as one range,
 // while the stream that freed them is still held (no synchronize, no growth); the old addresses
 // are handed to nothing until those frees complete, under every combination of the reuse
 // policies (S11); live blocks keep their bytes, and work queued before the frees still runs on
@@ -67,6 +68,7 @@ TEST_F(S9_Remap, AHeldStreamsFreesServeALargerAllocationWithoutGrowthOrSynchroni
   unique_stream stream;
   unique_pool pool(0);
   SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
+  SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolAttrRemapFreeMemory, 1));  // before growth
   stream_gate gate;
   two_holes holes(pool, stream, gate, granule);
   const std::uint64_t reserved = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
@@ -111,6 +113,7 @@ TEST_P(S9_RemapPolicies, OldAddressesServeNoStreamBeforeTheirFreesComplete) {
                                       somaMemPoolReuseAllowOpportunistic,
                                       somaMemPoolReuseAllowInternalDependencies};
   for (int i = 0; i < 3; ++i) SOMA_ASSERT_OK(set_pool_int(pool, policies[i], (mask >> i) & 1));
+  SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolAttrRemapFreeMemory, 1));
   stream_gate gate;
   two_holes holes(pool, stream, gate, granule);
   void* large = nullptr;
@@ -146,6 +149,7 @@ TEST_F(S9_Remap, AnExportablePoolGrowsInstead) {
   props.handleTypes = somaMemHandleTypePosixFileDescriptor;
   unique_pool pool(props);
   SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
+  SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolAttrRemapFreeMemory, 1));
   unique_stream stream;
   stream_gate gate;
   two_holes holes(pool, stream, gate, granule);

@@ -17,6 +17,7 @@ using soma::detail::block;
 using soma::detail::free_stamp;
 using soma::detail::pool;
 using soma::detail::pool_config;
+using soma::detail::remap_mode;
 using soma::detail::served_by;
 using soma::detail::stream_timeline;
 using soma_test::fake_memory_provider;
@@ -37,6 +38,7 @@ struct remap_pool {
     config.max_size_bytes = max_size;
     config.reservation_bytes = 8 * MiB;
     the_pool = std::make_unique<pool>(config, std::make_unique<fake_memory_provider>(memory));
+    the_pool->set_remap_free_memory(remap_mode::before_growth);
   }
   block* allocate(std::size_t bytes, const stream_timeline& stream) {
     auto taken = the_pool->allocate(bytes, stream);
@@ -247,9 +249,31 @@ TEST(S9_Remap, OnlyWholeGranulesOfAHoleAreTaken) {
   for (block* x : {head, tail, two, rest}) p.the_pool->free(x, a);
 }
 
+// The default, instead of failing: while the pool can grow it grows; where growth fails (the
+// cap), the free granules serve, with the shortfall committed, before any wait.
+TEST(S9_Remap, TheDefaultRemapsOnlyWhereGrowthFails) {
+  pool_config config;
+  config.max_size_bytes = 64 * MiB;
+  pool fresh(config, std::make_unique<fake_memory_provider>(std::make_shared<fake_memory_state>()));
+  EXPECT_EQ(fresh.remap_free_memory(), remap_mode::instead_of_failing) << "the default";
+
+  for (const bool at_cap : {false, true}) {
+    remap_pool p(at_cap ? 8 * kGranule : 16 * kGranule);  // two_holes commits 8 granules
+    p.the_pool->set_remap_free_memory(remap_mode::instead_of_failing);
+    stream_timeline a(0);
+    std::vector<block*> blocks = p.two_holes(a);
+    block* big = p.allocate(4 * kGranule, a);
+    ASSERT_NE(big, nullptr);
+    EXPECT_EQ(big->how, at_cap ? served_by::remap : served_by::growth);
+    EXPECT_EQ(p.the_pool->statistics().reserved_bytes, (at_cap ? 8 : 12) * kGranule);
+    p.the_pool->free(big, a);
+    for (int i : {1, 3}) p.the_pool->free(blocks[i], a);
+  }
+}
+
 TEST(S9_Remap, OffLeavesGrowth) {
   remap_pool p;
-  p.the_pool->set_remap_free_memory(false);
+  p.the_pool->set_remap_free_memory(soma::detail::remap_mode::never);
   stream_timeline a(0);
   std::vector<block*> blocks = p.two_holes(a);
   block* big = p.allocate(4 * kGranule, a);

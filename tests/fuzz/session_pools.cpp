@@ -99,8 +99,8 @@ void session::set_compaction(const operation& op) {
   pool.compaction = value;
   FUZZ_CHECK(read_int(pool.handle, somaMemPoolAttrCompactBeforeGrowth) == value,
              "compaction reads other than set");
-  // The same op sets remapping (on by default): bit 1 of c turns it off.
-  int remap = (op.c >> 1) & 1 ? 0 : 1;
+  // The same op sets remapping: never, before growth, or instead of failing (the default).
+  int remap = static_cast<int>((op.c >> 1) % 3);
   FUZZ_OK(somaMemPoolSetAttribute(pool.handle, somaMemPoolAttrRemapFreeMemory, &remap));
   FUZZ_CHECK(read_int(pool.handle, somaMemPoolAttrRemapFreeMemory) == remap,
              "remapping reads other than set");

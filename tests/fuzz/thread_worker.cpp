@@ -256,7 +256,7 @@ void thread_worker::pool_setting(const pool_view& pool, const operation& op) {
           somaMemPoolSetAttribute(pool.handle, somaMemPoolReuseAllowInternalDependencies, &flag));
     case 4: {
       FUZZ_OK(somaMemPoolSetAttribute(pool.handle, somaMemPoolAttrCompactBeforeGrowth, &flag));
-      int remap = op.c & 2 ? 0 : 1;  // remapping, on by default, off with bit 1
+      int remap = static_cast<int>((op.c >> 1) % 3);  // never, before growth, instead of failing
       return FUZZ_OK(somaMemPoolSetAttribute(pool.handle, somaMemPoolAttrRemapFreeMemory, &remap));
     }
     default: {  // S6, for the other device only: the owner's access is fixed

@@ -26,6 +26,9 @@ TEST_F(S9_GpuRemap, AKernelWritesTheRemappedRangeWhileAnEarlierKernelStillReadsT
   const somaMemPoolProps props = pool_props();
   SOMA_ASSERT_OK(somaMemPoolCreate(&pool, &props));
   SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
+  // Before growth: the pool then commits a physical allocation per granule (cuMemMap maps
+  // whole ones only) and remaps before it grows.
+  SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolAttrRemapFreeMemory, 1));
   unique_stream a;
   unique_stream b;
   unique_event read_done;

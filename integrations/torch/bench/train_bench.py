@@ -59,9 +59,9 @@ ALLOCATORS = {
     "cuda_malloc_async": "backend:cudaMallocAsync",
     "soma": None,
     "soma_compact": None,
-    "soma_noremap": None,
+    "soma_remap": None,
 }
-SOMA_ALLOCATORS = ("soma", "soma_compact", "soma_noremap")
+SOMA_ALLOCATORS = ("soma", "soma_compact", "soma_remap")
 WORKLOADS = ("fixed", "variable", "inference", "conv")
 # shared/targets.md: reserved/allocated goals for soma, and its step time against native.
 RATIO_GOALS = {"fixed": 1.01, "variable": 1.01, "inference": 1.01, "conv": 1.01}
@@ -153,10 +153,12 @@ def run_child(args):
         sys.path.insert(0, TORCH_INTEGRATION)
         import soma_torch  # noqa: E402 (enabled before torch touches CUDA)
 
-        # soma_compact: compaction before growth instead of remapping; soma_noremap: neither.
+        # soma: the defaults; soma_compact: compaction before growth (and no remapping);
+        # soma_remap: remapping before growth.
         soma_torch.enable(library=args.library,
                           compact_before_growth=allocator == "soma_compact",
-                          remap_free_memory=allocator == "soma")
+                          remap_free_memory={"soma": None, "soma_compact": False,
+                                             "soma_remap": True}[allocator])
     import torch
     import torch.nn as nn
     import torch.nn.functional as F

@@ -168,45 +168,19 @@ void cuda_backend::release_physical(std::uint64_t handle) {
 
 status cuda_backend::map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
                               std::size_t offset, int device) {
-  if (offset != 0) {
-    return status(error_code::not_supported,
-                  "cuMemMap maps a physical allocation from its start only (offset " +
-                      std::to_string(offset) + " asked)");
-  }
-  if (status checked = check_device(device); !checked.ok()) return checked;
-  result<reservation*> found = reservation_of(address, bytes);
-  if (!found.ok()) return found.take_error();
-  reservation* r = found.value();
-  std::lock_guard lock(r->mutex);
-  context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
-  if (!scope.entered().ok()) return scope.entered();
-  const auto base = static_cast<CUdeviceptr>(address);
-  if (status s = driver_.check(driver_.cuMemMap(base, bytes, offset, handle, 0), "cuMemMap",
-                               range_text(address, bytes));
-      !s.ok())
-    return s;
-  // Mapping grants no access: the device, then every device granted the reservation.
-  std::vector<CUmemAccessDesc> access{access_for(device, CU_MEM_ACCESS_FLAGS_PROT_READWRITE)};
-  for (const auto& [peer, flags] : r->granted) {
-    if (peer != device && flags != access_flags::none)
-      access.push_back(access_for(peer, protection(flags)));
-  }
-  if (const CUresult granted = driver_.cuMemSetAccess(base, bytes, access.data(), access.size());
-      granted != CUDA_SUCCESS) {
-    driver_.cuMemUnmap(base, bytes);
-    return driver_.check(
-        granted, "cuMemSetAccess",
-        range_text(address, bytes) + " for " + std::to_string(access.size()) + " device(s)");
-  }
-  r->mapped_bytes[address] = bytes;
-  return status::success();
+  const mapping_part part{handle, offset, bytes};
+  return map_parts(address, std::span(&part, 1), device);
 }
 
 status cuda_backend::map_parts(std::uintptr_t address, std::span<const mapping_part> parts,
                                int device) {
   std::size_t total_bytes = 0;
   for (const mapping_part& part : parts) {
-    if (part.offset != 0) return map_part(address, part.bytes, part.handle, part.offset, device);
+    if (part.offset != 0) {
+      return status(error_code::not_supported,
+                    "cuMemMap maps a physical allocation from its start only (offset " +
+                        std::to_string(part.offset) + " asked)");
+    }
     total_bytes += part.bytes;
   }
   if (status checked = check_device(device); !checked.ok()) return checked;
@@ -228,8 +202,8 @@ status cuda_backend::map_parts(std::uintptr_t address, std::span<const mapping_p
     }
     mapped_bytes += part.bytes;
   }
-  // One access grant over the whole range: cuMemSetAccess costs tens of microseconds a call,
-  // whatever the range's size (reference: VMM figures).
+  // Mapping grants no access: the device, then every device granted the reservation, in one
+  // grant over the whole range (cuMemSetAccess costs tens of microseconds a call).
   std::vector<CUmemAccessDesc> access{access_for(device, CU_MEM_ACCESS_FLAGS_PROT_READWRITE)};
   for (const auto& [peer, flags] : r->granted) {
     if (peer != device && flags != access_flags::none)

@@ -1,9 +1,8 @@
 // pool: the remap path. When no free block fits a request, the pool's free whole granules are
 // mapped again, one after another, at fresh addresses, with new memory committed after them for
 // whatever they lack, and that range serves the request: no synchronize, and growth by the
-// shortfall only (design §3 "Remapping"). The
-// old addresses stay mapped, and are handed to nothing, until the frees that let them go have
-// completed.
+// shortfall only (design §3 "Remapping"). The old addresses stay mapped, and are handed to
+// nothing, until the frees that let them go have completed.
 #include <algorithm>
 #include <vector>
 
@@ -47,12 +46,15 @@ block* pool::remap_locked(std::size_t size_bytes, const stream_timeline& stream)
       found_bytes += to - from;
     }
   });
-  // Free granules that are only a sliver of the request save little and move memory that the
-  // next small requests would have reused where it lies. From a quarter of the request up, they
-  // serve: on PyTorch's traces of four workloads (docs/benchmarks.md) peak reserved over peak
-  // used was 1.001-1.002 on three and 1.010 on the fourth (a convolutional network), against
-  // 1.012-1.021 on that one when any granule served or when half the request had to be there.
-  if (found_bytes == 0 || found_bytes * 4 < need_bytes) return nullptr;
+  // Before growth, free granules that are only a sliver of the request save little and move
+  // memory that the next small requests would have reused where it lies. From a quarter of the
+  // request up, they serve: on PyTorch's traces of four workloads (docs/benchmarks.md) peak
+  // reserved over peak used was 1.001-1.002 on three and 1.010 on the fourth (a convolutional
+  // network), against 1.012-1.021 on that one when any granule served or when half the request had
+  // to be there. Where growth failed (instead of failing), any share serves.
+  if (found_bytes == 0) return nullptr;
+  if (remap_free_memory() == remap_mode::before_growth && found_bytes * 4 < need_bytes)
+    return nullptr;
   // Fewer free granules than the request: they still serve, and only the shortfall is new
   // physical memory, committed right after them (what compaction before growth reaches by a
   // synchronize, giving memory back and committing it again).

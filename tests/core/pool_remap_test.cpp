@@ -269,6 +269,18 @@ TEST(S9_Remap, TheDefaultRemapsOnlyWhereGrowthFails) {
     p.the_pool->free(big, a);
     for (int i : {1, 3}) p.the_pool->free(blocks[i], a);
   }
+  // Where growth fails, even a sliver of the request serves: 4 free granules of 17 asked, the
+  // 13 short committed, the cap (21) reached exactly.
+  remap_pool p(21 * kGranule);
+  p.the_pool->set_remap_free_memory(remap_mode::instead_of_failing);
+  stream_timeline a(0);
+  std::vector<block*> blocks = p.two_holes(a);
+  block* big = p.allocate(17 * kGranule, a);
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(big->how, served_by::remap);
+  EXPECT_EQ(p.the_pool->statistics().reserved_bytes, 21 * kGranule);
+  p.the_pool->free(big, a);
+  for (int i : {1, 3}) p.the_pool->free(blocks[i], a);
 }
 
 // Remapping off, or memory the provider cannot map twice: the pool grows as before.

@@ -18,12 +18,16 @@
 #   3 python       integrations/torch/tests/test_soma_torch.py: soma as PyTorch's allocator,
 #                  training steps of torch.nn models checked against the CPU, record_stream,
 #                  soma's used memory back to 0 (a SKIP here is a failure: this is a GPU machine)
-#   4 bench        integrations/torch/bench/train_bench.py: the transformer training loop
-#                  (fixed and variable shapes) under PyTorch's native allocator, expandable
-#                  segments, the cudaMallocAsync backend and soma, each in its own process;
-#                  writes $OUT/torch-bench.json, $OUT/torch-bench.md (the table for
-#                  docs/benchmarks.md) and $OUT/bench-<allocator>-<workload>.log.
-#                  About 4 minutes on one H200 (--quick: about 2).
+#   4 bench        integrations/torch/bench/train_bench.py: four workloads (the transformer
+#                  training loop with fixed and variable shapes, an inference loop of changing
+#                  batch and length, a convolutional network) under PyTorch's native allocator,
+#                  expandable segments, the cudaMallocAsync backend, soma and soma remapping
+#                  before growth, each in its own process; TORCH_BENCH_WORKLOADS and
+#                  TORCH_BENCH_ALLOCATORS (comma-separated) pick others. Writes
+#                  $OUT/torch-bench.json, $OUT/torch-bench.md (the table for docs/benchmarks.md)
+#                  and $OUT/bench-<allocator>-<workload>.log. --quick: about 5 minutes on one
+#                  H200 (16 runs took 230 s); without it, pick two workloads to stay within a
+#                  10-minute command.
 # $OUT/summary.txt gathers the verdicts and the table.
 #
 # Exit status: 0 everything passed; 1 a test failed; 2 tests passed but a benchmark run
@@ -39,7 +43,7 @@ for arg in "$@"; do
     --quick) quick=1 ;;
     --no-bench) run_bench=0 ;;
     -h | --help)
-      sed -n '2,31p' "${BASH_SOURCE[0]}"
+      sed -n '2,35p' "${BASH_SOURCE[0]}"
       exit 0
       ;;
     *)
@@ -174,8 +178,10 @@ grep -E '^(PASS|soma_torch:) ' "$log" >>"$summary"
 if ((run_bench == 0)); then
   record SKIP bench "--no-bench"
 else
-  say "benchmark: transformer training, 5 allocators (soma with and without compaction) x 2 workloads"
   bench_args=(--library "$library" --out "$OUT")
+  [[ -n "${TORCH_BENCH_WORKLOADS:-}" ]] && bench_args+=(--workloads "$TORCH_BENCH_WORKLOADS")
+  [[ -n "${TORCH_BENCH_ALLOCATORS:-}" ]] && bench_args+=(--allocators "$TORCH_BENCH_ALLOCATORS")
+  say "benchmark: train_bench.py ${bench_args[*]:2}"
   ((quick == 1)) && bench_args+=(--quick)
   timeout 540 python3 integrations/torch/bench/train_bench.py "${bench_args[@]}" \
     >"$OUT/bench.log" 2>&1

@@ -18,13 +18,15 @@ fp32. Four workloads:
              torch.nn layers where torchvision is missing) trained with SGD on 224 x 224 images,
              the batch drawn each step from [batch, 8 x batch]
 
-Four allocators, each in a process of its own (PyTorch fixes its allocator at the first CUDA
-allocation):
+Allocators, each in a process of its own (PyTorch fixes its allocator at the first CUDA
+allocation); --allocators picks (default: all but soma_compact):
 
   native             PyTorch's caching allocator (PYTORCH_CUDA_ALLOC_CONF unset)
   expandable         PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   cuda_malloc_async  PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (the driver's pool)
   soma               soma_torch.enable() (libsoma_torch.so, release threshold UINT64_MAX)
+  soma_remap         the same with remap_free_memory=True (remapping before growth)
+  soma_compact       the same with compact_before_growth=True (and no remapping)
 
 Each run: --warmup steps (not timed), then --steps timed steps; a step is the data (token
 ids drawn on the GPU, causal mask), forward, loss, backward, AdamW step, zero_grad, timed
@@ -62,6 +64,9 @@ ALLOCATORS = {
     "soma_remap": None,
 }
 SOMA_ALLOCATORS = ("soma", "soma_compact", "soma_remap")
+# What a run compares unless --allocators says otherwise (soma_compact on request: it costs a
+# synchronize per fragmenting step, docs/benchmarks.md).
+DEFAULT_ALLOCATORS = ("native", "expandable", "cuda_malloc_async", "soma", "soma_remap")
 WORKLOADS = ("fixed", "variable", "inference", "conv")
 # shared/targets.md: reserved/allocated goals for soma, and its step time against native.
 RATIO_GOALS = {"fixed": 1.01, "variable": 1.01, "inference": 1.01, "conv": 1.01}
@@ -73,7 +78,7 @@ def parse_arguments():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--library", help="libsoma_torch.so (default: soma_torch's search)")
     parser.add_argument("--out", default="torch-bench-out", help="directory for the results")
-    parser.add_argument("--allocators", default=",".join(ALLOCATORS),
+    parser.add_argument("--allocators", default=",".join(DEFAULT_ALLOCATORS),
                         help="comma-separated subset of " + ", ".join(ALLOCATORS))
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--steps", type=int, default=100, help="timed steps per run")

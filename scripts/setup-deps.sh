@@ -23,6 +23,11 @@ packages=(
   clang              # clang++-14 and libFuzzer: the `fuzz` preset (scripts/fuzz.sh)
   libclang-rt-14-dev # clang's sanitizer and libFuzzer runtimes
   chromium           # headless, renders `soma report`'s page in its test (tests/tools)
+  python3-pytest     # the Python package's tests (python/tests, scripts/python-check.sh)
+  python3-venv       # scripts/python-check.sh installs the package into a virtual environment
+  python3-pip
+  python3-setuptools # the package's build backend (pyproject.toml), used without isolation
+  python3-wheel
 )
 if [[ "${SOMA_SETUP_LINT:-0}" == 1 ]]; then
   packages+=(clang-format clang-tidy)

@@ -67,11 +67,14 @@ typedef struct somaMemPool_st* somaMemPool_t;
 typedef enum somaMemAllocationType {
   somaMemAllocationTypeInvalid = 0,
   somaMemAllocationTypePinned = 1,
-  somaMemAllocationTypeManaged = 2, /**< not supported: creation fails with NotSupported */
+  /** not supported: NotSupported wherever asked for, because the driver's virtual memory calls
+   *  soma is built on (cuMemCreate) make pinned memory only */
+  somaMemAllocationTypeManaged = 2,
 } somaMemAllocationType;
 
 typedef enum somaMemAllocationHandleType {
   somaMemHandleTypeNone = 0,
+  /** exportable (S7); for device pools and host-NUMA pools, not for Host pools (as CUDA) */
   somaMemHandleTypePosixFileDescriptor = 1,
   somaMemHandleTypeWin32 = 2,
   somaMemHandleTypeWin32Kmt = 4,
@@ -80,9 +83,11 @@ typedef enum somaMemAllocationHandleType {
 
 typedef enum somaMemLocationType {
   somaMemLocationTypeInvalid = 0,
-  somaMemLocationTypeDevice = 1,
-  somaMemLocationTypeHost = 2,
-  somaMemLocationTypeHostNuma = 3,
+  somaMemLocationTypeDevice = 1,   /**< id: the device ordinal */
+  somaMemLocationTypeHost = 2,     /**< host memory on any NUMA node; id ignored (S5) */
+  somaMemLocationTypeHostNuma = 3, /**< host memory on NUMA node id (S5) */
+  /** the calling thread's NUMA node: refused by pool creation and the location-keyed calls,
+   *  as CUDA refuses it there */
   somaMemLocationTypeHostNumaCurrent = 4,
 } somaMemLocationType;
 
@@ -95,11 +100,13 @@ typedef struct somaMemLocation {
 typedef struct somaMemPoolProps {
   somaMemAllocationType allocType;         /**< must be Pinned */
   somaMemAllocationHandleType handleTypes; /**< None or PosixFileDescriptor (S7) */
-  somaMemLocation location;                /**< Device with a valid ordinal */
-  void* win32SecurityAttributes;           /**< must be NULL */
-  size_t maxSize;                          /**< 0 = the device's memory; else a cap in bytes */
-  unsigned short usage;                    /**< must be 0 */
-  unsigned char reserved[54];              /**< must be zero */
+  /** Device with a valid ordinal; Host; HostNuma with a node of this host (S5). Host memory is
+   *  the host's at once and a device's after somaMemPoolSetAccess grants it. */
+  somaMemLocation location;
+  void* win32SecurityAttributes; /**< must be NULL */
+  size_t maxSize;                /**< 0 = the device's memory; else a cap in bytes */
+  unsigned short usage;          /**< must be 0 */
+  unsigned char reserved[54];    /**< must be zero */
 } somaMemPoolProps;
 
 typedef enum somaMemAccessFlags {
@@ -123,6 +130,12 @@ typedef enum somaMemPoolAttr {
   somaMemPoolAttrReservedMemHigh = 6,            /**< uint64_t, set only to 0 = reset */
   somaMemPoolAttrUsedMemCurrent = 7,             /**< uint64_t, get only */
   somaMemPoolAttrUsedMemHigh = 8,                /**< uint64_t, set only to 0 = reset */
+  /* get only, as CUDA 13.2's: what the pool was created with (S5) */
+  somaMemPoolAttrAllocationType = 9,     /**< int: somaMemAllocationType (Pinned) */
+  somaMemPoolAttrExportHandleTypes = 10, /**< int: handle types; None for imported pools */
+  somaMemPoolAttrLocationId = 11,        /**< int: device ordinal or NUMA node (0 for Host) */
+  somaMemPoolAttrLocationType = 12,      /**< int: somaMemLocationType */
+  somaMemPoolAttrMaxPoolSize = 13,       /**< uint64_t: the cap (granule rounded); 0 none */
   /** soma's own, int, default 0. 1: when an allocation would make the pool grow although it
    *  holds as much free memory as the request, only not in one piece, soma synchronizes the
    *  allocating stream, gives the pool's free memory back (as TrimTo(0)) and then grows, so the
@@ -148,6 +161,8 @@ typedef enum somaMemPoolAttr {
 typedef enum somaDeviceAttr {
   somaDevAttrMemoryPoolsSupported = 115,
   somaDevAttrMemoryPoolSupportedHandleTypes = 119,
+  somaDevAttrHostNumaMemoryPoolsSupported = 142, /**< pools at HostNuma locations */
+  somaDevAttrHostMemoryPoolsSupported = 144,     /**< pools at the Host location */
   /* soma's own, for tools and tests */
   somaDevAttrTotalMemoryMiB = 20001,           /**< device memory in MiB */
   somaDevAttrAllocationGranularityKiB = 20002, /**< physical granularity in KiB */
@@ -162,15 +177,22 @@ typedef enum somaMemoryType {
 
 /** Pointer attributes (S14). First four fields as cudaPointerAttributes. */
 typedef struct somaPointerAttributes {
-  somaMemoryType type; /**< Device for a live pool allocation, Unregistered otherwise */
-  int device;          /**< owning device, -1 if not a live allocation */
+  /** Device for a live allocation of a device pool, Host for one of a host pool (and for
+   *  somaMallocHost memory), Unregistered otherwise */
+  somaMemoryType type;
+  int device; /**< owning device; -1 for host memory and where not a live allocation */
   void* devicePointer;
-  void* hostPointer; /**< cpu backend: same as devicePointer; cuda backend: NULL */
+  /** the address where the host reaches it: host memory, and every allocation of the cpu
+   *  backend; NULL for device memory on cuda */
+  void* hostPointer;
   /* soma's own fields */
   somaMemPool_t pool;   /**< pool that owns the allocation */
   void* base;           /**< start of the allocation that contains the pointer */
   size_t size;          /**< requested size of that allocation in bytes */
   int isLiveAllocation; /**< 1 for a live pool allocation; 0 if soma knows it is not */
+  /** where a live pool allocation's memory is: {Device, ordinal}, {Host, 0} or
+   *  {HostNuma, node} (S5); zero otherwise */
+  somaMemLocation location;
 } somaPointerAttributes;
 
 typedef enum somaMemcpyKind {
@@ -345,6 +367,21 @@ SOMA_API somaError_t somaMemPoolCreate(somaMemPool_t* memPool, const somaMemPool
 SOMA_API somaError_t somaMemPoolDestroy(somaMemPool_t memPool);
 SOMA_API somaError_t somaDeviceGetDefaultMemPool(somaMemPool_t* memPool, int device);
 SOMA_API somaError_t somaDeviceSetMemPool(int device, somaMemPool_t memPool);
+/** The default pool of a location and allocation type (as cudaMemGetDefaultMemPool): a
+ *  device's, or the host's or a host NUMA node's, made at the first call (S3, S5). Location
+ *  Device/Host/HostNuma and type Pinned; Managed: NotSupported; anything else: InvalidValue. */
+SOMA_API somaError_t somaMemGetDefaultMemPool(somaMemPool_t* memPool, somaMemLocation* location,
+                                              somaMemAllocationType type);
+/** The current pool of a location and allocation type: the last one somaMemSetMemPool (or,
+ *  for a device, somaDeviceSetMemPool) set, else its default pool. somaMallocAsync uses the
+ *  current pool of the stream's device, never a host location's (as cudaMallocAsync); use
+ *  somaMallocFromPoolAsync for host pools. */
+SOMA_API somaError_t somaMemGetMemPool(somaMemPool_t* memPool, somaMemLocation* location,
+                                       somaMemAllocationType type);
+/** Sets the current pool of a location; the pool's location and allocation type must be the
+ *  ones named (InvalidValue otherwise). For {Device, d} it is somaDeviceSetMemPool(d, ...). */
+SOMA_API somaError_t somaMemSetMemPool(somaMemLocation* location, somaMemAllocationType type,
+                                       somaMemPool_t memPool);
 SOMA_API somaError_t somaDeviceGetMemPool(somaMemPool_t* memPool, int device);
 SOMA_API somaError_t somaMemPoolSetAttribute(somaMemPool_t memPool, somaMemPoolAttr attr,
                                              void* value);

@@ -19,7 +19,7 @@ from .errors import (InvalidResourceHandleError, InvalidValueError, NotSupported
                      OutOfMemoryError, SomaError)
 from .memory import Buffer, PointerAttributes, free_async, malloc_async, pointer_attributes
 from .pools import (ACCESS_NONE, ACCESS_READ, ACCESS_READ_WRITE, REMAP_BEFORE_GROWTH,
-                    REMAP_INSTEAD_OF_FAILING, REMAP_NEVER, Pool)
+                    REMAP_INSTEAD_OF_FAILING, REMAP_NEVER, Location, Pool)
 from .streams import Event, Stream
 
 __version__ = "0.1.0"
@@ -36,7 +36,7 @@ def library_path():
 
 __all__ = [
     "ACCESS_NONE", "ACCESS_READ", "ACCESS_READ_WRITE", "Buffer", "Event", "InvalidResourceHandleError",
-    "InvalidValueError", "KEEP_EVERYTHING", "NotSupportedError", "OutOfMemoryError",
+    "InvalidValueError", "KEEP_EVERYTHING", "Location", "NotSupportedError", "OutOfMemoryError",
     "PointerAttributes", "Pool", "REMAP_BEFORE_GROWTH", "REMAP_INSTEAD_OF_FAILING", "REMAP_NEVER",
     "SomaError", "Stream", "backend", "configure_cpu_backend", "device_attribute",
     "device_count", "free_async", "get_device", "library_path", "malloc_async", "mem_get_info",

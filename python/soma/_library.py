@@ -67,7 +67,7 @@ class PointerAttributes(ctypes.Structure):  # somaPointerAttributes
     _fields_ = [("type", ctypes.c_int), ("device", ctypes.c_int),
                 ("devicePointer", ctypes.c_void_p), ("hostPointer", ctypes.c_void_p),
                 ("pool", ctypes.c_void_p), ("base", ctypes.c_void_p), ("size", ctypes.c_size_t),
-                ("isLiveAllocation", ctypes.c_int)]
+                ("isLiveAllocation", ctypes.c_int), ("location", MemLocation)]
 
 
 class CpuBackendConfig(ctypes.Structure):  # somaCpuBackendConfig
@@ -118,6 +118,9 @@ _SIGNATURES = {
     "somaDeviceGetDefaultMemPool": [_PP, _INT],
     "somaDeviceSetMemPool": [_INT, _P],
     "somaDeviceGetMemPool": [_PP, _INT],
+    "somaMemGetDefaultMemPool": [_PP, ctypes.POINTER(MemLocation), _INT],
+    "somaMemGetMemPool": [_PP, ctypes.POINTER(MemLocation), _INT],
+    "somaMemSetMemPool": [ctypes.POINTER(MemLocation), _INT, _P],
     "somaMemPoolSetAttribute": [_P, _INT, _P],
     "somaMemPoolGetAttribute": [_P, _INT, _P],
     "somaMemPoolTrimTo": [_P, _SIZE],

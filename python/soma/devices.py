@@ -9,6 +9,8 @@ from .errors import check
 ATTRIBUTES = {
     "memory_pools_supported": 115,
     "memory_pool_supported_handle_types": 119,
+    "host_numa_memory_pools_supported": 142,
+    "host_memory_pools_supported": 144,
     "total_memory_mib": 20001,
     "allocation_granularity_kib": 20002,
 }

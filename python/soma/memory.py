@@ -7,7 +7,7 @@ import threading
 
 from . import _library
 from .errors import InvalidValueError, check
-from .pools import wrap
+from .pools import Location, wrap
 from .streams import Stream, address_of, handle_of
 
 _MEMORY_TYPES = {0: "unregistered", 1: "host", 2: "device", 3: "managed"}
@@ -34,8 +34,9 @@ def free_async(pointer, stream=None):
 
 @dataclasses.dataclass(frozen=True)
 class PointerAttributes:
-    """somaPointerGetAttributes (S14): memory_type is "device" for a live pool allocation,
-    "unregistered" otherwise; base and size are those of the allocation holding the address."""
+    """somaPointerGetAttributes (S14): memory_type is "device" for a live allocation of a device
+    pool, "host" for one of a host pool, "unregistered" otherwise; base and size are those of
+    the allocation holding the address; location where its memory is (None if not live)."""
     memory_type: str
     device: int
     device_pointer: int
@@ -44,6 +45,7 @@ class PointerAttributes:
     base: int
     size: int
     is_live_allocation: bool
+    location: object = None
 
 
 def pointer_attributes(pointer):
@@ -59,6 +61,8 @@ def pointer_attributes(pointer):
         base=found.base or 0,
         size=found.size,
         is_live_allocation=bool(found.isLiveAllocation),
+        location=Location.from_c(found.location.type, found.location.id)
+        if found.isLiveAllocation else None,
     )
 
 
@@ -100,8 +104,9 @@ class Buffer:
             free_async(self.ptr, self.stream if stream is None else stream)
 
     def host_view(self):
-        """The bytes as a writable memoryview, where the host reaches them directly (the cpu
-        backend). Reading is safe only once the work that writes them has completed."""
+        """The bytes as a writable memoryview, where the host reaches them directly (a host
+        pool's memory, and every allocation on the cpu backend). Reading is safe only once the
+        work that writes them has completed."""
         attributes = pointer_attributes(self.ptr)
         if not attributes.host_pointer:
             raise InvalidValueError(1, "Buffer.host_view",

@@ -1,7 +1,8 @@
-"""Memory pools (S3-S5, S9-S11): default, current and explicit pools, attributes, trim,
-statistics and snapshots."""
+"""Memory pools (S3-S5, S9-S11): default, current and explicit pools of device or host memory,
+attributes, trim, statistics and snapshots."""
 
 import ctypes
+import dataclasses
 import sys
 import weakref
 
@@ -13,6 +14,11 @@ INT_ATTRIBUTES = {
     "reuse_follow_event_dependencies": 1,
     "reuse_allow_opportunistic": 2,
     "reuse_allow_internal_dependencies": 3,
+    # read only (S5): what the pool was created with
+    "allocation_type": 9,
+    "export_handle_types": 10,
+    "location_id": 11,
+    "location_type": 12,
     "compact_before_growth": 1000,
     "remap_free_memory": 1001,
 }
@@ -23,6 +29,7 @@ UINT64_ATTRIBUTES = {
     "reserved_high_bytes": 6,
     "used_bytes": 7,
     "used_high_bytes": 8,
+    "max_pool_size": 13,
     "remap_count": 1002,
     "remapped_bytes": 1003,
 }
@@ -32,10 +39,47 @@ STATISTICS = ("reserved_bytes", "reserved_high_bytes", "used_bytes", "used_high_
 REMAP_NEVER, REMAP_BEFORE_GROWTH, REMAP_INSTEAD_OF_FAILING = 0, 1, 2
 #: somaMemAccessFlags
 ACCESS_NONE, ACCESS_READ, ACCESS_READ_WRITE = 0, 1, 3
-_LOCATION_DEVICE = 1
+_PINNED = 1
 _BLOCK_STATES = {0: "live", 1: "free", 2: "free_pending"}
 
 _created = weakref.WeakValueDictionary()  # handle -> Pool the package created
+_LOCATION_TYPES = {"device": 1, "host": 2, "host_numa": 3}
+_LOCATION_NAMES = {number: name for name, number in _LOCATION_TYPES.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Location:
+    """Where a pool's memory is (S5): Location.device(0), Location.host() (host memory on any
+    NUMA node) or Location.host_numa(node). Host memory is the host's at once and a device's
+    once Pool.set_access grants it."""
+    kind: str
+    id: int = 0
+
+    @classmethod
+    def device(cls, ordinal):
+        return cls("device", int(ordinal))
+
+    @classmethod
+    def host(cls):
+        return cls("host", 0)
+
+    @classmethod
+    def host_numa(cls, node):
+        return cls("host_numa", int(node))
+
+    @property
+    def is_host(self):
+        return self.kind != "device"
+
+    def as_c(self):
+        if self.kind not in _LOCATION_TYPES:
+            raise ValueError(f"unknown location kind {self.kind!r}; known: "
+                             f"{', '.join(_LOCATION_TYPES)}")
+        return _library.MemLocation(_LOCATION_TYPES[self.kind], self.id)
+
+    @classmethod
+    def from_c(cls, type_number, ordinal):
+        return cls(_LOCATION_NAMES.get(type_number, str(type_number)), ordinal)
 
 
 class Pool:
@@ -45,15 +89,15 @@ class Pool:
     A created pool is destroyed by destroy(), at the end of a with block or when it and every
     Buffer from it are collected; default and current pools are never destroyed here."""
 
-    def __init__(self, device=None, *, max_size=0, name=None, exportable=False,
+    def __init__(self, device=None, *, location=None, max_size=0, name=None, exportable=False,
                  _handle=None, **attributes):
         if _handle is not None:
             self.handle, self._owned = _handle, False
             return
         props = _library.PoolProps()
-        props.allocType = 1  # pinned
+        props.allocType = _PINNED
         props.handleTypes = 1 if exportable else 0  # POSIX file descriptor (S7)
-        props.location = _library.MemLocation(_LOCATION_DEVICE, _device_or_current(device))
+        props.location = _location_of(device, location).as_c()
         props.maxSize = int(max_size)
         created = ctypes.c_void_p()
         check(_library.get().somaMemPoolCreate(ctypes.byref(created), ctypes.byref(props)),
@@ -70,27 +114,37 @@ class Pool:
             raise
 
     @classmethod
-    def default(cls, device=None):
-        """The device's default pool (somaDeviceGetDefaultMemPool)."""
+    def default(cls, device=None, location=None):
+        """The default pool of a device, or of a Location (somaMemGetDefaultMemPool: the host's
+        and each NUMA node's are made at the first call)."""
         handle = ctypes.c_void_p()
-        check(_library.get().somaDeviceGetDefaultMemPool(ctypes.byref(handle),
-                                                         _device_or_current(device)),
-              "somaDeviceGetDefaultMemPool")
+        where = _location_of(device, location).as_c()
+        check(_library.get().somaMemGetDefaultMemPool(ctypes.byref(handle), ctypes.byref(where),
+                                                      _PINNED), "somaMemGetDefaultMemPool")
         return wrap(handle.value)
 
     @classmethod
-    def current(cls, device=None):
-        """The device's current pool, which soma.malloc_async uses (somaDeviceGetMemPool)."""
+    def current(cls, device=None, location=None):
+        """The current pool of a device (which soma.malloc_async uses) or of a Location
+        (somaMemGetMemPool)."""
         handle = ctypes.c_void_p()
-        check(_library.get().somaDeviceGetMemPool(ctypes.byref(handle),
-                                                  _device_or_current(device)),
-              "somaDeviceGetMemPool")
+        where = _location_of(device, location).as_c()
+        check(_library.get().somaMemGetMemPool(ctypes.byref(handle), ctypes.byref(where),
+                                               _PINNED), "somaMemGetMemPool")
         return wrap(handle.value)
 
-    def make_current(self, device=None):
-        """Makes this the device's current pool (somaDeviceSetMemPool)."""
-        check(_library.get().somaDeviceSetMemPool(_device_or_current(device), self.handle),
-              "somaDeviceSetMemPool")
+    def make_current(self, device=None, location=None):
+        """Makes this the current pool of a device or Location (somaMemSetMemPool); it must
+        be a pool of that location."""
+        where = _location_of(device, location).as_c()
+        check(_library.get().somaMemSetMemPool(ctypes.byref(where), _PINNED, self.handle),
+              "somaMemSetMemPool")
+
+    @property
+    def location(self):
+        """Where the pool's memory is, as a Location."""
+        return Location.from_c(self.get_attribute("location_type"),
+                               self.get_attribute("location_id"))
 
     def allocate(self, nbytes, stream=None):
         """A Buffer of nbytes from this pool, usable at once by later work on stream (S1)."""
@@ -160,14 +214,14 @@ class Pool:
     # ---- access (S6) ------------------------------------------------------------------------
     def set_access(self, device, flags=ACCESS_READ_WRITE):
         """Grants (or with ACCESS_NONE revokes) device's access to the pool's memory."""
-        desc = _library.AccessDesc(_library.MemLocation(_LOCATION_DEVICE, int(device)), int(flags))
+        desc = _library.AccessDesc(Location.device(device).as_c(), int(flags))
         check(_library.get().somaMemPoolSetAccess(self.handle, ctypes.byref(desc), 1),
               "somaMemPoolSetAccess")
 
     def access(self, device):
         """device's access: ACCESS_NONE, ACCESS_READ or ACCESS_READ_WRITE."""
         flags = ctypes.c_int()
-        location = _library.MemLocation(_LOCATION_DEVICE, int(device))
+        location = Location.device(device).as_c()
         check(_library.get().somaMemPoolGetAccess(ctypes.byref(flags), self.handle,
                                                   ctypes.byref(location)), "somaMemPoolGetAccess")
         return flags.value
@@ -236,6 +290,16 @@ def wrap(handle):
     if handle is None:
         return None
     return _created.get(handle) or Pool(_handle=handle)
+
+
+def _location_of(device, location):
+    if location is not None:
+        if device is not None:
+            raise ValueError("give a device or a location, not both")
+        if not isinstance(location, Location):
+            raise TypeError(f"location must be a soma.Location, not {type(location).__name__}")
+        return location
+    return Location.device(_device_or_current(device))
 
 
 def _device_or_current(device):

@@ -26,6 +26,29 @@ namespace soma::detail::backend {
 /// Handle types a physical allocation can be exported as (bit values of somaMem...).
 inline constexpr unsigned handle_type_posix_fd = 1;
 
+/// Where physical memory lives (S5): on a device, or in the host's memory, on any NUMA node
+/// (host) or on one (host_numa). Host memory is reachable by the host at once and by a device
+/// only where set_access grants it. An int converts to the device of that ordinal.
+struct memory_location {
+  /// Values of somaMemLocationType.
+  enum class kind : int { device = 1, host = 2, host_numa = 3 };
+  kind type = kind::device;
+  int id = 0;  ///< device ordinal; NUMA node for host_numa; 0 for host
+
+  constexpr memory_location() = default;
+  constexpr memory_location(int device) : id(device) {}  // NOLINT: a device ordinal
+  constexpr memory_location(kind where, int ordinal) : type(where), id(ordinal) {}
+  static constexpr memory_location host() { return {kind::host, 0}; }
+  static constexpr memory_location host_numa(int node) { return {kind::host_numa, node}; }
+  constexpr bool is_host() const { return type != kind::device; }
+  /// The device whose context serves host memory too (cuda); the device itself otherwise.
+  constexpr int context_device() const { return is_host() ? 0 : id; }
+  bool operator==(const memory_location&) const = default;
+};
+
+/// "device 0", "the host", "host NUMA node 1".
+std::string describe(memory_location where);
+
 struct device_properties {
   std::string name;
   std::size_t total_memory_bytes = 0;
@@ -38,6 +61,9 @@ struct device_properties {
   /// whole physical allocations only, so graph memory there comes in granule-sized pieces.
   bool maps_at_offset = true;
   bool memory_pools_supported = true;
+  /// Pools of host memory (somaDevAttrHostMemoryPoolsSupported, ...NumaMemoryPoolsSupported).
+  bool host_memory_pools_supported = true;
+  bool host_numa_memory_pools_supported = true;
 };
 
 /// Access a device may have to a mapped range (values of somaMemAccessFlags).
@@ -228,6 +254,10 @@ class backend {
   virtual int device_count() const = 0;
   /// Requires: 0 <= device < device_count().
   virtual device_properties properties(int device) const = 0;
+  /// Properties of a host location's memory (S5): its name, the host's memory as the total,
+  /// the granularity and growth step of its physical allocations, the handle types it exports.
+  /// Requires: where.is_host(), a NUMA node below host_numa_node_count().
+  virtual device_properties host_properties(memory_location where) const = 0;
   /// Bytes committed on the device by all pools of this process.
   virtual std::size_t committed_bytes(int device) const = 0;
   /// Free and total bytes of the device as its platform sees them (cudaMemGetInfo); cpu:
@@ -236,13 +266,14 @@ class backend {
   virtual bool can_access_peer(int device, int peer) const = 0;
 
   // -- address space and physical memory (S3, S9, S16) --------------------------------
-  /// Reserves bytes of address space, aligned to the device's granularity. Failure:
-  /// address_space_exhausted naming the limit (RLIMIT_AS, driver VA space).
-  virtual result<std::uintptr_t> reserve_address(int device, std::size_t bytes) = 0;
+  /// Reserves bytes of address space for memory of `where`, aligned to its granularity.
+  /// Failure: address_space_exhausted naming the limit (RLIMIT_AS, driver VA space).
+  virtual result<std::uintptr_t> reserve_address(memory_location where, std::size_t bytes) = 0;
   virtual void free_address(std::uintptr_t base, std::size_t bytes) = 0;
-  /// Creates bytes (a multiple of the granularity) of physical memory on device, backed at
-  /// once: running out is reported here (out_of_memory), never later. Returns a handle.
-  virtual result<std::uint64_t> create_physical(int device, std::size_t bytes,
+  /// Creates bytes (a multiple of the granularity) of physical memory at `where` (a device, or
+  /// host memory, bound to its NUMA node for host_numa), backed at once: running out is
+  /// reported here (out_of_memory), never later. Returns a handle.
+  virtual result<std::uint64_t> create_physical(memory_location where, std::size_t bytes,
                                                 unsigned export_handle_types) = 0;
   /// Frees a physical allocation. Requires: it is no longer mapped.
   virtual void release_physical(std::uint64_t handle) = 0;
@@ -253,16 +284,18 @@ class backend {
   virtual void discard_physical_part(std::uint64_t handle, std::size_t offset,
                                      std::size_t bytes) = 0;
   /// Maps a whole physical allocation at address (inside a reservation), readable and
-  /// writable by device: map_part from offset 0, which every platform accepts.
-  status map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle, int device) {
-    return map_part(address, bytes, handle, 0, device);
+  /// writable by its owner: map_part from offset 0, which every platform accepts.
+  status map(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
+             memory_location owner) {
+    return map_part(address, bytes, handle, 0, owner);
   }
   /// Maps [offset, offset + bytes) of a physical allocation at address, readable and writable
-  /// by device. Requires: offset and bytes granule aligned and inside the allocation; offset 0
-  /// unless properties().maps_at_offset (else not_supported). One
-  /// physical range may be mapped at several addresses at once (graph memory, S15).
+  /// by owner (a device, or for host memory the host) and by every device granted the
+  /// reservation. Requires: offset and bytes granule aligned and inside the allocation; offset
+  /// 0 unless properties().maps_at_offset (else not_supported). One physical range may be
+  /// mapped at several addresses at once (graph memory, S15).
   virtual status map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
-                          std::size_t offset, int device) = 0;
+                          std::size_t offset, memory_location owner) = 0;
   /// One range of a physical allocation to map: [offset, offset + bytes) of handle.
   struct mapping_part {
     std::uint64_t handle = 0;
@@ -270,15 +303,14 @@ class backend {
     std::size_t bytes = 0;
   };
   /// Maps the parts one after another from address (inside one reservation), readable and
-  /// writable by device, as map_part each; a platform whose access grant costs a call per
+  /// writable by owner, as map_part each; a platform whose access grant costs a call per
   /// range (cuMemSetAccess) grants it once over the whole range. On failure nothing of it
   /// stays mapped.
   virtual status map_parts(std::uintptr_t address, std::span<const mapping_part> parts,
-                           int device) {
+                           memory_location owner) {
     std::uintptr_t at = address;
     for (const mapping_part& part : parts) {
-      if (status mapped = map_part(at, part.bytes, part.handle, part.offset, device);
-          !mapped.ok()) {
+      if (status mapped = map_part(at, part.bytes, part.handle, part.offset, owner); !mapped.ok()) {
         if (at > address) unmap(address, at - address);
         return mapped;
       }
@@ -288,7 +320,8 @@ class backend {
   }
   /// Unmaps; the address range stays reserved.
   virtual void unmap(std::uintptr_t address, std::size_t bytes) = 0;
-  /// Grants a device access to a mapped range (S6).
+  /// Grants a device access to a mapped range (S6); for host memory, any device may be granted
+  /// or revoked (no device owns it).
   virtual status set_access(std::uintptr_t address, std::size_t bytes, int device,
                             access_flags flags) = 0;
   /// A file descriptor for the physical allocation that another process can import (S7).

@@ -77,6 +77,36 @@ somaError_t somaDeviceGetDefaultMemPool(somaMemPool_t* memPool, int device) {
   });
 }
 
+somaError_t somaMemGetDefaultMemPool(somaMemPool_t* memPool, somaMemLocation* location,
+                                     somaMemAllocationType type) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (memPool == nullptr) return null_argument("somaMemGetDefaultMemPool", "memPool");
+    if (location == nullptr) return null_argument("somaMemGetDefaultMemPool", "location");
+    return store(
+        rt.pools().default_pool_at(raw_value(location->type), location->id, raw_value(type)),
+        memPool);
+  });
+}
+
+somaError_t somaMemGetMemPool(somaMemPool_t* memPool, somaMemLocation* location,
+                              somaMemAllocationType type) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (memPool == nullptr) return null_argument("somaMemGetMemPool", "memPool");
+    if (location == nullptr) return null_argument("somaMemGetMemPool", "location");
+    return store(rt.pools().current_at(raw_value(location->type), location->id, raw_value(type)),
+                 memPool);
+  });
+}
+
+somaError_t somaMemSetMemPool(somaMemLocation* location, somaMemAllocationType type,
+                              somaMemPool_t memPool) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (location == nullptr) return null_argument("somaMemSetMemPool", "location");
+    return rt.pools().set_current_at(raw_value(location->type), location->id, raw_value(type),
+                                     handle_of(memPool));
+  });
+}
+
 somaError_t somaDeviceSetMemPool(int device, somaMemPool_t memPool) {
   return with_runtime(
       [&](runtime& rt) { return rt.pools().set_current(device, handle_of(memPool)); });
@@ -157,11 +187,22 @@ somaError_t somaPointerGetAttributes(somaPointerAttributes* attributes, const vo
       attributes->size = info.requested_bytes;
       return status::success();
     }
-    attributes->type = info.is_live ? somaMemoryTypeDevice : somaMemoryTypeUnregistered;
+    attributes->type = !info.is_live       ? somaMemoryTypeUnregistered
+                       : info.in_host_pool ? somaMemoryTypeHost
+                                           : somaMemoryTypeDevice;
     attributes->device = info.device;
     attributes->devicePointer = info.is_live ? const_cast<void*>(ptr) : nullptr;
+    // Host memory, and every allocation on the cpu backend, is reachable by the host.
     attributes->hostPointer =
-        info.is_live && rt.devices().backend_name() == "cpu" ? const_cast<void*>(ptr) : nullptr;
+        info.is_live && (info.in_host_pool || rt.devices().backend_name() == "cpu")
+            ? const_cast<void*>(ptr)
+            : nullptr;
+    if (info.is_live) {
+      attributes->location.type = !info.in_host_pool    ? somaMemLocationTypeDevice
+                                  : info.numa_node >= 0 ? somaMemLocationTypeHostNuma
+                                                        : somaMemLocationTypeHost;
+      attributes->location.id = info.in_host_pool ? std::max(info.numa_node, 0) : info.device;
+    }
     attributes->pool = reinterpret_cast<somaMemPool_t>(info.pool_handle);
     attributes->base = reinterpret_cast<void*>(info.base);
     attributes->size = info.requested_bytes;

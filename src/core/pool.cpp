@@ -62,6 +62,7 @@ std::string pool::describe() const {
     std::lock_guard lock(name_mutex_);
     if (!name_.empty()) text += " '" + name_ + "'";
   }
+  if (!config_.location.empty()) return text + " on " + config_.location;
   return text + " on device " + std::to_string(config_.device);
 }
 

@@ -28,8 +28,9 @@
 namespace soma::detail {
 
 struct pool_config {
-  int device = 0;
+  int device = 0;                     ///< -1 for host memory (no device owns it)
   std::string name;                   ///< for messages: "pool 'tenant-a' on device 0"
+  std::string location;               ///< where its memory is, for messages; "" = the device
   std::size_t max_size_bytes = 0;     ///< cap on committed memory (never 0 here)
   std::size_t reservation_bytes = 0;  ///< address space reserved at a time
   std::size_t growth_step_bytes = 0;  ///< smallest growth when the cap allows; 0 = granularity

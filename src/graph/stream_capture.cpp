@@ -93,9 +93,15 @@ status graph_service::capture_alloc(stream_capture& c, std::uintptr_t stream, vo
   if (!s.ok()) return s.take_error();
   int device = s.value()->device;
   if (pool != 0) {
-    result<int> d = runtime_.ipc().pool_device(pool);
-    if (!d.ok()) return d.take_error();
-    device = d.value();
+    result<backend::memory_location> where = runtime_.ipc().pool_location(pool);
+    if (!where.ok()) return where.take_error();
+    if (where.value().is_host()) {
+      return status(error_code::not_supported,
+                    "somaMallocFromPoolAsync under capture: graph memory lives on a device; an "
+                    "allocation from a host pool cannot become a graph allocation (allocate it "
+                    "before the capture)");
+    }
+    device = where.value().id;
   } else {
     result<std::uintptr_t> current = runtime_.pools().current(device);
     if (!current.ok()) return current.take_error();

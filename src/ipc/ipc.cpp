@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/host_memory.hpp"
 #include "ipc/export_service.hpp"
 #include "ipc/import_connection.hpp"
 #include "ipc/socket_messages.hpp"
@@ -77,9 +78,21 @@ void unmap_range(backend::backend& platform, const mapped_range& range) noexcept
   if (range.base != 0) platform.free_address(range.base, range.bytes);
 }
 
+/// The exporter's location on the wire, in the welcome's device field: a device ordinal, or
+/// -2 - node for a host NUMA node (S5; host memory of no node cannot be exported).
+int wire_location(backend::memory_location where) {
+  return where.is_host() ? -2 - where.id : where.id;
+}
+backend::memory_location location_from_wire(int value) {
+  return value >= 0 ? backend::memory_location(value)
+                    : backend::memory_location::host_numa(-2 - value);
+}
+
 /// Maps the received pieces next to each other in a new reservation, as they lie in the
-/// exporter, readable and writable by device.
-result<mapped_range> map_pieces(backend::backend& platform, int device, received_memory& memory) {
+/// exporter, readable and writable by owner (the importing device, or the host).
+result<mapped_range> map_pieces(backend::backend& platform, backend::memory_location owner,
+                                received_memory& memory) {
+  const int device = owner.context_device();
   mapped_range range;
   for (const received_memory::piece& p : memory.pieces) range.bytes += p.bytes;
   for (received_memory::piece& p : memory.pieces) {
@@ -91,7 +104,7 @@ result<mapped_range> map_pieces(backend::backend& platform, int device, received
     }
     range.pieces.push_back({0, static_cast<std::size_t>(p.bytes), handle.value(), false});
   }
-  result<std::uintptr_t> base = platform.reserve_address(device, range.bytes);
+  result<std::uintptr_t> base = platform.reserve_address(owner, range.bytes);
   if (!base.ok()) {
     unmap_range(platform, range);
     return base.take_error();
@@ -100,7 +113,7 @@ result<mapped_range> map_pieces(backend::backend& platform, int device, received
   std::uintptr_t at = range.base;
   for (mapped_range::piece& p : range.pieces) {
     p.address = at;
-    if (status mapped = platform.map(p.address, p.bytes, p.handle, device); !mapped.ok()) {
+    if (status mapped = platform.map(p.address, p.bytes, p.handle, owner); !mapped.ok()) {
       unmap_range(platform, range);
       return mapped;
     }
@@ -134,10 +147,10 @@ result<int> export_pool(runtime& rt, std::uintptr_t pool_handle, int handle_type
   if (!pool_id.ok()) return pool_id.take_error();
   if (status checked = check_type_and_flags(call, handle_type, flags); !checked.ok())
     return checked;
-  result<int> device = rt.ipc().pool_device(pool_handle);
-  if (!device.ok()) return device.take_error();
+  result<backend::memory_location> where = rt.ipc().pool_location(pool_handle);
+  if (!where.ok()) return where.take_error();
   return export_service::instance().open_connection(rt, pool_handle, pool_id.value(),
-                                                    device.value());
+                                                    wire_location(where.value()));
 }
 
 result<export_data_bytes> export_pointer(runtime& rt, const void* pointer) {
@@ -196,12 +209,17 @@ result<std::uintptr_t> import_pool(runtime& rt, std::intptr_t os_handle, int han
     return invalid(which + ": the exporting process runs the " + exporter.backend +
                    " backend, this one the " + rt.devices().backend_name() + " backend");
   }
-  if (exporter.device < 0 || exporter.device >= rt.devices().count()) {
+  const backend::memory_location where = location_from_wire(exporter.device);
+  if (where.is_host() && where.id >= backend::host_numa_node_count()) {
+    return invalid(which + ": the exported pool is on host NUMA node " + std::to_string(where.id) +
+                   ", which this host does not have");
+  }
+  if (!where.is_host() && (where.id < 0 || where.id >= rt.devices().count())) {
     return invalid(which + ": the exported pool is on device " + std::to_string(exporter.device) +
                    ", which this process does not have (" + std::to_string(rt.devices().count()) +
                    " devices)");
   }
-  return rt.ipc().create_imported_pool(exporter.device, connection.value(),
+  return rt.ipc().create_imported_pool(where, connection.value(),
                                        "imported from process " + std::to_string(exporter.pid));
 }
 
@@ -240,7 +258,7 @@ result<void*> import_pointer(runtime& rt, std::uintptr_t pool_handle,
                    "export data; nothing was mapped");
   }
   backend::backend& platform = rt.platform();
-  result<mapped_range> mapped = map_pieces(platform, pool.value().device, received);
+  result<mapped_range> mapped = map_pieces(platform, pool.value().location, received);
   if (!mapped.ok()) {
     return status(mapped.error().code(),
                   call + ": mapping " + format_bytes(span) +

@@ -4,16 +4,26 @@
 
 namespace soma::detail {
 
-backend_memory_provider::backend_memory_provider(backend::backend& platform, int device,
+namespace {
+
+backend::device_properties properties_of(const backend::backend& platform,
+                                         backend::memory_location where) {
+  return where.is_host() ? platform.host_properties(where) : platform.properties(where.id);
+}
+
+}  // namespace
+
+backend_memory_provider::backend_memory_provider(backend::backend& platform,
+                                                 backend::memory_location where,
                                                  unsigned export_handle_types)
     : platform_(platform),
-      device_(device),
+      where_(where),
       export_handle_types_(export_handle_types),
-      granularity_bytes_(platform.properties(device).granularity_bytes),
-      maps_at_offset_(platform.properties(device).maps_at_offset) {}
+      granularity_bytes_(properties_of(platform, where).granularity_bytes),
+      maps_at_offset_(properties_of(platform, where).maps_at_offset) {}
 
 result<std::uintptr_t> backend_memory_provider::reserve(std::size_t bytes) {
-  result<std::uintptr_t> base = platform_.reserve_address(device_, bytes);
+  result<std::uintptr_t> base = platform_.reserve_address(where_, bytes);
   if (!base.ok()) return base;
   std::lock_guard lock(access_mutex_);
   for (const auto& [device, flags] : granted_) {
@@ -35,7 +45,8 @@ void backend_memory_provider::free_reservation(std::uintptr_t base, std::size_t 
 }
 
 backend::access_flags backend_memory_provider::access(int device) const {
-  if (device == device_) return backend::access_flags::read_write;
+  // A device pool's own device; host memory belongs to no device (S6: granted, or none).
+  if (!where_.is_host() && device == where_.id) return backend::access_flags::read_write;
   std::lock_guard lock(access_mutex_);
   auto found = granted_.find(device);
   return found == granted_.end() ? backend::access_flags::none : found->second;
@@ -73,9 +84,9 @@ void backend_memory_provider::forget_range(std::uintptr_t address) {
 result<std::uint64_t> backend_memory_provider::commit(std::uintptr_t address, std::size_t bytes) {
   if (granule_commits_ && export_handle_types_ == 0 && !platform_.can_discard_physical_part())
     return commit_by_granule(address, bytes);
-  result<std::uint64_t> handle = platform_.create_physical(device_, bytes, export_handle_types_);
+  result<std::uint64_t> handle = platform_.create_physical(where_, bytes, export_handle_types_);
   if (!handle.ok()) return handle;
-  if (status mapped = platform_.map(address, bytes, handle.value(), device_); !mapped.ok()) {
+  if (status mapped = platform_.map(address, bytes, handle.value(), where_); !mapped.ok()) {
     platform_.release_physical(handle.value());
     return mapped;
   }
@@ -91,7 +102,7 @@ result<std::uint64_t> backend_memory_provider::commit_by_granule(std::uintptr_t 
     for (const auto& [offset, handle] : granules) platform_.release_physical(handle);
   };
   for (std::size_t offset = 0; offset < bytes; offset += granularity_bytes_) {
-    result<std::uint64_t> handle = platform_.create_physical(device_, granularity_bytes_, 0);
+    result<std::uint64_t> handle = platform_.create_physical(where_, granularity_bytes_, 0);
     if (!handle.ok()) {
       release_all();
       return handle;
@@ -100,7 +111,7 @@ result<std::uint64_t> backend_memory_provider::commit_by_granule(std::uintptr_t 
     parts.push_back({handle.value(), 0, granularity_bytes_});
   }
   // One call maps them all, so access is granted once over the range.
-  if (status mapped = platform_.map_parts(address, parts, device_); !mapped.ok()) {
+  if (status mapped = platform_.map_parts(address, parts, where_); !mapped.ok()) {
     release_all();
     return mapped;
   }
@@ -128,7 +139,7 @@ status backend_memory_provider::map_again(std::span<const physical_piece> pieces
       parts.push_back({granule->second, 0, granularity_bytes_});
     }
   }
-  return platform_.map_parts(pieces.front().address, parts, device_);
+  return platform_.map_parts(pieces.front().address, parts, where_);
 }
 
 void backend_memory_provider::unmap_alias(std::uintptr_t address, std::size_t bytes,

@@ -15,10 +15,12 @@
 
 namespace soma::detail {
 
-/// memory_provider over the backend: reservations and chunks of one pool on one device.
+/// memory_provider over the backend: reservations and chunks of one pool at one location (a
+/// device, or host memory).
 class backend_memory_provider final : public memory_provider {
  public:
-  backend_memory_provider(backend::backend& platform, int device, unsigned export_handle_types);
+  backend_memory_provider(backend::backend& platform, backend::memory_location where,
+                          unsigned export_handle_types);
 
   std::size_t granularity_bytes() const override { return granularity_bytes_; }
   result<std::uintptr_t> reserve(std::size_t bytes) override;
@@ -69,7 +71,7 @@ class backend_memory_provider final : public memory_provider {
   std::map<std::uintptr_t, std::size_t> reservations_;  // base -> bytes
   std::map<int, backend::access_flags> granted_;        // devices other than the owner
   backend::backend& platform_;
-  const int device_;
+  const backend::memory_location where_;
   const unsigned export_handle_types_;
   const std::size_t granularity_bytes_;
   const bool maps_at_offset_;

@@ -43,6 +43,10 @@ result<int> device_table::attribute(device_attribute attribute, int device) cons
       return p.memory_pools_supported ? 1 : 0;
     case device_attribute::pool_supported_handle_types:
       return static_cast<int>(p.supported_handle_types);
+    case device_attribute::host_numa_memory_pools_supported:
+      return p.host_numa_memory_pools_supported ? 1 : 0;
+    case device_attribute::host_memory_pools_supported:
+      return p.host_memory_pools_supported ? 1 : 0;
     case device_attribute::total_memory_mib:
       return static_cast<int>(p.total_memory_bytes >> 20);
     case device_attribute::granularity_kib:

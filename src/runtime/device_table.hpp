@@ -15,6 +15,8 @@ namespace soma::detail {
 enum class device_attribute : int {
   memory_pools_supported = 115,
   pool_supported_handle_types = 119,
+  host_numa_memory_pools_supported = 142,
+  host_memory_pools_supported = 144,
   total_memory_mib = 20001,
   granularity_kib = 20002,
 };

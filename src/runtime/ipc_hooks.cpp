@@ -37,10 +37,10 @@ result<std::uint64_t> ipc_hooks::exportable_pool(std::uintptr_t pool_handle, uns
   return p.exports()->pool_id(proposed_pool_id);
 }
 
-result<int> ipc_hooks::pool_device(std::uintptr_t pool_handle) const {
+result<backend::memory_location> ipc_hooks::pool_location(std::uintptr_t pool_handle) const {
   result<pool_object*> found = pools_.resolve(pool_handle);
   if (!found.ok()) return found.take_error();
-  return found.value()->config().device;
+  return found.value()->properties().location;
 }
 
 result<pointer_export> ipc_hooks::export_pointer(const void* pointer,
@@ -115,10 +115,10 @@ result<exported_memory> ipc_hooks::export_memory(std::uintptr_t pool_handle,
 
 // ---- importer ----------------------------------------------------------------------------------
 
-result<std::uintptr_t> ipc_hooks::create_imported_pool(int device,
+result<std::uintptr_t> ipc_hooks::create_imported_pool(backend::memory_location where,
                                                        std::shared_ptr<import_link> link,
                                                        std::string name) {
-  result<pool_object*> created = pools_.create_imported(device, std::move(name));
+  result<pool_object*> created = pools_.create_imported(where, std::move(name));
   if (!created.ok()) return created.take_error();
   created.value()->imports()->set_link(std::move(link));
   return created.value()->handle();
@@ -137,6 +137,7 @@ result<imported_pool_view> ipc_hooks::imported_pool(std::uintptr_t pool_handle,
   }
   imported_pool_view view;
   view.device = p.config().device;
+  view.location = p.properties().location;
   view.link = p.imports()->link();
   if (view.link == nullptr)
     return invalid(std::string(call) + ": " + p.describe() + " was destroyed");

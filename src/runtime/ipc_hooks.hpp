@@ -31,7 +31,8 @@ class ipc_hooks {
   result<std::uint64_t> exportable_pool(std::uintptr_t pool_handle, unsigned handle_type,
                                         std::uint64_t proposed_pool_id, const char* call);
   /// Device of a pool (any kind), for the exporter's handshake.
-  result<int> pool_device(std::uintptr_t pool_handle) const;
+  /// Where a pool's memory is: its device, or host memory (S5).
+  result<backend::memory_location> pool_location(std::uintptr_t pool_handle) const;
   /// Export data fields for the live allocation that starts at pointer.
   result<pointer_export> export_pointer(const void* pointer, std::uint64_t proposed_pool_id,
                                         const export_nonce& fresh_nonce);
@@ -42,8 +43,8 @@ class ipc_hooks {
 
   // -- importer ------------------------------------------------------------------------
   /// A new imported pool of device, holding link until it is destroyed.
-  result<std::uintptr_t> create_imported_pool(int device, std::shared_ptr<import_link> link,
-                                              std::string name);
+  result<std::uintptr_t> create_imported_pool(backend::memory_location where,
+                                              std::shared_ptr<import_link> link, std::string name);
   /// An imported pool's device and link (call names the API call in messages).
   result<imported_pool_view> imported_pool(std::uintptr_t pool_handle, const char* call) const;
   /// The live allocation imported under key into pool_handle, or nullptr.

@@ -19,9 +19,11 @@ namespace soma::detail {
 
 /// Creation-time properties after validation (mirrors somaMemPoolProps).
 struct pool_properties {
-  int device = 0;
+  int device = 0;  ///< the owning device; -1 for a host pool
+  /// Where the memory is (S5): the device, or host memory (anywhere, or one NUMA node).
+  backend::memory_location location;
   unsigned export_handle_types = 0;
-  std::size_t max_size_bytes = 0;  // 0 = the device's memory
+  std::size_t max_size_bytes = 0;  // 0 = the location's memory
   bool imported = false;           // S7: memory another process exported; the pool cannot allocate
 };
 

@@ -25,6 +25,7 @@ status pool_registry::start() {
     per_device_.push_back(std::make_unique<device_pools>());
     pool_properties properties;
     properties.device = device;
+    properties.location = device;
     result<pool_object*> created = add(properties, /*is_default=*/true, "default");
     if (!created.ok()) return created.take_error();
     per_device_.back()->default_pool = created.value();
@@ -41,9 +42,12 @@ result<pool_object*> pool_registry::resolve(std::uintptr_t handle) const {
 
 result<pool_object*> pool_registry::add(const pool_properties& properties, bool is_default,
                                         std::string name) {
-  const backend::device_properties& device = devices_.properties(properties.device);
+  const backend::memory_location where = properties.location;
+  const backend::device_properties device =
+      where.is_host() ? platform_.host_properties(where) : devices_.properties(properties.device);
   pool_config config;
   config.device = properties.device;
+  if (where.is_host()) config.location = backend::describe(where);
   config.name = std::move(name);
   const std::size_t granularity = device.granularity_bytes;
   config.max_size_bytes = properties.max_size_bytes == 0
@@ -52,8 +56,8 @@ result<pool_object*> pool_registry::add(const pool_properties& properties, bool 
   // Twice the cap: fragmentation then costs address space, not physical memory.
   config.reservation_bytes = config.max_size_bytes * 2;
   config.growth_step_bytes = round_up(std::max(device.growth_step_bytes, granularity), granularity);
-  auto memory = std::make_unique<backend_memory_provider>(platform_, properties.device,
-                                                          properties.export_handle_types);
+  auto memory =
+      std::make_unique<backend_memory_provider>(platform_, where, properties.export_handle_types);
   auto created =
       std::make_unique<pool_object>(std::move(config), std::move(memory), properties, is_default);
   pool_object* p = created.get();
@@ -68,48 +72,54 @@ result<pool_object*> pool_registry::add(const pool_properties& properties, bool 
 
 result<std::uintptr_t> pool_registry::create(const raw_pool_properties& raw) {
   if (raw.allocation_type == allocation_type_managed)
-    return status(error_code::not_supported, "somaMemPoolCreate: managed pools are not supported");
+    return status(error_code::not_supported, std::string("somaMemPoolCreate: ") + managed_reason);
   if (raw.allocation_type != allocation_type_pinned)
     return invalid("somaMemPoolCreate: allocType " + std::to_string(raw.allocation_type) +
                    " is not somaMemAllocationTypePinned (1)");
-  if (raw.location_type == location_type_host || raw.location_type == location_type_host_numa)
-    return status(error_code::not_supported,
-                  "somaMemPoolCreate: host and host-NUMA pools are not supported; use a device");
-  if (raw.location_type != location_type_device)
-    return invalid("somaMemPoolCreate: location.type " + std::to_string(raw.location_type) +
-                   " is not somaMemLocationTypeDevice (1)");
-  if (raw.location_id < 0 || raw.location_id >= devices_.count())
-    return invalid("somaMemPoolCreate: location.id " + std::to_string(raw.location_id) +
-                   " is not a device (there are " + std::to_string(devices_.count()) + ")");
   if ((raw.handle_types & ~known_handle_types) != 0)
     return invalid("somaMemPoolCreate: handleTypes " + std::to_string(raw.handle_types) +
                    " has unknown bits");
-  const backend::device_properties& device = devices_.properties(raw.location_id);
-  if ((raw.handle_types & ~device.supported_handle_types) != 0)
+  result<backend::memory_location> where = checked_location("somaMemPoolCreate", raw.location_type,
+                                                            raw.location_id, raw.allocation_type);
+  if (!where.ok()) return where.take_error();
+  const bool host = where.value().is_host();
+  if (host) {
+    if (status ok = check_host_location("somaMemPoolCreate", where.value(), raw.handle_types);
+        !ok.ok())
+      return ok;
+  }
+  const backend::device_properties location =
+      host ? platform_.host_properties(where.value()) : devices_.properties(raw.location_id);
+  if (!host && (raw.handle_types & ~location.supported_handle_types) != 0)
     return status(error_code::not_supported,
                   "somaMemPoolCreate: handleTypes " + std::to_string(raw.handle_types) +
                       " not supported by the " + platform_.name() + " backend (supported mask " +
-                      std::to_string(device.supported_handle_types) + ")");
+                      std::to_string(location.supported_handle_types) + ")");
   if (raw.has_win32_security_attributes)
     return invalid("somaMemPoolCreate: win32SecurityAttributes must be NULL");
   if (raw.usage != 0)
     return invalid("somaMemPoolCreate: usage " + std::to_string(raw.usage) + " must be 0");
   if (!raw.reserved_is_zero) return invalid("somaMemPoolCreate: reserved bytes must be zero");
   pool_properties properties;
-  properties.device = raw.location_id;
+  properties.device = host ? -1 : raw.location_id;
+  properties.location = where.value();
   properties.export_handle_types = raw.handle_types;
-  // A cap above the device's memory means the device's memory.
+  // A cap above the location's memory means its memory.
   properties.max_size_bytes =
-      raw.max_size_bytes > device.total_memory_bytes ? 0 : raw.max_size_bytes;
+      raw.max_size_bytes > location.total_memory_bytes ? 0 : raw.max_size_bytes;
   result<pool_object*> created = add(properties, /*is_default=*/false, "");
   if (!created.ok()) return created.take_error();
   return created.value()->handle();
 }
 
-result<pool_object*> pool_registry::create_imported(int device, std::string name) {
-  if (status checked = devices_.check(device); !checked.ok()) return checked;
+result<pool_object*> pool_registry::create_imported(backend::memory_location where,
+                                                    std::string name) {
+  if (!where.is_host()) {
+    if (status checked = devices_.check(where.id); !checked.ok()) return checked;
+  }
   pool_properties properties;
-  properties.device = device;
+  properties.device = where.is_host() ? -1 : where.id;
+  properties.location = where;
   properties.imported = true;
   result<pool_object*> created = add(properties, /*is_default=*/false, std::move(name));
   if (created.ok()) has_imported_pools_.store(true, std::memory_order_release);
@@ -125,10 +135,20 @@ status pool_registry::destroy(std::uintptr_t handle) {
                    " is a default pool and cannot be destroyed");
   }
   if (!handles_.remove(handle)) return resolve(handle).take_error();
-  pool_object* expected = p;
-  current_of(p->config().device)
-      .compare_exchange_strong(
-          expected, per_device_[static_cast<std::size_t>(p->config().device)]->default_pool);
+  // As CUDA: destroying a location's current pool makes its default pool current again.
+  device_pools* owner = nullptr;
+  if (p->properties().location.is_host()) {
+    std::lock_guard lock(mutex_);
+    auto found = per_host_location_.find(
+        {static_cast<int>(p->properties().location.type), p->properties().location.id});
+    if (found != per_host_location_.end()) owner = found->second.get();
+  } else {
+    owner = per_device_[static_cast<std::size_t>(p->config().device)].get();
+  }
+  if (owner != nullptr) {
+    pool_object* expected = p;
+    owner->current.compare_exchange_strong(expected, owner->default_pool);
+  }
   p->mark_destroyed();
   // S7: an imported pool lets go of its exporter now; its imported allocations stay until freed.
   if (p->imports() != nullptr) p->imports()->set_link(nullptr);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -32,6 +33,12 @@ enum location_type : int {
 };
 enum allocation_type : int { allocation_type_pinned = 1, allocation_type_managed = 2 };
 
+/// Why a managed pool is refused (not_supported), wherever one is asked for.
+inline constexpr const char* managed_reason =
+    "managed memory is not supported: soma's pools are built on the driver's virtual memory "
+    "calls (cuMemCreate, cuMemMap), which make pinned device or host memory only, never "
+    "managed memory";
+
 /// somaMemPoolProps as the C API received it, checked by pool_registry::create.
 struct raw_pool_properties {
   int allocation_type = 0;
@@ -54,6 +61,12 @@ enum class pool_attribute : int {
   reserved_high = 6,
   used_current = 7,
   used_high = 8,
+  // read only, as CUDA 13.2's cudaMemPoolAttr 9-13 (S5: what the pool was created with)
+  allocation_type = 9,
+  export_handle_types = 10,
+  location_id = 11,
+  location_type = 12,
+  max_pool_size = 13,
   compact_before_growth = 1000,
   remap_free_memory = 1001,
   remap_count = 1002,
@@ -82,11 +95,19 @@ class pool_registry final : public stream_listener {
   result<pool_object*> resolve(std::uintptr_t handle) const;
   result<std::uintptr_t> create(const raw_pool_properties& properties);
   /// S7: a pool of device holding memory another process exported; it cannot allocate.
-  result<pool_object*> create_imported(int device, std::string name);
+  result<pool_object*> create_imported(backend::memory_location where, std::string name);
   status destroy(std::uintptr_t handle);
   result<std::uintptr_t> default_pool(int device) const;
   status set_current(int device, std::uintptr_t pool_handle);
   result<std::uintptr_t> current(int device) const;
+  // -- pools keyed by location and allocation type (somaMemGetDefaultMemPool, ...) -------
+  /// The default pool of a location (a device's, or the host's and each host NUMA node's,
+  /// made at the first call); invalid_value for a location or type CUDA refuses here.
+  result<std::uintptr_t> default_pool_at(int location_type, int location_id, int allocation_type);
+  result<std::uintptr_t> current_at(int location_type, int location_id, int allocation_type);
+  /// Requires of pool_handle: its location and allocation type are the ones given.
+  status set_current_at(int location_type, int location_id, int allocation_type,
+                        std::uintptr_t pool_handle);
   status set_attribute(std::uintptr_t handle, pool_attribute attribute, const void* value);
   status get_attribute(std::uintptr_t handle, pool_attribute attribute, void* value) const;
   status trim(std::uintptr_t handle, std::size_t keep_bytes);
@@ -141,6 +162,15 @@ class pool_registry final : public stream_listener {
     pool_object* default_pool = nullptr;
     std::atomic<pool_object*> current{nullptr};
   };
+  /// The location a (type, id, allocation type) names, checked as CUDA checks it (call names
+  /// the C function in messages).
+  result<backend::memory_location> checked_location(const char* call, int location_type,
+                                                    int location_id, int allocation_type) const;
+  /// The default and current pools of a host location, made at the first use.
+  result<device_pools*> host_pools_of(backend::memory_location where);
+  /// What a pool at `where` may be created with; an error where the platform has none.
+  status check_host_location(const char* call, backend::memory_location where,
+                             unsigned handle_types) const;
 
   result<pool_object*> add(const pool_properties& properties, bool is_default, std::string name);
   std::atomic<pool_object*>& current_of(int device) const {
@@ -153,6 +183,9 @@ class pool_registry final : public stream_listener {
   const device_table& devices_;
   handle_table<pool_object, handle_kind::pool> handles_;
   std::vector<std::unique_ptr<device_pools>> per_device_;
+  // Host locations' default and current pools, by (type, NUMA node); under mutex_ while
+  // found or made, never removed (the pointers stay valid).
+  std::map<std::pair<int, int>, std::unique_ptr<device_pools>> per_host_location_;
   std::atomic<bool> has_imported_pools_{false};
 
   // Held shared while pools are used outside the registry lock (synchronized), exclusive

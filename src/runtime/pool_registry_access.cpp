@@ -1,4 +1,5 @@
-// Access of other devices to a pool (S6): somaMemPoolSetAccess / GetAccess.
+// Access of other devices to a pool (S6): somaMemPoolSetAccess / GetAccess. A host pool (S5)
+// is the host's at once and a device's once granted.
 #include <string>
 
 #include "runtime/pool_registry.hpp"
@@ -8,10 +9,16 @@ namespace {
 
 bool is_access_flags(int flags) { return flags == 0 || flags == 1 || flags == 3; }
 
-/// The location check shared by SetAccess and GetAccess: only devices have access.
-status check_location(const char* call, int type, int id, int device_count) {
-  if (type == location_type_host || type == location_type_host_numa ||
-      type == location_type_host_numa_current) {
+bool is_host_type(int type) {
+  return type == location_type_host || type == location_type_host_numa ||
+         type == location_type_host_numa_current;
+}
+
+/// The location check shared by SetAccess and GetAccess: devices have access as granted; the
+/// host has read-write access to a host pool's memory, and none to a device pool's.
+status check_location(const char* call, int type, int id, int device_count, bool host_pool) {
+  if (is_host_type(type)) {
+    if (host_pool) return status::success();
     return status(error_code::not_supported,
                   std::string(call) + ": host locations have no access to device pools");
   }
@@ -53,12 +60,14 @@ status pool_registry::set_access(std::uintptr_t handle, const access_request* re
   if (!found.ok()) return found.take_error();
   pool_object& p = *found.value();
   if (status ok = check_access_list(requests, count); !ok.ok()) return ok;
-  const int owner = p.config().device;
+  const bool host_pool = p.properties().location.is_host();
+  const int owner = p.config().device;  // -1 for a host pool: no device owns it
   // Every entry is checked before any is applied: a rejected call changes nothing.
   for (std::size_t i = 0; i < count; ++i) {
     const access_request& r = requests[i];
     const std::string entry = "somaMemPoolSetAccess entry " + std::to_string(i);
-    if (status ok = check_location(entry.c_str(), r.location_type, r.location_id, devices_.count());
+    if (status ok = check_location(entry.c_str(), r.location_type, r.location_id, devices_.count(),
+                                   host_pool);
         !ok.ok())
       return ok;
     if (!is_access_flags(r.flags)) {
@@ -67,6 +76,13 @@ status pool_registry::set_access(std::uintptr_t handle, const access_request* re
           entry + ": flags " + std::to_string(r.flags) +
               " is not somaMemAccessFlagsProtNone (0), ProtRead (1) or ProtReadWrite (3)");
     }
+    if (is_host_type(r.location_type)) {
+      // The host keeps read-write access to a host pool: asking for it again changes nothing.
+      if (r.flags == 3) continue;
+      return status(error_code::not_supported, entry + ": the host keeps read-write access to " +
+                                                   p.describe() + "; it cannot be lowered");
+    }
+    if (host_pool) continue;  // any device may reach host memory once granted
     if (r.location_id == owner) {
       // As CUDA: the owning device keeps read-write access; it cannot be lowered.
       if (r.flags == 0) {
@@ -90,7 +106,7 @@ status pool_registry::set_access(std::uintptr_t handle, const access_request* re
   }
   for (std::size_t i = 0; i < count; ++i) {
     const access_request& r = requests[i];
-    if (r.location_id == owner) continue;
+    if (is_host_type(r.location_type) || r.location_id == owner) continue;
     if (status applied = p.set_access(r.location_id, static_cast<backend::access_flags>(r.flags));
         !applied.ok()) {
       return status(applied.code(),
@@ -103,10 +119,12 @@ status pool_registry::set_access(std::uintptr_t handle, const access_request* re
 result<int> pool_registry::access(std::uintptr_t handle, int location_type, int location_id) const {
   result<pool_object*> found = resolve(handle);
   if (!found.ok()) return found.take_error();
-  if (status ok =
-          check_location("somaMemPoolGetAccess", location_type, location_id, devices_.count());
+  const bool host_pool = found.value()->properties().location.is_host();
+  if (status ok = check_location("somaMemPoolGetAccess", location_type, location_id,
+                                 devices_.count(), host_pool);
       !ok.ok())
     return ok;
+  if (is_host_type(location_type)) return static_cast<int>(backend::access_flags::read_write);
   return static_cast<int>(found.value()->access(location_id));
 }
 

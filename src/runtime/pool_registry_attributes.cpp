@@ -1,4 +1,4 @@
-// Pool attributes, trim and names (S9, S10, S11): somaMemPoolSetAttribute / GetAttribute,
+// Pool attributes, trim and names (S5, S9, S10, S11): somaMemPoolSetAttribute / GetAttribute,
 // somaMemPoolTrimTo, somaMemPoolSetName.
 #include <array>
 #include <string>
@@ -93,6 +93,11 @@ status pool_registry::change_attribute(pool_object& p, pool_attribute attribute,
     case pool_attribute::used_current:
     case pool_attribute::remap_count:
     case pool_attribute::remapped_bytes:
+    case pool_attribute::allocation_type:
+    case pool_attribute::export_handle_types:
+    case pool_attribute::location_id:
+    case pool_attribute::location_type:
+    case pool_attribute::max_pool_size:
       return invalid("somaMemPoolSetAttribute: attribute " +
                      std::to_string(static_cast<int>(attribute)) + " is read-only");
   }
@@ -131,6 +136,22 @@ status pool_registry::get_attribute(std::uintptr_t handle, pool_attribute attrib
       return status::success();
     case pool_attribute::remap_count:
       put64(p.remap_counts().remaps);
+      return status::success();
+    case pool_attribute::allocation_type:
+      *static_cast<int*>(value) = allocation_type_pinned;
+      return status::success();
+    case pool_attribute::export_handle_types:  // an imported pool cannot export again
+      *static_cast<int*>(value) =
+          p.is_imported() ? 0 : static_cast<int>(p.properties().export_handle_types);
+      return status::success();
+    case pool_attribute::location_type:
+      *static_cast<int*>(value) = static_cast<int>(p.properties().location.type);
+      return status::success();
+    case pool_attribute::location_id:
+      *static_cast<int*>(value) = p.properties().location.id;
+      return status::success();
+    case pool_attribute::max_pool_size:  // 0: no cap but the location's memory
+      put64(p.properties().max_size_bytes == 0 ? 0 : p.config().max_size_bytes);
       return status::success();
     case pool_attribute::remapped_bytes:
       put64(p.remap_counts().remapped_bytes);

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "core/block.hpp"
 #include "core/status.hpp"
 #include "core/stream_timeline.hpp"
@@ -87,7 +88,8 @@ class import_link {
 
 /// An imported pool as src/ipc needs it to import more of its memory.
 struct imported_pool_view {
-  int device = 0;
+  int device = 0;                     ///< the exporter's device; -1 for host memory
+  backend::memory_location location;  ///< where the exporter's memory is (S5, S7)
   std::shared_ptr<import_link> link;
 };
 

@@ -136,6 +136,9 @@ pointer_info runtime::describe_pointer(const void* pointer) const {
   info.is_live = true;
   info.pool = owner;
   info.device = owner->config().device;
+  const backend::memory_location where = owner->properties().location;
+  info.in_host_pool = where.is_host();
+  if (where.type == backend::memory_location::kind::host_numa) info.numa_node = where.id;
   info.pool_handle = owner->handle();
   return info;
 }

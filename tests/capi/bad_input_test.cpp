@@ -367,10 +367,22 @@ std::vector<props_case> bad_props_cases() {
        somaErrorNotSupported},
       {"AllocTypeUnknown", [](props& p) { p.allocType = static_cast<somaMemAllocationType>(3); },
        somaErrorInvalidValue},
-      {"LocationHost", [](props& p) { p.location.type = somaMemLocationTypeHost; },
-       somaErrorNotSupported},
-      {"LocationHostNuma", [](props& p) { p.location.type = somaMemLocationTypeHostNuma; },
-       somaErrorNotSupported},
+      // S5: host pools exist; these are the host locations CUDA refuses.
+      {"LocationHostNumaCurrent",
+       [](props& p) { p.location.type = somaMemLocationTypeHostNumaCurrent; },
+       somaErrorInvalidValue},
+      {"LocationHostExportable",
+       [](props& p) {
+         p.location.type = somaMemLocationTypeHost;
+         p.handleTypes = somaMemHandleTypePosixFileDescriptor;
+       },
+       somaErrorInvalidValue},
+      {"LocationHostNumaNoSuchNode",
+       [](props& p) {
+         p.location.type = somaMemLocationTypeHostNuma;
+         p.location.id = 1000;
+       },
+       somaErrorInvalidValue},
       {"LocationInvalid", [](props& p) { p.location.type = somaMemLocationTypeInvalid; },
        somaErrorInvalidValue},
       {"LocationUnknown", [](props& p) { p.location.type = static_cast<somaMemLocationType>(7); },
@@ -523,7 +535,7 @@ TEST_F(S9_S10_BadAttributes, NullValueOrUnknownAttributeIsInvalidValue) {
   EXPECT_EQ(somaMemPoolSetAttribute(pool, somaMemPoolAttrReleaseThreshold, nullptr),
             somaErrorInvalidValue);
   std::uint64_t value = 0;
-  for (int attr : {0, 9, 13, 15}) {  // unknown, within the C++ enum's range
+  for (int attr : {0, 14, 15, 999}) {  // unknown (9-13 are CUDA 13.2's read-only ones)
     EXPECT_EQ(somaMemPoolGetAttribute(pool, static_cast<somaMemPoolAttr>(attr), &value),
               somaErrorInvalidValue)
         << attr;

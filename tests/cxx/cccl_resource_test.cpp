@@ -21,6 +21,9 @@ static_assert(cuda::mr::resource_with<soma::memory_resource, cuda::mr::device_ac
 static_assert(!cuda::mr::resource_with<soma::memory_resource, cuda::mr::host_accessible>,
               "device pools are not host-accessible in CUDA's sense");
 
+static_assert(cuda::mr::resource_with<soma::host_memory_resource, cuda::mr::host_accessible,
+                                      cuda::mr::device_accessible>);
+
 // Code that knows CCCL only: allocates through the reference, frees the same way.
 void* take(cuda::mr::resource_ref<cuda::mr::device_accessible> memory, std::size_t bytes) {
   return memory.allocate(bytes, 256);
@@ -69,6 +72,47 @@ TEST_F(S14_CcclResource, AnAlignmentSomaCannotGiveIsRefusedThroughTheReference) 
     EXPECT_NE(std::strstr(e.what(), "alignment 4096"), nullptr) << e.what();
   }
   EXPECT_EQ(p.used_bytes(), 0u);
+}
+
+// Code that knows only host-accessible CCCL memory: it writes and reads with the CPU.
+std::size_t fill_and_count(cuda::mr::resource_ref<cuda::mr::host_accessible> memory,
+                           std::size_t bytes) {
+  auto* p = static_cast<unsigned char*>(memory.allocate(bytes, 256));
+  std::memset(p, 0x7e, bytes);
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < bytes; ++i) count += p[i] == 0x7e ? 1 : 0;
+  memory.deallocate(p, bytes, 256);
+  return count;
+}
+
+TEST_F(S14_CcclResource, AHostPoolIsHostAccessibleMemoryForCcclCode) {  // S5
+  if (device_attribute(somaDevAttrHostMemoryPoolsSupported, 0) == 0)
+    GTEST_SKIP() << "the driver has no host memory pools here";
+  soma::pool_options options;
+  options.location = somaMemLocationTypeHost;
+  soma::pool p(options);
+  soma::host_memory_resource resource(p);
+  EXPECT_EQ(fill_and_count(resource, MiB), MiB);
+  EXPECT_EQ(p.used_bytes(), 0u);
+  // The same resource is device-accessible memory once the device is granted.
+  const somaMemAccessDesc grant{{somaMemLocationTypeDevice, 0}, somaMemAccessFlagsProtReadWrite};
+  SOMA_ASSERT_OK(somaMemPoolSetAccess(p.handle(), &grant, 1));
+  void* ptr = take(resource, MiB);
+  SOMA_ASSERT_OK(somaMemsetAsync(ptr, 0x11, MiB, nullptr));
+  SOMA_ASSERT_OK(somaStreamSynchronize(nullptr));
+  EXPECT_EQ(static_cast<unsigned char*>(ptr)[MiB - 1], 0x11);
+  give_back(resource, ptr, MiB);
+}
+
+TEST_F(S14_CcclResource, AHostResourceOverADevicePoolIsRefused) {
+  soma::pool p(soma::pool_options{});
+  try {
+    soma::host_memory_resource resource(p);
+    FAIL() << "a device pool became a host resource";
+  } catch (const soma::error& e) {
+    EXPECT_EQ(e.code(), somaErrorInvalidValue);
+    EXPECT_NE(std::strstr(e.what(), "not a host pool"), nullptr) << e.what();
+  }
 }
 
 }  // namespace

@@ -308,8 +308,8 @@ class unique_event {
 
 class unique_pool {
  public:
-  explicit unique_pool(std::size_t max_size_bytes = 0) {
-    const somaMemPoolProps props = pool_props(max_size_bytes);
+  explicit unique_pool(std::size_t max_size_bytes = 0) : unique_pool(pool_props(max_size_bytes)) {}
+  explicit unique_pool(const somaMemPoolProps& props) {
     const somaError_t status = somaMemPoolCreate(&pool_, &props);
     EXPECT_EQ(status, somaSuccess) << "somaMemPoolCreate: " << last_message();
   }

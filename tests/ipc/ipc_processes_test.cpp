@@ -156,9 +156,10 @@ struct exporter_side {
     if (pool != nullptr) (void)somaMemPoolDestroy(pool);
   }
 
-  /// Creates the pool.
-  int open() {
-    const somaMemPoolProps props = exportable_props();
+  /// Creates the pool (S5: of host memory on NUMA node 0 when host_numa).
+  int open(bool host_numa = false) {
+    somaMemPoolProps props = exportable_props();
+    if (host_numa) props.location = {somaMemLocationTypeHostNuma, 0};
     ROLE_OK(somaMemPoolCreate(&pool, &props));
     return 0;
   }
@@ -239,6 +240,52 @@ int plain_exporter(role_context& peers) {
   ROLE_TRY(side.start(kSmall, kPlainFill));
   ROLE_TRY(side.share_with(peers[1]));
   return side.free_after(peers[1], done);
+}
+
+// ---- sharing a host-NUMA pool (S5, S7): host memory both hosts touch directly ------------------
+
+/// Whether this process's backend has host-NUMA pools (a cuda driver may not).
+bool host_numa_pools() {
+  int supported = 0;
+  return somaDeviceGetAttribute(&supported, somaDevAttrHostNumaMemoryPoolsSupported, 0) ==
+             somaSuccess &&
+         supported == 1;
+}
+
+int numa_exporter(role_context& peers) {
+  const auto& importer = peers[1];
+  if (!host_numa_pools()) {
+    std::fprintf(stderr, "numa_exporter: no host-NUMA pools on this backend; nothing to test\n");
+    ROLE_CHECK(importer.signal(done));
+    return 0;
+  }
+  exporter_side side;
+  ROLE_TRY(side.open(/*host_numa=*/true));
+  ROLE_OK(somaMallocFromPoolAsync(&side.pointer, kSmall, side.pool, side.stream));
+  side.bytes = kSmall;
+  ROLE_OK(somaStreamSynchronize(side.stream));
+  std::memset(side.pointer, 0x55, kSmall);  // the host writes host memory directly
+  ROLE_TRY(side.share_with(importer));
+  ROLE_CHECK(importer.wait_signal(written));
+  const auto* bytes = static_cast<const unsigned char*>(side.pointer);
+  ROLE_CHECK(bytes[0] == 0x55 && bytes[kSmall - 1] == 0x66);  // the importer's write
+  return side.free_after(importer, done);
+}
+
+int numa_importer(role_context& peers) {
+  if (!host_numa_pools()) return peers[0].wait_signal(done) ? 0 : 1;
+  importer_side side(peers);
+  ROLE_TRY(side.import_shared());
+  somaPointerAttributes attributes{};
+  ROLE_OK(somaPointerGetAttributes(&attributes, side.pointer));
+  ROLE_CHECK(attributes.type == somaMemoryTypeHost && attributes.pool == side.pool);
+  ROLE_CHECK(attributes.location.type == somaMemLocationTypeHostNuma);
+  ROLE_CHECK(attributes.hostPointer == side.pointer);
+  auto* bytes = static_cast<unsigned char*>(side.pointer);
+  ROLE_CHECK(bytes[0] == 0x55 && bytes[kSmall / 2] == 0x55);
+  bytes[kSmall - 1] = 0x66;
+  ROLE_CHECK(side.exporter.signal(written));
+  return side.finish();
 }
 
 // ---- sharing: both processes see the same bytes -----------------------------------------------
@@ -899,6 +946,8 @@ int descriptors_importer(role_context& peers) {
 // Exporters, the importers that receive on their own, then those that start with one import.
 const soma_test::ipc::role kRoles[] = {
     {"plain_exporter", plain_exporter},
+    {"numa_exporter", numa_exporter},
+    {"numa_importer", numa_importer},
     {"share_exporter", share_exporter},
     {"twice_exporter", twice_exporter},
     {"chunks_exporter", chunks_exporter},
@@ -973,6 +1022,7 @@ const process_test_case kShare[] = {
     {"FreeOfAnImportedPointerUnmapsOnceItsStreamPassesIt",
      {"plain_exporter", "unmap_importer"},
      {0, 0}},
+    {"AHostNumaPoolsMemoryIsBothHostsDirectly", {"numa_exporter", "numa_importer"}, {0, 0}},
     {"SeveralImportersEachWithItsOwnHandle",
      {"many_exporter", "many_importer", "many_importer"},
      {0, 0, 0}},

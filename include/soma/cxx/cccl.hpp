@@ -26,4 +26,26 @@ inline void get_property(const memory_resource&, cuda::mr::device_accessible) no
 static_assert(cuda::mr::resource_with<memory_resource, cuda::mr::device_accessible>,
               "soma::memory_resource is a CCCL resource of device-accessible memory");
 
+/** A memory_resource over a host pool (S5: pool_options::location Host or HostNuma): its memory
+ *  is the host's, and a device's once somaMemPoolSetAccess granted it (grant the devices before
+ *  handing the resource to device code). Throws soma::error (somaErrorInvalidValue) for a pool
+ *  of device memory. */
+class host_memory_resource : public memory_resource {
+ public:
+  explicit host_memory_resource(const pool& p) : host_memory_resource(p.handle()) {}
+  explicit host_memory_resource(somaMemPool_t handle) : memory_resource(handle) {
+    int location = 0;
+    check(somaMemPoolGetAttribute(handle, somaMemPoolAttrLocationType, &location));
+    if (location != somaMemLocationTypeHost && location != somaMemLocationTypeHostNuma)
+      throw error(somaErrorInvalidValue, "soma::host_memory_resource: the pool is not a host pool");
+  }
+};
+
+inline void get_property(const host_memory_resource&, cuda::mr::host_accessible) noexcept {}
+
+static_assert(cuda::mr::resource_with<host_memory_resource, cuda::mr::host_accessible,
+                                      cuda::mr::device_accessible>,
+              "soma::host_memory_resource is a CCCL resource of host- and device-accessible "
+              "memory");
+
 }  // namespace soma

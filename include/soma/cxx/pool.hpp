@@ -14,14 +14,20 @@ namespace soma {
 /** Creation-time choices of an explicit pool, translated into somaMemPoolProps plus the
  *  release threshold attribute and the name. */
 struct pool_options {
-  int device = 0;                             ///< the pool's device (S4, S5)
+  int device = 0;  ///< the pool's device (S4, S5)
+  /** S5: where the memory is: the device (Device, the default), host memory on any NUMA node
+   *  (Host) or on numa_node (HostNuma). Host memory is the host's at once and a device's once
+   *  somaMemPoolSetAccess grants it. */
+  somaMemLocationType location = somaMemLocationTypeDevice;
+  int numa_node = 0;                          ///< with location HostNuma
   std::size_t max_size_bytes = 0;             ///< cap on reserved memory; 0 = the device's memory
   std::uint64_t release_threshold_bytes = 0;  ///< S9; UINT64_MAX never releases at sync
   bool exportable = false;                    ///< S7: POSIX file descriptor handles
   std::string name;                           ///< used in messages; empty = soma's default
 };
 
-/** The somaMemPoolProps of a pool made from options: pinned device memory at options.device,
+/** The somaMemPoolProps of a pool made from options: pinned memory at options.device (or the
+ *  host location options.location names),
  *  capped at max_size_bytes, exportable as POSIX file descriptors when asked. The release
  *  threshold and name are attributes, set after creation. */
 inline somaMemPoolProps pool_props(const pool_options& options) noexcept {
@@ -29,8 +35,10 @@ inline somaMemPoolProps pool_props(const pool_options& options) noexcept {
   props.allocType = somaMemAllocationTypePinned;
   props.handleTypes =
       options.exportable ? somaMemHandleTypePosixFileDescriptor : somaMemHandleTypeNone;
-  props.location.type = somaMemLocationTypeDevice;
-  props.location.id = options.device;
+  props.location.type = options.location;
+  props.location.id = options.location == somaMemLocationTypeDevice     ? options.device
+                      : options.location == somaMemLocationTypeHostNuma ? options.numa_node
+                                                                        : 0;
   props.maxSize = options.max_size_bytes;
   return props;
 }

@@ -12,6 +12,7 @@
 #include "backend/cpu/cpu_event.hpp"
 #include "backend/cpu/cpu_stream.hpp"
 #include "backend/fork_guard.hpp"
+#include "backend/host_memory.hpp"
 #include "backend/os_error.hpp"
 #include "backend/sequential_graph.hpp"
 
@@ -66,6 +67,28 @@ device_properties cpu_backend::properties(int device) const {
   return p;
 }
 
+device_properties cpu_backend::host_properties(memory_location where) const {
+  device_properties p = properties(0);
+  p.name = describe(where);
+  p.total_memory_bytes = host_memory_bytes();
+  // CUDA: memory of a host (not NUMA) location cannot be exported.
+  p.supported_handle_types = where.type == memory_location::kind::host ? 0 : handle_type_posix_fd;
+  return p;
+}
+
+std::atomic<std::size_t>& cpu_backend::committed_of(memory_location where) {
+  if (where.is_host()) return host_committed_;
+  return committed_[static_cast<std::size_t>(where.id)];
+}
+
+std::atomic<std::size_t>& cpu_backend::committed_of(const physical& p) {
+  return p.host ? host_committed_ : committed_[static_cast<std::size_t>(p.device)];
+}
+
+std::size_t cpu_backend::budget_of(memory_location where) const {
+  return where.is_host() ? host_memory_bytes() : settings_.device_memory_bytes;
+}
+
 std::size_t cpu_backend::committed_bytes(int device) const {
   return committed_[static_cast<std::size_t>(device)].load(std::memory_order_acquire);
 }
@@ -81,7 +104,7 @@ bool cpu_backend::can_access_peer(int device, int peer) const {
          peer < settings_.device_count;
 }
 
-result<std::uintptr_t> cpu_backend::reserve_address(int /*device*/, std::size_t bytes) {
+result<std::uintptr_t> cpu_backend::reserve_address(memory_location /*where*/, std::size_t bytes) {
   const std::size_t alignment = settings_.granularity_bytes;
   const std::size_t padded = bytes + alignment;
   void* raw = mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -104,46 +127,76 @@ void cpu_backend::free_address(std::uintptr_t base, std::size_t bytes) {
   munmap(reinterpret_cast<void*>(base), bytes);
 }
 
-result<std::uint64_t> cpu_backend::create_physical(int device, std::size_t bytes,
+result<std::uint64_t> cpu_backend::create_physical(memory_location where, std::size_t bytes,
                                                    unsigned /*export_handle_types*/) {
-  auto& committed = committed_[static_cast<std::size_t>(device)];
+  auto& committed = committed_of(where);
+  const std::size_t budget = budget_of(where);
   std::size_t before = committed.load(std::memory_order_relaxed);
   do {
-    if (before + bytes > settings_.device_memory_bytes || before + bytes < before) {
-      return status(error_code::out_of_memory,
-                    "device " + std::to_string(device) + " has " + format_bytes(before) + " of " +
-                        format_bytes(settings_.device_memory_bytes) + " committed; " +
-                        format_bytes(bytes) + " more do not fit");
+    if (before + bytes > budget || before + bytes < before) {
+      return status(error_code::out_of_memory, describe(where) + " has " + format_bytes(before) +
+                                                   " of " + format_bytes(budget) + " committed; " +
+                                                   format_bytes(bytes) + " more do not fit");
     }
   } while (!committed.compare_exchange_weak(before, before + bytes, std::memory_order_acq_rel));
-
-  auto fail = [&](const char* call, int error) -> result<std::uint64_t> {
+  result<int> made = make_memory(where, bytes);
+  if (!made.ok()) {
     committed.fetch_sub(bytes, std::memory_order_acq_rel);
-    if (is_out_of_descriptors(error)) {
-      return descriptor_failure(
-          std::string(call) + " of " + format_bytes(bytes) + " on device " + std::to_string(device),
-          error);
-    }
+    return made.take_error();
+  }
+  std::lock_guard lock(mutex_);
+  physicals_[made.value()] = physical{.device = where.context_device(),
+                                      .bytes = bytes,
+                                      .counts_against_device = true,
+                                      .host = where.is_host()};
+  return static_cast<std::uint64_t>(made.value());
+}
+
+result<int> cpu_backend::make_memory(memory_location where, std::size_t bytes) {
+  const std::string place = describe(where);
+  auto fail = [&](const char* call, int error) -> result<int> {
+    if (is_out_of_descriptors(error))
+      return descriptor_failure(std::string(call) + " of " + format_bytes(bytes) + " on " + place,
+                                error);
     const bool no_memory = error == ENOSPC || error == ENOMEM || error == EFBIG;
     return status(no_memory ? error_code::out_of_memory : error_code::unknown,
-                  std::string(call) + " of " + format_bytes(bytes) + " on device " +
-                      std::to_string(device) + " failed (" + errno_text(error) + ")");
+                  std::string(call) + " of " + format_bytes(bytes) + " on " + place + " failed (" +
+                      errno_text(error) + ")");
   };
-  char name[32];
-  std::snprintf(name, sizeof name, "soma-device-%d", device);
+  char name[40];
+  if (where.is_host()) {
+    std::snprintf(name, sizeof name, "soma-host-%d", where.id);
+  } else {
+    std::snprintf(name, sizeof name, "soma-device-%d", where.id);
+  }
   const int fd = memfd_create(name, MFD_CLOEXEC);
   if (fd < 0) return fail("memfd_create", errno);
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const int error = errno;
+    close(fd);
+    return fail("ftruncate", error);
+  }
+  if (where.type == memory_location::kind::host_numa) {
+    // The policy belongs to the memory: set through a mapping, it rules the pages fallocate
+    // makes below and every later mapping of them.
+    void* view = mmap(nullptr, bytes, PROT_NONE, MAP_SHARED, fd, 0);
+    status bound = view == MAP_FAILED ? status(error_code::unknown,
+                                               "mmap for mbind failed (" + errno_text(errno) + ")")
+                                      : bind_to_numa_node(view, bytes, where.id);
+    if (view != MAP_FAILED) munmap(view, bytes);
+    if (!bound.ok()) {
+      close(fd);
+      return bound;
+    }
+  }
   // fallocate commits the pages now, so running out is an error here and never a SIGBUS
   // on first touch.
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
-      fallocate(fd, 0, 0, static_cast<off_t>(bytes)) != 0) {
+  if (fallocate(fd, 0, 0, static_cast<off_t>(bytes)) != 0) {
     const int error = errno;
     close(fd);
     return fail("fallocate", error);
   }
-  std::lock_guard lock(mutex_);
-  physicals_[fd] = physical{.device = device, .bytes = bytes, .counts_against_device = true};
-  return static_cast<std::uint64_t>(fd);
+  return fd;
 }
 
 void cpu_backend::release_physical(std::uint64_t handle) {
@@ -158,8 +211,8 @@ void cpu_backend::release_physical(std::uint64_t handle) {
   }
   close(fd);
   if (released.counts_against_device) {
-    committed_[static_cast<std::size_t>(released.device)].fetch_sub(
-        released.bytes - released.discarded_bytes, std::memory_order_acq_rel);
+    committed_of(released).fetch_sub(released.bytes - released.discarded_bytes,
+                                     std::memory_order_acq_rel);
   }
 }
 
@@ -173,22 +226,19 @@ void cpu_backend::discard_physical_part(std::uint64_t handle, std::size_t offset
   auto it = physicals_.find(fd);
   if (it == physicals_.end()) return;
   it->second.discarded_bytes += bytes;
-  if (it->second.counts_against_device) {
-    committed_[static_cast<std::size_t>(it->second.device)].fetch_sub(bytes,
-                                                                      std::memory_order_acq_rel);
-  }
+  if (it->second.counts_against_device)
+    committed_of(it->second).fetch_sub(bytes, std::memory_order_acq_rel);
 }
 
 status cpu_backend::map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
-                             std::size_t offset, int device) {
+                             std::size_t offset, memory_location owner) {
   void* mapped = mmap(reinterpret_cast<void*>(address), bytes, PROT_READ | PROT_WRITE,
                       MAP_SHARED | MAP_FIXED, static_cast<int>(handle), static_cast<off_t>(offset));
   if (mapped == MAP_FAILED) {
     const int error = errno;
     return status(error == ENOMEM ? error_code::address_space_exhausted : error_code::unknown,
                   "mmap(MAP_FIXED) of " + format_bytes(bytes) + " at " + format_address(address) +
-                      " for device " + std::to_string(device) + " failed (" + errno_text(error) +
-                      ")");
+                      " for " + describe(owner) + " failed (" + errno_text(error) + ")");
   }
   return status::success();
 }

@@ -29,19 +29,20 @@ class cpu_backend final : public backend {
   std::string name() const override { return "cpu"; }
   int device_count() const override { return settings_.device_count; }
   device_properties properties(int device) const override;
+  device_properties host_properties(memory_location where) const override;
   std::size_t committed_bytes(int device) const override;
   void memory_info(int device, std::size_t* free_bytes, std::size_t* total_bytes) const override;
   bool can_access_peer(int device, int peer) const override;
 
-  result<std::uintptr_t> reserve_address(int device, std::size_t bytes) override;
+  result<std::uintptr_t> reserve_address(memory_location where, std::size_t bytes) override;
   void free_address(std::uintptr_t base, std::size_t bytes) override;
-  result<std::uint64_t> create_physical(int device, std::size_t bytes,
+  result<std::uint64_t> create_physical(memory_location where, std::size_t bytes,
                                         unsigned export_handle_types) override;
   void release_physical(std::uint64_t handle) override;
   bool can_discard_physical_part() const override { return true; }
   void discard_physical_part(std::uint64_t handle, std::size_t offset, std::size_t bytes) override;
   status map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
-                  std::size_t offset, int device) override;
+                  std::size_t offset, memory_location owner) override;
   void unmap(std::uintptr_t address, std::size_t bytes) override;
   status set_access(std::uintptr_t address, std::size_t bytes, int device,
                     access_flags flags) override;
@@ -65,10 +66,18 @@ class cpu_backend final : public backend {
     std::size_t bytes = 0;
     std::size_t discarded_bytes = 0;    // already given back by discard_physical_part
     bool counts_against_device = true;  // imported memory belongs to the exporter's budget
+    bool host = false;                  // host memory: counted in host_committed_
   };
+  /// The committed-bytes counter and the budget of a location.
+  std::atomic<std::size_t>& committed_of(memory_location where);
+  std::atomic<std::size_t>& committed_of(const physical& p);
+  std::size_t budget_of(memory_location where) const;
+  /// Creates the memfd of bytes at where: bound to its NUMA node first, then allocated.
+  result<int> make_memory(memory_location where, std::size_t bytes);
 
   const resolved_settings settings_;
   std::vector<std::atomic<std::size_t>> committed_;  // per device
+  std::atomic<std::size_t> host_committed_{0};       // host pools, every NUMA node
   mutable std::mutex mutex_;
   std::map<int, physical> physicals_;  // by file descriptor
 };

@@ -41,6 +41,17 @@ status read_properties(const driver_api& driver, CUdevice device, int ordinal, C
   // soma's pools are built on the virtual memory API, not on the driver's pools.
   out->memory_pools_supported = virtual_memory != 0 && pools != 0;
   out->maps_at_offset = false;  // cuMemMap: "offset ... currently must be zero"
+  // Host pools are host memory made with the virtual memory API: both attributes must hold.
+  int host_pools = 0, host_vmm = 0, numa_pools = 0, numa_vmm = 0;
+  driver.cuDeviceGetAttribute(&host_pools, CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED, device);
+  driver.cuDeviceGetAttribute(&host_vmm,
+                              CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device);
+  driver.cuDeviceGetAttribute(&numa_pools, CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED,
+                              device);
+  driver.cuDeviceGetAttribute(
+      &numa_vmm, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device);
+  out->host_memory_pools_supported = host_pools != 0 && host_vmm != 0;
+  out->host_numa_memory_pools_supported = numa_pools != 0 && numa_vmm != 0;
   out->supported_handle_types =
       (handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0 ? handle_type_posix_fd : 0;
 

@@ -48,22 +48,23 @@ class cuda_backend final : public backend {
   std::string name() const override { return "cuda"; }
   int device_count() const override { return static_cast<int>(devices_.size()); }
   device_properties properties(int device) const override;
+  device_properties host_properties(memory_location where) const override;
   std::size_t committed_bytes(int device) const override;
   void memory_info(int device, std::size_t* free_bytes, std::size_t* total_bytes) const override;
   bool can_access_peer(int device, int peer) const override;
 
-  result<std::uintptr_t> reserve_address(int device, std::size_t bytes) override;
+  result<std::uintptr_t> reserve_address(memory_location where, std::size_t bytes) override;
   void free_address(std::uintptr_t base, std::size_t bytes) override;
-  result<std::uint64_t> create_physical(int device, std::size_t bytes,
+  result<std::uint64_t> create_physical(memory_location where, std::size_t bytes,
                                         unsigned export_handle_types) override;
   void release_physical(std::uint64_t handle) override;
   /// cuMemCreate allocations go back whole only.
   bool can_discard_physical_part() const override { return false; }
   void discard_physical_part(std::uint64_t, std::size_t, std::size_t) override {}
   status map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
-                  std::size_t offset, int device) override;
+                  std::size_t offset, memory_location owner) override;
   status map_parts(std::uintptr_t address, std::span<const mapping_part> parts,
-                   int device) override;
+                   memory_location owner) override;
   void unmap(std::uintptr_t address, std::size_t bytes) override;
   /// Applies to the mapped pieces inside the range and is remembered for the reservation:
   /// later maps anywhere in it grant the same access (pool-wide access, S6).
@@ -100,14 +101,15 @@ class cuda_backend final : public backend {
     std::atomic<std::size_t> committed_bytes{0};
   };
   struct physical {
-    int device = 0;
+    int device = 0;  // whose context (device 0 for host memory)
     std::size_t bytes = 0;
-    bool counts_against_device = true;  // imports belong to the exporter's budget
+    bool counts_against_device = true;  // imports and host memory: not the device's budget
     int references = 1;                 // an import of the same memory again adds one
   };
   /// One cuMemAddressReserve: what is mapped in it and who else may access it.
   struct reservation {
-    int device = 0;
+    int device = 0;         // whose context; the owner of device memory
+    bool host = false;      // host memory: no device owns it, the host has access
     std::size_t bytes = 0;  // as reserved (rounded up to the granularity)
     std::mutex mutex;       // held across a map or set_access, so neither misses the other
     std::map<std::uintptr_t, std::size_t> mapped_bytes;  // by address
@@ -116,6 +118,11 @@ class cuda_backend final : public backend {
 
   cuda_backend(const driver_api& driver, std::vector<std::unique_ptr<device_state>> devices);
   status check_device(int device) const;
+  /// check_device for a device location; for a host location, whether device 0's
+  /// attributes allow host (or host-NUMA) pools.
+  status check_location(memory_location where) const;
+  /// The granularity of physical memory at where.
+  std::size_t granularity_of(memory_location where) const;
   reservation* find_reservation(std::uintptr_t address, std::size_t bytes);
   /// find_reservation, or invalid_value naming the range when no reservation holds it.
   result<reservation*> reservation_of(std::uintptr_t address, std::size_t bytes);

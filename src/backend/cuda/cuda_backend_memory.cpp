@@ -2,9 +2,11 @@
 // driver's virtual memory API (design §"Physical memory"; reference §4).
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.hpp"
+#include "backend/host_memory.hpp"
 
 namespace soma::detail::backend::cuda {
 namespace {
@@ -26,6 +28,26 @@ CUmemAccessDesc access_for(int device, int flags) {
   desc.location = {CU_MEM_LOCATION_TYPE_DEVICE, device};
   desc.flags = flags;
   return desc;
+}
+
+/// The host's own access to host memory: a HOST_NUMA entry (the driver ignores its id).
+CUmemAccessDesc host_access() {
+  CUmemAccessDesc desc;
+  desc.location = {CU_MEM_LOCATION_TYPE_HOST_NUMA, 0};
+  desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return desc;
+}
+
+CUmemLocation driver_location(memory_location where) {
+  switch (where.type) {
+    case memory_location::kind::host:
+      return {CU_MEM_LOCATION_TYPE_HOST, 0};
+    case memory_location::kind::host_numa:
+      return {CU_MEM_LOCATION_TYPE_HOST_NUMA, where.id};
+    case memory_location::kind::device:
+      break;
+  }
+  return {CU_MEM_LOCATION_TYPE_DEVICE, where.id};
 }
 
 std::string range_text(std::uintptr_t address, std::size_t bytes) {
@@ -53,10 +75,52 @@ result<cuda_backend::reservation*> cuda_backend::reservation_of(std::uintptr_t a
       range_text(address, bytes) + " is not inside an address range this backend reserved");
 }
 
-result<std::uintptr_t> cuda_backend::reserve_address(int device, std::size_t bytes) {
-  if (status checked = check_device(device); !checked.ok()) return checked;
-  const std::size_t granularity =
-      devices_[static_cast<std::size_t>(device)]->properties.granularity_bytes;
+std::size_t cuda_backend::granularity_of(memory_location where) const {
+  if (!where.is_host())
+    return devices_[static_cast<std::size_t>(where.id)]->properties.granularity_bytes;
+  return host_properties(where).granularity_bytes;
+}
+
+status cuda_backend::check_location(memory_location where) const {
+  if (!where.is_host()) return check_device(where.id);
+  const device_properties& first = devices_.front()->properties;
+  const bool supported = where.type == memory_location::kind::host
+                             ? first.host_memory_pools_supported
+                             : first.host_numa_memory_pools_supported;
+  if (supported) return status::success();
+  return status(error_code::not_supported,
+                "memory on " + describe(where) +
+                    ": the driver reports no host memory through the virtual memory API "
+                    "(CU_DEVICE_ATTRIBUTE_HOST_*MEMORY_POOLS_SUPPORTED and "
+                    "..._VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)");
+}
+
+device_properties cuda_backend::host_properties(memory_location where) const {
+  device_properties p = devices_.front()->properties;
+  p.name = describe(where);
+  p.total_memory_bytes = host_memory_bytes();
+  // CUDA: memory of the host location cannot be exported; a host NUMA node's can.
+  if (where.type == memory_location::kind::host) p.supported_handle_types = 0;
+  context_scope scope(driver_, devices_.front()->context);
+  CUmemAllocationProp prop;
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location = driver_location(where);
+  std::size_t granularity = 0;
+  if (scope.entered().ok() &&
+      driver_.cuMemGetAllocationGranularity(&granularity, &prop,
+                                            CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) == CUDA_SUCCESS &&
+      granularity != 0) {
+    p.granularity_bytes = std::lcm(p.granularity_bytes, granularity);
+    p.growth_step_bytes =
+        (p.growth_step_bytes + p.granularity_bytes - 1) / p.granularity_bytes * p.granularity_bytes;
+  }
+  return p;
+}
+
+result<std::uintptr_t> cuda_backend::reserve_address(memory_location where, std::size_t bytes) {
+  if (status checked = check_location(where); !checked.ok()) return checked;
+  const int device = where.context_device();
+  const std::size_t granularity = granularity_of(where);
   const std::size_t rounded = (bytes + granularity - 1) / granularity * granularity;
   context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
   if (!scope.entered().ok()) return scope.entered();
@@ -77,6 +141,7 @@ result<std::uintptr_t> cuda_backend::reserve_address(int device, std::size_t byt
   }
   auto record = std::make_unique<reservation>();
   record->device = device;
+  record->host = where.is_host();
   record->bytes = rounded;
   std::lock_guard lock(memory_mutex_);
   reservations_[static_cast<std::uintptr_t>(base)] = std::move(record);
@@ -122,29 +187,31 @@ std::string cuda_backend::explain_out_of_memory(int device, std::size_t bytes,
   return text + ", soma's pools in this process hold " + format_bytes(committed_bytes(device));
 }
 
-result<std::uint64_t> cuda_backend::create_physical(int device, std::size_t bytes,
+result<std::uint64_t> cuda_backend::create_physical(memory_location where, std::size_t bytes,
                                                     unsigned export_handle_types) {
-  if (status checked = check_device(device); !checked.ok()) return checked;
+  if (status checked = check_location(where); !checked.ok()) return checked;
+  const int device = where.context_device();
   device_state& d = *devices_[static_cast<std::size_t>(device)];
   context_scope scope(driver_, d.context);
   if (!scope.entered().ok()) return scope.entered();
   CUmemAllocationProp prop;
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, device};  // the ordinal
+  prop.location = driver_location(where);  // the ordinal, or the host (NUMA node)
   if ((export_handle_types & handle_type_posix_fd) != 0)
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   CUmemGenericAllocationHandle handle = 0;
   const CUresult created = driver_.cuMemCreate(&handle, bytes, &prop, 0);
-  if (created == CUDA_ERROR_OUT_OF_MEMORY) {
+  if (created == CUDA_ERROR_OUT_OF_MEMORY && !where.is_host()) {
     return status(error_code::out_of_memory, explain_out_of_memory(device, bytes, created));
   }
-  if (status s = driver_.check(created, "cuMemCreate",
-                               format_bytes(bytes) + " on device " + std::to_string(device));
+  if (status s =
+          driver_.check(created, "cuMemCreate", format_bytes(bytes) + " on " + describe(where));
       !s.ok())
     return s;
-  d.committed_bytes.fetch_add(bytes, std::memory_order_acq_rel);
+  if (!where.is_host()) d.committed_bytes.fetch_add(bytes, std::memory_order_acq_rel);
   std::lock_guard lock(memory_mutex_);
-  physicals_[handle] = physical{.device = device, .bytes = bytes};
+  physicals_[handle] =
+      physical{.device = device, .bytes = bytes, .counts_against_device = !where.is_host()};
   return static_cast<std::uint64_t>(handle);
 }
 
@@ -167,13 +234,13 @@ void cuda_backend::release_physical(std::uint64_t handle) {
 }
 
 status cuda_backend::map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
-                              std::size_t offset, int device) {
+                              std::size_t offset, memory_location owner) {
   const mapping_part part{handle, offset, bytes};
-  return map_parts(address, std::span(&part, 1), device);
+  return map_parts(address, std::span(&part, 1), owner);
 }
 
 status cuda_backend::map_parts(std::uintptr_t address, std::span<const mapping_part> parts,
-                               int device) {
+                               memory_location owner) {
   std::size_t total_bytes = 0;
   for (const mapping_part& part : parts) {
     if (part.offset != 0) {
@@ -183,7 +250,8 @@ status cuda_backend::map_parts(std::uintptr_t address, std::span<const mapping_p
     }
     total_bytes += part.bytes;
   }
-  if (status checked = check_device(device); !checked.ok()) return checked;
+  if (status checked = check_location(owner); !checked.ok()) return checked;
+  const int device = owner.context_device();
   result<reservation*> found = reservation_of(address, total_bytes);
   if (!found.ok()) return found.take_error();
   reservation* r = found.value();
@@ -202,16 +270,22 @@ status cuda_backend::map_parts(std::uintptr_t address, std::span<const mapping_p
     }
     mapped_bytes += part.bytes;
   }
-  // Mapping grants no access: the device, then every device granted the reservation, in one
-  // grant over the whole range (cuMemSetAccess costs tens of microseconds a call).
-  std::vector<CUmemAccessDesc> access{access_for(device, CU_MEM_ACCESS_FLAGS_PROT_READWRITE)};
+  // Mapping grants no access: the owner (a device, or the host for host memory), then every
+  // device granted the reservation, in one grant over the whole range (cuMemSetAccess costs
+  // tens of microseconds a call).
+  std::vector<CUmemAccessDesc> access{
+      owner.is_host() ? host_access() : access_for(device, CU_MEM_ACCESS_FLAGS_PROT_READWRITE)};
   for (const auto& [peer, flags] : r->granted) {
-    if (peer != device && flags != access_flags::none)
+    if ((owner.is_host() || peer != device) && flags != access_flags::none)
       access.push_back(access_for(peer, protection(flags)));
   }
-  if (const CUresult granted =
-          driver_.cuMemSetAccess(base, total_bytes, access.data(), access.size());
-      granted != CUDA_SUCCESS) {
+  CUresult granted = driver_.cuMemSetAccess(base, total_bytes, access.data(), access.size());
+  if (granted == CUDA_ERROR_INVALID_VALUE && owner.type == memory_location::kind::host) {
+    // Memory of the host location (no NUMA node) may name the host as HOST instead.
+    access.front().location = {CU_MEM_LOCATION_TYPE_HOST, 0};
+    granted = driver_.cuMemSetAccess(base, total_bytes, access.data(), access.size());
+  }
+  if (granted != CUDA_SUCCESS) {
     driver_.cuMemUnmap(base, total_bytes);
     return driver_.check(
         granted, "cuMemSetAccess",
@@ -243,12 +317,13 @@ status cuda_backend::set_access(std::uintptr_t address, std::size_t bytes, int d
   if (!found.ok()) return found.take_error();
   reservation* r = found.value();
   std::lock_guard lock(r->mutex);
-  if (device == r->device) {
+  if (!r->host && device == r->device) {
     if (flags == access_flags::read_write) return status::success();
     return status(error_code::invalid_value, "device " + std::to_string(device) +
                                                  " owns this memory and keeps read-write access");
   }
-  if (flags != access_flags::none && !can_access_peer(device, r->device)) {
+  // Host memory belongs to no device: any device may be granted it.
+  if (!r->host && flags != access_flags::none && !can_access_peer(device, r->device)) {
     return status(error_code::invalid_device,
                   "device " + std::to_string(device) + " cannot access memory of device " +
                       std::to_string(r->device) + " (cuDeviceCanAccessPeer says no)");

@@ -18,9 +18,8 @@ std::string location_text(int type, int id) {
 }  // namespace
 
 result<backend::memory_location> pool_registry::checked_location(const char* call,
-                                                                  int location_type,
-                                                                  int location_id,
-                                                                  int allocation_type) const {
+                                                                 int location_type, int location_id,
+                                                                 int allocation_type) const {
   const std::string prefix = std::string(call) + ": ";
   if (allocation_type == allocation_type_managed)
     return status(error_code::not_supported, prefix + managed_reason);
@@ -46,8 +45,9 @@ result<backend::memory_location> pool_registry::checked_location(const char* cal
       return backend::memory_location::host_numa(location_id);
     }
     case location_type_host_numa_current:
-      return invalid(prefix + "somaMemLocationTypeHostNumaCurrent names no fixed location; name "
-                              "the node with somaMemLocationTypeHostNuma");
+      return invalid(prefix +
+                     "somaMemLocationTypeHostNumaCurrent names no fixed location; name "
+                     "the node with somaMemLocationTypeHostNuma");
     default:
       return invalid(prefix + location_text(location_type, location_id) +
                      " is not a device, host or host-NUMA location");
@@ -102,8 +102,8 @@ result<pool_registry::device_pools*> pool_registry::host_pools_of(backend::memor
 
 result<std::uintptr_t> pool_registry::default_pool_at(int location_type, int location_id,
                                                       int allocation_type) {
-  result<backend::memory_location> where = checked_location(
-      "somaMemGetDefaultMemPool", location_type, location_id, allocation_type);
+  result<backend::memory_location> where =
+      checked_location("somaMemGetDefaultMemPool", location_type, location_id, allocation_type);
   if (!where.ok()) return where.take_error();
   if (!where.value().is_host()) return default_pool(where.value().id);
   result<device_pools*> pools = host_pools_of(where.value());

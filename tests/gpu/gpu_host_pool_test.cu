@@ -60,9 +60,8 @@ unsigned long long driver_access(const void* address) {
     return ~0ULL;
   unsigned long long flags = ~0ULL;
   const CUmemLocation device{CU_MEM_LOCATION_TYPE_DEVICE, 0};
-  if (reinterpret_cast<get_access_fn>(entry)(&flags, &device,
-                                             reinterpret_cast<CUdeviceptr>(address)) !=
-      CUDA_SUCCESS)
+  if (reinterpret_cast<get_access_fn>(entry)(
+          &flags, &device, reinterpret_cast<CUdeviceptr>(address)) != CUDA_SUCCESS)
     return ~0ULL;
   return flags;
 }

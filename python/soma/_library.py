@@ -184,11 +184,13 @@ def _path_of(lib):
     return SONAME
 
 
-def _declare(lib):
-    for name, arguments in _SIGNATURES.items():
+def declare(lib, signatures, results=None):
+    """Sets argtypes from signatures (name: argument types) and restype from results (name:
+    type; every other call returns an int status). Returns lib."""
+    for name, arguments in signatures.items():
         function = getattr(lib, name)
         function.argtypes = arguments
-        function.restype = _RESULTS.get(name, ctypes.c_int)
+        function.restype = (results or {}).get(name, ctypes.c_int)
     return lib
 
 
@@ -199,7 +201,7 @@ def get():
         with _lock:
             if _loaded is None:
                 lib, path = _open()
-                _loaded = (_declare(lib), path)
+                _loaded = (declare(lib, _SIGNATURES, _RESULTS), path)
     return _loaded[0]
 
 

@@ -93,44 +93,38 @@ def library_path(library=None):
     )
 
 
-def _load(path):
-    lib = ctypes.CDLL(path)
-    lib.soma_torch_configure.argtypes = [ctypes.c_uint64, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-    lib.soma_torch_configure.restype = ctypes.c_int
-    lib.soma_torch_get_stats.argtypes = [ctypes.c_int, ctypes.POINTER(_Stats)]
-    lib.soma_torch_get_stats.restype = ctypes.c_int
-    lib.soma_torch_reset_peak.argtypes = [ctypes.c_int]
-    lib.soma_torch_reset_peak.restype = ctypes.c_int
-    lib.soma_torch_synchronize.argtypes = [ctypes.c_int]
-    lib.soma_torch_synchronize.restype = ctypes.c_int
-    lib.soma_torch_device_count.argtypes = []
-    lib.soma_torch_device_count.restype = ctypes.c_int
-    lib.soma_torch_adopts_native_streams.argtypes = []
-    lib.soma_torch_adopts_native_streams.restype = ctypes.c_int
-    lib.soma_torch_empty_cache.argtypes = []
-    lib.soma_torch_empty_cache.restype = None
-    lib.soma_torch_record_stream.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-    lib.soma_torch_record_stream.restype = None
-    lib.soma_torch_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-    lib.soma_torch_last_error.restype = ctypes.c_size_t
-    lib.soma_torch_get_pool.argtypes = [ctypes.c_int]
-    lib.soma_torch_get_pool.restype = ctypes.c_void_p
+_P, _INT, _SIZE = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+_SIGNATURES = {
+    "soma_torch_configure": [ctypes.c_uint64, _INT, _INT, _INT],
+    "soma_torch_get_stats": [_INT, ctypes.POINTER(_Stats)],
+    "soma_torch_reset_peak": [_INT],
+    "soma_torch_synchronize": [_INT],
+    "soma_torch_device_count": [],
+    "soma_torch_adopts_native_streams": [],
+    "soma_torch_empty_cache": [],
+    "soma_torch_record_stream": [_P, _P],
+    "soma_torch_last_error": [ctypes.c_char_p, _SIZE],
+    "soma_torch_get_pool": [_INT],
     # libsoma's own calls, found through libsoma_torch's dependencies.
-    lib.somaMemPoolSnapshotTake.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Snapshot)]
-    lib.somaMemPoolSnapshotTake.restype = ctypes.c_int
-    lib.somaMemSnapshotFree.argtypes = [ctypes.POINTER(_Snapshot)]
-    lib.somaMemSnapshotFree.restype = ctypes.c_int
-    lib.somaMemRecordHistory.argtypes = [ctypes.c_size_t]
-    lib.somaMemRecordHistory.restype = ctypes.c_int
-    lib.somaMemHistoryExportTrace.argtypes = [ctypes.c_char_p]
-    lib.somaMemHistoryExportTrace.restype = ctypes.c_int
-    lib.somaMemScopePush.argtypes = [ctypes.c_char_p]
-    lib.somaMemScopePush.restype = ctypes.c_int
-    lib.somaMemScopePop.argtypes = []
-    lib.somaMemScopePop.restype = ctypes.c_int
-    lib.somaGetLastErrorMessage.argtypes = []
-    lib.somaGetLastErrorMessage.restype = ctypes.c_char_p
-    return lib
+    "somaMemPoolSnapshotTake": [_P, ctypes.POINTER(_Snapshot)],
+    "somaMemSnapshotFree": [ctypes.POINTER(_Snapshot)],
+    "somaMemRecordHistory": [_SIZE],
+    "somaMemHistoryExportTrace": [ctypes.c_char_p],
+    "somaMemScopePush": [ctypes.c_char_p],
+    "somaMemScopePop": [],
+    "somaGetLastErrorMessage": [],
+}
+_RESULTS = {
+    "soma_torch_empty_cache": None,
+    "soma_torch_record_stream": None,
+    "soma_torch_last_error": _SIZE,
+    "soma_torch_get_pool": _P,
+    "somaGetLastErrorMessage": ctypes.c_char_p,
+}
+
+
+def _load(path):
+    return _library.declare(ctypes.CDLL(path), _SIGNATURES, _RESULTS)
 
 
 def _address(lib, symbol):

@@ -79,7 +79,8 @@ int main() {
   cudaPointerGetAttributes(&attributes, h);
   std::printf("  pointer attributes: type %d device %d hostPointer %s devicePointer %s\n",
               static_cast<int>(attributes.type), attributes.device,
-              attributes.hostPointer == h ? "= p" : "other", attributes.devicePointer == h ? "= p" : "other");
+              attributes.hostPointer == h ? "= p" : "other",
+              attributes.devicePointer == h ? "= p" : "other");
   cudaMemAccessFlags flags = cudaMemAccessFlagsProtNone;
   std::printf("GetAccess(host pool, Device 0): %s flags %d\n",
               name(cudaMemPoolGetAccess(&flags, host_pool, &device)), static_cast<int>(flags));

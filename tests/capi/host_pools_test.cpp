@@ -215,10 +215,14 @@ TEST_F(S5_HostPools, HostNumaPoolMemoryLivesOnItsNode) {
   EXPECT_EQ(attributes.location.type, somaMemLocationTypeHostNuma);
   EXPECT_EQ(attributes.location.id, 0);
   static_cast<volatile char*>(p)[0] = 1;  // the page exists now
-  int node = -1;
-  ASSERT_EQ(syscall(SYS_get_mempolicy, &node, nullptr, 0, p, MPOL_F_NODE | MPOL_F_ADDR), 0)
-      << std::strerror(errno);
-  EXPECT_EQ(node, 0);
+  // cpu: soma bound the memfd to the node. cuda: the driver's pages, mapped by the driver,
+  // which the kernel's NUMA policy calls do not describe.
+  if (on_cpu_backend()) {
+    int node = -1;
+    ASSERT_EQ(syscall(SYS_get_mempolicy, &node, nullptr, 0, p, MPOL_F_NODE | MPOL_F_ADDR), 0)
+        << std::strerror(errno);
+    EXPECT_EQ(node, 0);
+  }
   SOMA_ASSERT_OK(somaFreeAsync(p, stream));
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
 }
@@ -306,10 +310,10 @@ TEST_F(S5_LocationKeyedPools, BadLocationsAndTypesAreInvalidValue) {
       {{somaMemLocationTypeDevice, 1000}, somaMemAllocationTypePinned},
       {{somaMemLocationTypeHostNumaCurrent, 0}, somaMemAllocationTypePinned},
       {{somaMemLocationTypeInvalid, 0}, somaMemAllocationTypePinned},
-      {{static_cast<somaMemLocationType>(9), 0}, somaMemAllocationTypePinned},
+      {{static_cast<somaMemLocationType>(7), 0}, somaMemAllocationTypePinned},
       {{somaMemLocationTypeHostNuma, -1}, somaMemAllocationTypePinned},
       {{somaMemLocationTypeDevice, 0}, somaMemAllocationTypeInvalid},
-      {{somaMemLocationTypeDevice, 0}, static_cast<somaMemAllocationType>(7)},
+      {{somaMemLocationTypeDevice, 0}, static_cast<somaMemAllocationType>(3)},
   };
   for (const bad_case& c : cases) {
     somaMemLocation location = c.location;

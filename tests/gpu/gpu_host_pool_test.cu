@@ -110,20 +110,31 @@ TEST_F(S5_GpuHostPools, AKernelReadsAndWritesHostPoolMemoryOnceGranted) {
 }
 
 TEST_F(S5_GpuHostPools, IsReleasedAtTheThresholdAsDevicePoolsAre) {
-  unique_pool pool(host_pool_props());
+  // The same steps on a host pool and a device pool leave the same reserved memory behind.
+  unique_pool host(host_pool_props());
+  unique_pool device;
   unique_stream stream;
+  std::uint64_t reserved[2][3] = {};
   const std::size_t bytes = 64 << 20;
-  void* p = nullptr;
-  SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, 16 << 20));
-  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&p, bytes, pool, stream));
-  EXPECT_GE(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), bytes);
-  SOMA_ASSERT_OK(somaFreeAsync(p, stream));
-  EXPECT_GE(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), bytes) << "kept until a sync";
-  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
-  EXPECT_LE(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), std::uint64_t{16} << 20);
-  SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, 0));
-  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
-  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), 0u);
+  int which = 0;
+  for (somaMemPool_t pool : {host.get(), device.get()}) {
+    void* p = nullptr;
+    SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, 16 << 20));
+    SOMA_ASSERT_OK(somaMallocFromPoolAsync(&p, bytes, pool, stream));
+    SOMA_ASSERT_OK(somaFreeAsync(p, stream));
+    reserved[which][0] = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);  // before a sync
+    SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+    reserved[which][1] = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);  // at the threshold
+    SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, 0));
+    SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+    reserved[which][2] = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
+    ++which;
+  }
+  EXPECT_GE(reserved[0][0], bytes) << "kept until a synchronize";
+  for (int step = 0; step < 3; ++step)
+    EXPECT_EQ(reserved[0][step], reserved[1][step])
+        << "host and device pools differ, step " << step;
+  EXPECT_EQ(reserved[0][2], 0u);
 }
 
 // The child's half of the next test: run only in the process that test starts.

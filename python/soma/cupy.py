@@ -12,12 +12,13 @@ Each allocation is somaMallocFromPoolAsync on CuPy's current stream, and each fr
 somaFreeAsync on the stream current when CuPy lets the memory go (as MemoryAsyncPool does): the
 block is reused after that stream's earlier work (S2), and by other streams per the pool's reuse
 policies (S11). CuPy streams are adopted as soma streams by their handle the first time they
-are seen and stay adopted for the process (soma never destroys a CuPy stream); CuPy's
+are seen, until CuPy collects the stream (soma never destroys a CuPy stream); CuPy's
 per-thread default stream cannot be adopted (it names another stream on every thread). Needs
 the cuda backend. docs/cupy.md.
 """
 
 import threading
+import weakref
 
 from .memory import free_async, malloc_async
 from .streams import Stream
@@ -26,13 +27,16 @@ __all__ = ["enable", "disable", "using", "allocator", "Allocator"]
 
 
 class _Streams:
-    """CuPy stream handle -> the soma stream that adopts it, one per (device, handle)."""
+    """CuPy stream -> the soma stream that adopts it, one per (device, handle). A CuPy stream
+    of its own (not the null stream) is forgotten, and its soma stream destroyed, when CuPy
+    collects it: its CUstream is gone then, and soma must not synchronize it again."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._adopted = {}
 
-    def get(self, device, native):
+    def get(self, device, cupy_stream):
+        native = cupy_stream.ptr
         key = (device, native)
         stream = self._adopted.get(key)
         if stream is None:
@@ -41,7 +45,18 @@ class _Streams:
                 if stream is None:
                     stream = Stream.from_native(native, device)
                     self._adopted[key] = stream
+                    if native not in (0, 1):
+                        weakref.finalize(cupy_stream, self._forget, key)
         return stream
+
+    def _forget(self, key):
+        with self._lock:
+            stream = self._adopted.pop(key, None)
+        if stream is not None:
+            try:
+                stream.close()  # soma's side only; its queued work still completes
+            except Exception:  # noqa: BLE001 - a finalizer cannot raise
+                pass
 
 
 _streams = _Streams()
@@ -59,8 +74,7 @@ class _Allocation:
         import cupy
         try:
             with cupy.cuda.Device(self.device):
-                native = cupy.cuda.get_current_stream().ptr
-                free_async(self.ptr, _streams.get(self.device, native))
+                free_async(self.ptr, _streams.get(self.device, cupy.cuda.get_current_stream()))
         except Exception:  # noqa: BLE001 - a collector cannot raise; soma logs the failure
             pass
 
@@ -77,7 +91,7 @@ class Allocator:
         device = cupy.cuda.runtime.getDevice()
         if size == 0:
             return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(0, 0, None, device), 0)
-        stream = _streams.get(device, cupy.cuda.get_current_stream().ptr)
+        stream = _streams.get(device, cupy.cuda.get_current_stream())
         try:  # pool None: somaMallocAsync, from the current pool of the stream's device
             ptr = malloc_async(size, stream, self.pool)
         except MemoryError as error:

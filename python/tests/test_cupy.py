@@ -98,6 +98,7 @@ def test_a_free_waits_for_the_current_stream_of_cupy():
                 block = cupy.zeros(1 << 20, dtype=cupy.uint8)
                 address = block.data.ptr
                 spin((1,), (1,), (cupy.int64(2_000_000_000), cupy.intp(0)))  # about a second
+                assert cupy.cuda.runtime.streamQuery(busy.ptr) != 0, "the kernel is not running"
                 del block  # freed on `busy`, whose kernel still runs
                 gc.collect()
             states = {b["address"]: b["state"] for b in region.snapshot()["blocks"]}
@@ -108,5 +109,7 @@ def test_a_free_waits_for_the_current_stream_of_cupy():
             del again
             gc.collect()
         busy.synchronize()
+        del busy
+        gc.collect()  # CuPy destroys the stream; soma forgets its adopted one
         soma.synchronize()
         assert region.statistics()["used_bytes"] == 0

@@ -50,6 +50,10 @@ class backend_memory_provider final : public memory_provider {
   /// inside a commit can go back (compaction, S9) or be mapped again elsewhere (remap). Not
   /// for exportable pools (S7 exports whole commits). Requires: the pool lock is held.
   void set_granule_commits(bool enabled) { granule_commits_ = enabled; }
+  /// Whether any commit could be mapped again once remapping is on: the platform maps at an
+  /// offset (cpu), and the pool is not exportable. On cuda only per-granule commits can, which
+  /// a pool makes only in the modes that ask for them.
+  bool remaps_any_commit() const { return maps_at_offset_ && export_handle_types_ == 0; }
 
   /// Access other devices have to this memory (S6). set_access applies to every reservation
   /// and is applied again to each new one, under one lock, so growth never misses a grant.

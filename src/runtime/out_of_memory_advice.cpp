@@ -78,7 +78,8 @@ out_of_memory_change choose_out_of_memory_change(const out_of_memory_facts& fact
   if (pending) return {kind::synchronize_device, pending_elsewhere->largest_bytes, {}};
   // Remapping serves from free whole granules with no synchronize, so it comes first; where it
   // is on and still failed, the pieces' whole granules did not add up, and compaction remains.
-  if (policies.remap == 0 && facts.free_pieces > 1 && facts.free_bytes >= growth_bytes)
+  if (policies.remap == 0 && policies.remap_possible && facts.free_pieces > 1 &&
+      facts.free_bytes >= growth_bytes)
     return {kind::remap_free_memory, facts.free_bytes, {}};
   if (!policies.compaction && facts.free_pieces > 1 && facts.free_bytes + room >= growth_bytes)
     return {kind::compact_before_growth, facts.free_bytes, {}};

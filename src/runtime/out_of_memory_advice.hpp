@@ -20,6 +20,9 @@ struct pool_policies {
   bool internal_dependencies = true;  ///< S11 somaMemPoolReuseAllowInternalDependencies
   bool compaction = false;            ///< somaMemPoolAttrCompactBeforeGrowth
   int remap = 2;                      ///< somaMemPoolAttrRemapFreeMemory (0 never, 1, 2)
+  /// Whether remapping instead of failing could serve from this pool's commits (cuda: its
+  /// whole commits cannot be mapped at an offset; exportable pools never remap).
+  bool remap_possible = true;
 };
 
 /// Free memory of a pool, gathered from its snapshot.

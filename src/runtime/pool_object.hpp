@@ -48,6 +48,9 @@ class pool_object final : public pool {
   /// Access of `device` to every allocation of the pool, present and future (S6): read-write
   /// for the owning device, what somaMemPoolSetAccess granted (none by default) for others.
   backend::access_flags access(int device) const;
+  /// Whether turning remapping on (instead of failing) could map this pool's free memory
+  /// again (backend_memory_provider::remaps_any_commit): the out-of-memory advice asks.
+  bool remaps_any_commit() const { return memory_.remaps_any_commit(); }
   /// Grants or revokes access of a device other than the owner, on all mapped memory and on
   /// every later growth. Requires: checked by the caller (device in range, not the owner).
   status set_access(int device, backend::access_flags flags);

@@ -2,6 +2,7 @@
 // somaMemGetMemPool, somaMemSetMemPool, as CUDA 13's cudaMem*MemPool): a device's default and
 // current pools, and those of the host and of each host NUMA node, made at their first use.
 #include <string>
+#include <string_view>
 
 #include "backend/host_memory.hpp"
 #include "runtime/pool_registry.hpp"
@@ -44,10 +45,16 @@ result<backend::memory_location> pool_registry::checked_location(const char* cal
       }
       return backend::memory_location::host_numa(location_id);
     }
-    case location_type_host_numa_current:
-      return invalid(prefix +
-                     "somaMemLocationTypeHostNumaCurrent names no fixed location; name "
-                     "the node with somaMemLocationTypeHostNuma");
+    case location_type_host_numa_current: {
+      // As CUDA 13 on an H200: pool creation says InvalidValue, the location-keyed calls
+      // NotSupported.
+      const error_code code = std::string_view(call) == "somaMemPoolCreate"
+                                  ? error_code::invalid_value
+                                  : error_code::not_supported;
+      return status(code, prefix +
+                              "somaMemLocationTypeHostNumaCurrent names no fixed location; name "
+                              "the node with somaMemLocationTypeHostNuma");
+    }
     default:
       return invalid(prefix + location_text(location_type, location_id) +
                      " is not a device, host or host-NUMA location");

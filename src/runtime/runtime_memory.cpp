@@ -183,6 +183,7 @@ std::string runtime::explain_out_of_memory(pool_object& pool, std::size_t bytes,
   record.policies.internal_dependencies = pool.reuse_policy(3);
   record.policies.compaction = pool.compact_before_growth();
   record.policies.remap = static_cast<int>(pool.remap_free_memory());
+  record.policies.remap_possible = pool.remaps_any_commit();
   record.follow_event_dependencies = pool.reuse_policy(1);
   record.opportunistic = pool.reuse_policy(2);
   record.facts = gather_out_of_memory_facts(report);

@@ -102,6 +102,12 @@ status runtime::free(void* pointer, std::uintptr_t stream_handle) {
   if (scope != 0) live.live->scope.store(0, std::memory_order_relaxed);
   const bool recording = history_notes::on() && !owner_destroyed;
   const std::uint64_t stamp = recording ? history_notes::block_stamp(*live.live) : 0;
+  // S2 on a native stream (cuda): work soma never saw may precede this free (a framework's
+  // kernels on an adopted stream, the application's on somaStreamGetNative's). The free takes a
+  // position of its own, so it counts as complete only once the backend shows the stream has
+  // run past it (a query or a marker recorded after that work), never merely because soma's
+  // own operations there have run.
+  if (s.value()->carries_foreign_work) s.value()->timeline.note_enqueued();
   owner.free(live.live, s.value()->timeline);
   // A destroyed owner may be gone once the free is done; its last frees go unrecorded.
   if (recording) history_notes::freed(owner, address, bytes, scope, s.value()->handle, stamp);

@@ -68,6 +68,7 @@ result<stream_object*> stream_registry::add(int device, unsigned flags, bool is_
     timelines_.forget(s->timeline.id());
     return queue.take_error();
   }
+  s->carries_foreign_work = queue.value()->native_handle() != nullptr;
   s->queue = std::move(queue.value());
   std::lock_guard lock(mutex_);
   live_.push_back(s);

@@ -143,13 +143,24 @@ def _check(lib, status, call):
 
 
 def _configure(lib, release_threshold, follow, opportunistic, internal):
+    """Sets every device pool of the library; returns the configuration as stats() shows it."""
     threshold = KEEP_EVERYTHING if release_threshold is None else int(release_threshold)
     if not 0 <= threshold <= KEEP_EVERYTHING:
         raise ValueError(f"release_threshold must be in [0, 2**64 - 1], not {release_threshold}")
     status = lib.soma_torch_configure(threshold, int(bool(follow)), int(bool(opportunistic)),
                                       int(bool(internal)))
     _check(lib, status, "soma_torch_configure")
-    return threshold
+    return {"release_threshold": threshold, "follow_event_dependencies": bool(follow),
+            "allow_opportunistic": bool(opportunistic), "allow_internal_dependencies": bool(internal)}
+
+
+def _open(library, release_threshold, follow, opportunistic, internal):
+    """Loads and configures the library for enable() and mem_pool(): (path, lib, config)."""
+    path = library_path(library)
+    lib = _load(path)
+    if lib.soma_torch_device_count() < 0:
+        raise RuntimeError(f"soma_torch: {_message(lib)}")
+    return path, lib, _configure(lib, release_threshold, follow, opportunistic, internal)
 
 
 def enable(
@@ -203,26 +214,17 @@ def enable(
                 "allocator; enable soma process-wide before anything touches CUDA, or keep "
                 "using mem_pool()")
         if _state is not None:
-            threshold = _configure(_state["lib"], release_threshold, follow_event_dependencies,
-                                   allow_opportunistic, allow_internal_dependencies)
-            _state["config"].update(
-                release_threshold=threshold,
-                follow_event_dependencies=bool(follow_event_dependencies),
-                allow_opportunistic=bool(allow_opportunistic),
-                allow_internal_dependencies=bool(allow_internal_dependencies),
-            )
+            _state["config"] = _configure(_state["lib"], release_threshold,
+                                          follow_event_dependencies, allow_opportunistic,
+                                          allow_internal_dependencies)
             return stats()
         if torch.cuda.is_initialized():
             raise RuntimeError(
                 "soma.torch.enable() must run before CUDA is initialized in this process "
                 "(PyTorch cannot change an allocator that has been used); call it first"
             )
-        path = library_path(library)
-        lib = _load(path)
-        if lib.soma_torch_device_count() < 0:
-            raise RuntimeError(f"soma_torch: {_message(lib)}")
-        threshold = _configure(lib, release_threshold, follow_event_dependencies,
-                               allow_opportunistic, allow_internal_dependencies)
+        path, lib, config = _open(library, release_threshold, follow_event_dependencies,
+                                  allow_opportunistic, allow_internal_dependencies)
 
         allocator = torch.cuda.memory.CUDAPluggableAllocator(
             path, "soma_torch_malloc", "soma_torch_free")
@@ -253,12 +255,7 @@ def enable(
             "pool_allocators": [],
             "hooks": hooks,
             "record_stream": record_stream,
-            "config": {
-                "release_threshold": threshold,
-                "follow_event_dependencies": bool(follow_event_dependencies),
-                "allow_opportunistic": bool(allow_opportunistic),
-                "allow_internal_dependencies": bool(allow_internal_dependencies),
-            },
+            "config": config,
         }
     return stats()
 
@@ -300,21 +297,12 @@ def mem_pool(library=None, release_threshold=None, follow_event_dependencies=Tru
             raise RuntimeError("soma.torch.mem_pool() under enable(): soma serves every "
                                "allocation of this process already")
         if _state is None:
-            path = library_path(library)
-            lib = _load(path)
-            if lib.soma_torch_device_count() < 0:
-                raise RuntimeError(f"soma_torch: {_message(lib)}")
-            threshold = _configure(lib, release_threshold, follow_event_dependencies,
-                                   allow_opportunistic, allow_internal_dependencies)
+            path, lib, config = _open(library, release_threshold, follow_event_dependencies,
+                                      allow_opportunistic, allow_internal_dependencies)
             _state = {
                 "process_wide": False, "lib": lib, "path": path, "allocator": None,
                 "pool_allocators": [], "hooks": [], "record_stream": "PyTorch's",
-                "config": {
-                    "release_threshold": threshold,
-                    "follow_event_dependencies": bool(follow_event_dependencies),
-                    "allow_opportunistic": bool(allow_opportunistic),
-                    "allow_internal_dependencies": bool(allow_internal_dependencies),
-                },
+                "config": config,
             }
         allocator = torch.cuda.memory.CUDAPluggableAllocator(
             _state["path"], "soma_torch_malloc", "soma_torch_free")

@@ -107,6 +107,40 @@ void free_index::merge_pending_runs() {
   }
 }
 
+bool free_index::merge_runs_usable_by(const stream_timeline* stream) {
+  auto joins = [stream](const block* b) {
+    return b != nullptr && b->current_state() == block_state::indexed &&
+           (b->stamp.timeline == stream || b->stamp.timeline == nullptr ||
+            b->stamp.is_proven_complete());
+  };
+  std::vector<std::pair<std::uintptr_t, block*>> own;
+  for (block* b : stamped_) {
+    if (b->stamp.timeline == stream) own.emplace_back(b->address, b);
+  }
+  std::sort(own.begin(), own.end());
+  bool any = false;
+  for (const auto& [address, b] : own) {
+    // A block absorbed into a run found from an earlier one is gone from the map.
+    auto found = all_blocks_.find(address);
+    if (found == all_blocks_.end() || found->second != b) continue;
+    block* start = b;
+    while (joins(start->previous_adjacent)) start = start->previous_adjacent;
+    if (start == b && !joins(b->next_adjacent)) continue;
+    erase(start);
+    // Another stream's proven stamp is no stamp: positions of two streams do not compare.
+    if (start->stamp.timeline != stream) start->stamp = {};
+    while (joins(start->next_adjacent)) {
+      block* next = start->next_adjacent;
+      erase(next);
+      if (next->stamp.timeline != stream) next->stamp = {};
+      merge_into(start, next);
+    }
+    add(start);
+    any = true;
+  }
+  return any;
+}
+
 template <typename Restamp>
 void free_index::restamp_if(Restamp&& restamp) {
   std::vector<block*> changed;

@@ -36,6 +36,12 @@ class free_index {
   /// to order a stream after a pending free anyway (internal dependencies): one wait for the
   /// latest free then buys the whole run.
   void merge_pending_runs();
+  /// Merges every run of adjacent free blocks that stream may use at once (S2: its own frees,
+  /// at whatever points of it, and frees proven complete) and that holds at least one of its
+  /// own, into one block stamped with the latest of its frees there; true if any merged. The
+  /// block then hides the proven and earlier pieces from other streams until that free is
+  /// known complete, so this runs only where stream would otherwise grow the pool or wait.
+  bool merge_runs_usable_by(const stream_timeline* stream);
   /// Removes a specific indexed block.
   void remove(block* indexed);
   /// Clears the stamps of frees now proven complete (or, with only_proven false, complete

@@ -57,6 +57,13 @@ result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline
     b = index_.take_best_fit(size_bytes, usable);
     if (b != nullptr) how = reuse_rule(b, stream);
   }
+  if (b == nullptr && index_.merge_runs_usable_by(&stream)) {
+    // This stream's own frees lie side by side with each other or with proven ones, but were
+    // made at different points of it (on cuda every free is a point of its own): the stream
+    // may use them all at once (S2), so as one block they serve it before growth or a wait.
+    b = index_.take_best_fit(size_bytes, usable);
+    if (b != nullptr) how = reuse_rule(b, stream);
+  }
   if (b == nullptr && remap_free_memory() == remap_mode::before_growth) {
     // Free whole granules, only not in one piece: map them again as one range rather than
     // grow (by more than their shortfall) or synchronize.

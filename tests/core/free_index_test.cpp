@@ -110,6 +110,33 @@ TEST_F(FreeIndex, S11_PendingFreesOfOneStreamAtDifferentPositionsStayApart) {
   EXPECT_EQ(index_.take_best_fit(256, &b_), run[0]);
 }
 
+// S2: a stream that would otherwise grow merges the runs it may use at once: its own frees at
+// different points and proven ones beside them, under its latest stamp; another stream's
+// pending free stays apart.
+TEST_F(FreeIndex, S2_RunsAStreamMayUseMergeUnderItsLatestFree) {
+  for (int i = 0; i < 7; ++i) a_.note_enqueued();
+  for (int i = 0; i < 9; ++i) b_.note_enqueued();
+  b_.prove_completed(4);
+  auto run = make_run({256, 256, 256, 256, 256});
+  run[0]->stamp = free_stamp{&b_, 4};  // proven
+  run[1]->stamp = free_stamp{&a_, 7};
+  run[2]->stamp = free_stamp{&a_, 3};
+  run[4]->stamp = free_stamp{&b_, 9};  // pending on another stream
+  for (block* b : run) index_.insert(b);
+  EXPECT_EQ(index_.block_count(), 5u) << "different stamps: nothing merged at insert";
+  ASSERT_TRUE(index_.merge_runs_usable_by(&a_));
+  EXPECT_EQ(index_.block_count(), 2u) << "run[0] to run[3] as one; b's pending run[4] apart";
+  EXPECT_FALSE(index_.merge_runs_usable_by(&b_)) << "b may not use a's pending block";
+  EXPECT_EQ(index_.take_best_fit(1024, &b_), nullptr) << "hidden from b until a's free is known";
+  block* merged = index_.take_best_fit(1024, &a_);
+  ASSERT_NE(merged, nullptr);
+  EXPECT_EQ(merged->address, kBase);
+  EXPECT_EQ(merged->size_bytes, 1024u);
+  EXPECT_EQ(merged->stamp.timeline, &a_);
+  EXPECT_EQ(merged->stamp.position, 7u);
+  EXPECT_FALSE(index_.merge_runs_usable_by(&a_));
+}
+
 // Frees made at the same point of a stream (no work between them) merge.
 TEST_F(FreeIndex, S11_PendingFreesAtTheSamePositionMerge) {
   for (int i = 0; i < 3; ++i) a_.note_enqueued();

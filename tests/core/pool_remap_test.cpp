@@ -181,15 +181,19 @@ TEST(S9_Remap, WhatARemapLeavesOfAPendingBlockStaysPending) {
   stream_timeline b(1);
   block* small = p.allocate(kGranule, a);
   block* spacer = p.allocate(kGranule, a);
-  block* large = p.allocate(2 * kGranule + 256, a);  // its granule's rest stays free (proven)
+  block* large = p.allocate(2 * kGranule + 256, a);
   const std::uintptr_t tail = large->address + 2 * kGranule;
+  // The rest of large's last granule stays live, so that large merges with nothing: a's own
+  // neighbouring frees would otherwise serve it without a remap (merge_runs_usable_by).
+  block* filler = p.allocate(kGranule - 256, a);
+  ASSERT_EQ(filler->address, tail + 256);
   p.free_pending(small, a);
   p.free_pending(large, a);
   block* big = p.allocate(3 * kGranule, a);  // one granule of small, two of large
   ASSERT_EQ(big->how, served_by::remap);
   block* on_b = p.allocate(256, b);
   EXPECT_NE(on_b->address, tail) << "b got the rest of a block whose free on a is pending";
-  for (block* x : {spacer, big}) p.the_pool->free(x, a);
+  for (block* x : {spacer, big, filler}) p.the_pool->free(x, a);
   p.the_pool->free(on_b, b);
 }
 

@@ -80,6 +80,32 @@ TEST_P(S11_ReusePolicies, SameStreamReuseIsAlwaysAllowed) {
   EXPECT_EQ(used(), 0u);
 }
 
+// S2: a stream reuses its own frees whatever lies between them on the stream. Here work on A
+// comes between the two frees (on cuda every free takes a point of its own anyway), so the
+// halves carry different stamps; the whole block still serves A with the pool full.
+TEST_P(S11_ReusePolicies, SameStreamReuseMergesItsFreesMadeAtDifferentPoints) {
+  ASSERT_NO_FATAL_FAILURE(make_pool(1, policy()));
+  SOMA_ASSERT_OK(gate_.hold(a_));
+  void* p = nullptr;
+  SOMA_ASSERT_OK(allocate(&p, a_));
+  void* upper = static_cast<char*>(p) + granule_ / 2;
+  SOMA_ASSERT_OK(somaFreeAsync(p, a_));
+  void* half = nullptr;
+  SOMA_ASSERT_OK(allocate(&half, a_, granule_ / 2));
+  ASSERT_EQ(half, p);
+  SOMA_ASSERT_OK(somaMemsetAsync(half, 0, granule_ / 2, a_));  // A's work between the frees
+  SOMA_ASSERT_OK(somaFreeAsync(half, a_));
+  void* whole = nullptr;
+  SOMA_ASSERT_OK(allocate(&whole, a_)) << "the lower half freed after A's memset, the upper ("
+                                       << upper << ") before it: both are A's";
+  EXPECT_EQ(whole, p);
+  EXPECT_EQ(reserved(), granule_) << "never grew";
+  SOMA_ASSERT_OK(somaFreeAsync(whole, a_));
+  gate_.open();
+  SOMA_ASSERT_OK(somaStreamSynchronize(a_));
+  EXPECT_EQ(used(), 0u);
+}
+
 // A's free is pending (A held) and nothing orders B after it: whatever the flags, B gets fresh
 // memory while the pool has some (cpu grows by a granule; cuda committed the second granule
 // with the first), and B is not made to wait. Once the pool is full, B gets the pending block

@@ -204,6 +204,7 @@ typedef enum somaMemcpyKind {
 } somaMemcpyKind;
 
 enum { somaStreamDefault = 0, somaStreamNonBlocking = 1 };
+enum { somaNativeStreamKept = 0, somaNativeStreamMayEndFirst = 1 };
 enum { somaEventDefault = 0, somaEventBlockingSync = 1, somaEventDisableTiming = 2 };
 
 typedef void (*somaHostFn_t)(void* userData);
@@ -276,6 +277,15 @@ SOMA_API somaError_t somaStreamGetDevice(somaStream_t stream, int* device);
  *  somaErrorNotSupported. */
 SOMA_API somaError_t somaStreamCreateFromNative(somaStream_t* stream, void* nativeStream,
                                                 int device);
+/** soma's own: somaStreamCreateFromNative with flags. somaNativeStreamMayEndFirst: the native
+ *  stream's owner may destroy it before somaStreamDestroy (CuPy's streams, which Python
+ *  collects whenever it likes). soma then records a completion marker on the native stream
+ *  after each operation that takes a place on it (each free among them, one cuEventRecord
+ *  each), so it never needs the native stream again afterwards: somaStreamDestroy and every
+ *  later reuse decision leave it untouched. Without the flag the native stream must outlive
+ *  the soma stream. Other flag bits: somaErrorInvalidValue. */
+SOMA_API somaError_t somaStreamCreateFromNativeWithFlags(somaStream_t* stream, void* nativeStream,
+                                                         int device, unsigned int flags);
 /** soma's own: the native stream behind a soma stream (cuda: its CUstream, to launch your
  *  own kernels on), or NULL on the cpu backend. */
 SOMA_API somaError_t somaStreamGetNative(somaStream_t stream, void** nativeStream);

@@ -101,6 +101,7 @@ _SIGNATURES = {
     "somaStreamWaitEvent": [_P, _P, ctypes.c_uint],
     "somaStreamGetDevice": [_P, ctypes.POINTER(_INT)],
     "somaStreamCreateFromNative": [_PP, _P, _INT],
+    "somaStreamCreateFromNativeWithFlags": [_PP, _P, _INT, ctypes.c_uint],
     "somaStreamGetNative": [_P, _PP],
     "somaEventCreateWithFlags": [_PP, ctypes.c_uint],
     "somaEventDestroy": [_P],

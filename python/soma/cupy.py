@@ -12,7 +12,9 @@ Each allocation is somaMallocFromPoolAsync on CuPy's current stream, and each fr
 somaFreeAsync on the stream current when CuPy lets the memory go (as MemoryAsyncPool does): the
 block is reused after that stream's earlier work (S2), and by other streams per the pool's reuse
 policies (S11). CuPy streams are adopted as soma streams by their handle the first time they
-are seen, until CuPy collects the stream (soma never destroys a CuPy stream); CuPy's
+are seen, until CuPy collects the stream (soma never destroys a CuPy stream). Python may
+destroy a CuPy stream before soma hears of it, so they are adopted with may_end_first: each
+free on one also records a marker there, and soma never needs the stream afterwards. CuPy's
 per-thread default stream cannot be adopted (it names another stream on every thread). Needs
 the cuda backend. docs/cupy.md.
 """
@@ -29,7 +31,9 @@ __all__ = ["enable", "disable", "using", "allocator", "Allocator"]
 class _Streams:
     """CuPy stream -> the soma stream that adopts it, one per (device, handle). A CuPy stream
     of its own (not the null stream) is forgotten, and its soma stream destroyed, when CuPy
-    collects it: its CUstream is gone then, and soma must not synchronize it again."""
+    collects it. CuPy may destroy the CUstream before that (its __del__ runs before weakref
+    callbacks), and a new CuPy stream may get the same handle meanwhile: the entry is removed
+    only by the finalizer of the stream that made it."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -43,15 +47,18 @@ class _Streams:
             with self._lock:
                 stream = self._adopted.get(key)
                 if stream is None:
-                    stream = Stream.from_native(native, device)
+                    # The null and legacy streams live as long as the process.
+                    may_end = native not in (0, 1)
+                    stream = Stream.from_native(native, device, may_end_first=may_end)
                     self._adopted[key] = stream
-                    if native not in (0, 1):
-                        weakref.finalize(cupy_stream, self._forget, key)
+                    if may_end:
+                        weakref.finalize(cupy_stream, self._forget, key, stream)
         return stream
 
-    def _forget(self, key):
+    def _forget(self, key, stream):
         with self._lock:
-            stream = self._adopted.pop(key, None)
+            if self._adopted.get(key) is stream:
+                del self._adopted[key]
         if stream is not None:
             try:
                 stream.close()  # soma's side only; its queued work still completes

@@ -67,10 +67,12 @@ class Stream:
         return cls(_handle=None, _owned=False)
 
     @classmethod
-    def from_native(cls, native, device=None):
+    def from_native(cls, native, device=None, *, may_end_first=False):
         """Adopts a native stream (cuda: a CUstream such as torch.cuda.current_stream().cuda_stream
         or cupy.cuda.get_current_stream().ptr) of device (default: the current device). 0 means
-        the legacy default stream. The caller keeps the native stream alive while soma uses it.
+        the legacy default stream. The caller keeps the native stream alive while soma uses it,
+        unless may_end_first (somaNativeStreamMayEndFirst): then its owner may destroy it before
+        close(), and soma records a marker after each free on it so it never needs it again.
         cpu backend: NotSupportedError (there are no native streams)."""
         value = int(native)
         if value == PER_THREAD_STREAM:
@@ -83,8 +85,10 @@ class Stream:
             from .devices import get_device
             device = get_device()
         adopted = ctypes.c_void_p()
-        check(_library.get().somaStreamCreateFromNative(ctypes.byref(adopted), value, int(device)),
-              "somaStreamCreateFromNative")
+        flags = 1 if may_end_first else 0
+        check(_library.get().somaStreamCreateFromNativeWithFlags(ctypes.byref(adopted), value,
+                                                                 int(device), flags),
+              "somaStreamCreateFromNativeWithFlags")
         return cls(_handle=adopted.value, _owned=True, _native=value)
 
     @property

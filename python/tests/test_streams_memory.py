@@ -129,10 +129,15 @@ def test_native_streams(stream):
         with soma.Stream.from_native(native) as adopted:
             assert adopted.native == native
             assert adopted != stream
+        with soma.Stream.from_native(native, may_end_first=True) as adopted:
+            soma.Buffer.allocate(4096, stream=adopted).free()
+            assert adopted.native == native
     else:
         assert stream.native is None
         with pytest.raises(soma.NotSupportedError, match="no native streams"):
             soma.Stream.from_native(0x1234)
+        with pytest.raises(soma.NotSupportedError, match="no native streams"):
+            soma.Stream.from_native(0x1234, may_end_first=True)
 
 
 def test_the_cpu_backend_is_configured_before_it_starts():

@@ -175,6 +175,10 @@ class stream {
   virtual status query() = 0;
   /// The first asynchronous failure on this stream, or success.
   virtual status sticky_error() = 0;
+  /// A block was freed on this stream (S2). cuda: the native stream may carry work soma never
+  /// saw before the free, so the free takes a position of its own, complete only once the
+  /// stream is shown to have run past it. cpu: every piece of work is soma's; nothing to do.
+  virtual void note_free() {}
 
   int device() const noexcept { return device_; }
   void* native_handle() const noexcept { return native_; }
@@ -335,9 +339,17 @@ class backend {
   /// A new stream on device that reports its progress into timeline (which outlives it).
   virtual result<std::unique_ptr<stream>> create_stream(int device, stream_timeline& timeline) = 0;
   /// A stream over an existing native stream (cuda: a CUstream from PyTorch, say), which the
-  /// caller keeps owning. not_supported where streams have no native form.
+  /// caller keeps owning. may_end_first: the owner may destroy native before this stream, so
+  /// every position taken on it is covered by a marker at once and the stream is never touched
+  /// after its last operation (cuda). not_supported where streams have no native form.
   virtual result<std::unique_ptr<stream>> adopt_stream(int device, void* native,
-                                                       stream_timeline& timeline) = 0;
+                                                       stream_timeline& timeline,
+                                                       bool may_end_first) = 0;
+  /// Blocks until the queued work of every destroyed stream of device has run and their
+  /// timelines stand at their final positions, without a spin where the platform can block
+  /// (cuda: the final marker is waited for; with none, the context is synchronized). cpu: the
+  /// workers finish on their own and report as they go; nothing to do.
+  virtual status wait_destroyed_streams(int device) = 0;
   virtual result<std::unique_ptr<event>> create_event() = 0;
 
   // -- graphs (S15) ------------------------------------------------------------------------

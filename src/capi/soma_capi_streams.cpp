@@ -72,9 +72,20 @@ somaError_t somaStreamGetDevice(somaStream_t stream, int* device) {
 }
 
 somaError_t somaStreamCreateFromNative(somaStream_t* stream, void* nativeStream, int device) {
+  return somaStreamCreateFromNativeWithFlags(stream, nativeStream, device, somaNativeStreamKept);
+}
+
+somaError_t somaStreamCreateFromNativeWithFlags(somaStream_t* stream, void* nativeStream,
+                                                int device, unsigned int flags) {
   return with_runtime([&](runtime& rt) -> status {
     if (stream == nullptr) return null_argument("somaStreamCreateFromNative", "stream");
-    return store(rt.streams().adopt_native(nativeStream, device), stream);
+    if (flags > somaNativeStreamMayEndFirst) {
+      return status(error_code::invalid_value,
+                    "somaStreamCreateFromNativeWithFlags: flags " + std::to_string(flags) +
+                        " are not somaNativeStreamKept (0) or somaNativeStreamMayEndFirst (1)");
+    }
+    const bool may_end_first = (flags & somaNativeStreamMayEndFirst) != 0;
+    return store(rt.streams().adopt_native(nativeStream, device, may_end_first), stream);
   });
 }
 

@@ -107,7 +107,7 @@ status runtime::free(void* pointer, std::uintptr_t stream_handle) {
   // position of its own, so it counts as complete only once the backend shows the stream has
   // run past it (a query or a marker recorded after that work), never merely because soma's
   // own operations there have run.
-  if (s.value()->carries_foreign_work) s.value()->timeline.note_enqueued();
+  if (s.value()->native_queue != nullptr) s.value()->native_queue->note_free();
   owner.free(live.live, s.value()->timeline);
   // A destroyed owner may be gone once the free is done; its last frees go unrecorded.
   if (recording) history_notes::freed(owner, address, bytes, scope, s.value()->handle, stamp);

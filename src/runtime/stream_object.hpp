@@ -24,9 +24,10 @@ struct stream_object : std::enable_shared_from_this<stream_object> {
   const int device;
   std::uintptr_t handle = 0;  // 0 for a device's default stream
   unsigned flags = 0;
-  /// A native stream (cuda) that may carry work soma never saw; set before the stream is
-  /// published, never changed.
-  bool carries_foreign_work = false;
+  /// The queue when it runs on a native stream (cuda), which may carry work soma never saw:
+  /// a free tells it (S2). Set before the stream is published, never changed; a free never
+  /// races the stream's destruction (the handle would not resolve).
+  backend::stream* native_queue = nullptr;
 };
 
 /// A soma event: a backend event plus the stream position it captured, which lets a

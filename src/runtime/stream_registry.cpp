@@ -32,7 +32,7 @@ result<stream_object*> stream_registry::resolve(std::uintptr_t handle) const {
 }
 
 result<stream_object*> stream_registry::add(int device, unsigned flags, bool is_default,
-                                            void* adopt_native) {
+                                            void* adopt_native, bool native_may_end_first) {
   // The cache slot is the handle's dense slot. A default stream is reached as NULL, never by
   // a handle, so it takes a slot that no handle names and keeps it for good.
   std::uint32_t slot = 0;
@@ -57,8 +57,9 @@ result<stream_object*> stream_registry::add(int device, unsigned flags, bool is_
   s->flags = flags;
   s->handle = handle;
   result<std::unique_ptr<backend::stream>> queue =
-      adopt_native != nullptr ? platform_.adopt_stream(device, adopt_native, s->timeline)
-                              : platform_.create_stream(device, s->timeline);
+      adopt_native != nullptr
+          ? platform_.adopt_stream(device, adopt_native, s->timeline, native_may_end_first)
+          : platform_.create_stream(device, s->timeline);
   if (!queue.ok()) {
     if (is_default) {
       streams_.release_slot(slot);
@@ -68,7 +69,7 @@ result<stream_object*> stream_registry::add(int device, unsigned flags, bool is_
     timelines_.forget(s->timeline.id());
     return queue.take_error();
   }
-  s->carries_foreign_work = queue.value()->native_handle() != nullptr;
+  if (queue.value()->native_handle() != nullptr) s->native_queue = queue.value().get();
   s->queue = std::move(queue.value());
   std::lock_guard lock(mutex_);
   live_.push_back(s);
@@ -90,12 +91,12 @@ result<std::uintptr_t> stream_registry::create(unsigned flags) {
   return created.value()->handle;
 }
 
-result<std::uintptr_t> stream_registry::adopt_native(void* native, int device) {
+result<std::uintptr_t> stream_registry::adopt_native(void* native, int device, bool may_end_first) {
   if (status checked = devices_.check(device); !checked.ok()) return checked;
   if (native == nullptr) {
     return status(error_code::invalid_value, "somaStreamCreateFromNative: nativeStream is NULL");
   }
-  result<stream_object*> created = add(device, 0, false, native);
+  result<stream_object*> created = add(device, 0, false, native, may_end_first);
   if (!created.ok()) return created.take_error();
   return created.value()->handle;
 }
@@ -219,7 +220,7 @@ status stream_registry::synchronize_device(int device) {
   }
   for (const auto& s : retired) {
     const std::uint64_t position = s->timeline.enqueued_position();
-    while (!s->timeline.has_completed(position)) std::this_thread::yield();
+    if (status waited = wait_destroyed(*s, position); !waited.ok()) return waited;
     proven(*s, position);
   }
   status first_failure;
@@ -265,7 +266,18 @@ status stream_registry::wait_until(stream_object& stream, std::uint64_t position
   if (std::shared_ptr<backend::stream> queue = queue_of(stream); queue != nullptr) {
     if (status done = queue->synchronize(); !done.ok()) return done;
   }
-  while (!stream.timeline.has_completed(position)) std::this_thread::yield();
+  return wait_destroyed(stream, position);
+}
+
+status stream_registry::wait_destroyed(stream_object& stream, std::uint64_t position) {
+  // The backend blocks where it can (cuda: on the final marker, or the context where no marker
+  // covers the stream's last work); the cpu's workers report as they run.
+  while (!stream.timeline.has_completed(position)) {
+    if (status waited = platform_.wait_destroyed_streams(stream.device); !waited.ok()) {
+      return status(waited.code(), describe(stream) + " (destroyed): " + waited.message());
+    }
+    std::this_thread::yield();
+  }
   return status::success();
 }
 
@@ -300,8 +312,9 @@ void stream_registry::order_after_free(stream_object& stream, std::uint64_t stre
                         : status(error_code::invalid_handle, "freeing stream destroyed");
     if (!waited.ok()) {
       // The freeing stream was destroyed meanwhile (its queue still drains) or this stream
-      // failed: wait on the host instead, so the block is never handed out early.
-      while (!freeing->timeline.has_completed(position)) std::this_thread::yield();
+      // failed: wait on the host instead, so the block is never handed out early. If even that
+      // fails the context is broken and nothing it runs completes; the block goes out then.
+      (void)wait_destroyed(*freeing, position);
     }
   }
   stream.timeline.order_after(stream_id, position);

@@ -51,7 +51,9 @@ class stream_registry {
   /// The stream of handle (0: the current device's default stream) or invalid_handle.
   result<stream_object*> resolve(std::uintptr_t handle) const;
   result<std::uintptr_t> create(unsigned flags);
-  result<std::uintptr_t> adopt_native(void* native, int device);
+  /// A soma stream over native (cuda: a CUstream the caller owns). may_end_first: the owner
+  /// may destroy native before the soma stream (somaNativeStreamMayEndFirst).
+  result<std::uintptr_t> adopt_native(void* native, int device, bool may_end_first);
   result<void*> native(std::uintptr_t handle) const;
   status destroy(std::uintptr_t handle);
   status synchronize(std::uintptr_t handle);
@@ -102,7 +104,10 @@ class stream_registry {
     std::unique_ptr<stream_timeline> forgotten_frees;
   };
 
-  result<stream_object*> add(int device, unsigned flags, bool is_default, void* adopt_native);
+  result<stream_object*> add(int device, unsigned flags, bool is_default, void* adopt_native,
+                             bool native_may_end_first = false);
+  /// Blocks until stream (destroyed, or about to be) has completed position.
+  status wait_destroyed(stream_object& stream, std::uint64_t position);
   /// Destroyed streams whose work has all run: their frees serve every stream, and their
   /// records and clock entries go (bounded memory under stream churn).
   void forget_finished();

@@ -245,7 +245,7 @@ TEST_F(cuda_gpu, AdoptedStreamIsUsedAndLeftAlive) {
   void* native = owner.value()->native_handle();
   ASSERT_NE(native, nullptr);
   {
-    auto adopted = backend_->adopt_stream(0, native, adopted_line);
+    auto adopted = backend_->adopt_stream(0, native, adopted_line, false);
     ASSERT_TRUE(adopted.ok()) << adopted.error().message();
     ASSERT_TRUE(adopted.value()->enqueue_host_task([] { return status::success(); }).ok());
     ASSERT_TRUE(adopted.value()->synchronize().ok());

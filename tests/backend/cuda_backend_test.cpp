@@ -122,6 +122,7 @@ class cuda_fake_driver : public ::testing::Test {
   }
   void TearDown() override {
     EXPECT_EQ(gpu_.context_errors, 0) << "a driver call ran without the context it needs";
+    EXPECT_EQ(gpu_.destroyed_stream_calls, 0) << "a driver call named a destroyed CUstream";
     fake_cuda::state = nullptr;
   }
   std::unique_ptr<cuda::cuda_backend> open() {
@@ -507,13 +508,13 @@ TEST_F(cuda_fake_driver, AdoptedStreamMustBeOfTheDevicesPrimaryContextAndIsNever
   ASSERT_EQ(fake_cuda::stream_create(&native, 0), cuda::CUDA_SUCCESS);
   fake_cuda::current_context = nullptr;
   stream_timeline timeline(0);
-  auto wrong = backend->adopt_stream(0, native, timeline);
+  auto wrong = backend->adopt_stream(0, native, timeline, false);
   ASSERT_FALSE(wrong.ok());
   EXPECT_EQ(wrong.error().code(), error_code::invalid_value);
   int not_a_stream = 0;
-  EXPECT_EQ(backend->adopt_stream(1, &not_a_stream, timeline).error().code(),
+  EXPECT_EQ(backend->adopt_stream(1, &not_a_stream, timeline, false).error().code(),
             error_code::invalid_handle);
-  auto adopted = backend->adopt_stream(1, native, timeline);
+  auto adopted = backend->adopt_stream(1, native, timeline, false);
   ASSERT_TRUE(adopted.ok()) << adopted.error().message();
   EXPECT_EQ(adopted.value()->native_handle(), static_cast<void*>(native));
   int x = 0;
@@ -522,6 +523,88 @@ TEST_F(cuda_fake_driver, AdoptedStreamMustBeOfTheDevicesPrimaryContextAndIsNever
   EXPECT_TRUE(gpu_.destroyed_streams.empty());
   gpu_.run_all();
   EXPECT_TRUE(timeline.has_completed(1));
+}
+
+// S2 with a native stream whose owner may destroy it first (CuPy's, collected by Python): each
+// free takes a position and a marker at once, so nothing needs the CUstream afterwards.
+TEST_F(cuda_fake_driver, StreamThatMayEndFirstIsCoveredAtEveryFreeAndNeverTouchedAfter) {
+  auto backend = open();
+  cuda::CUstream native = nullptr;
+  fake_cuda::current_context = fake_cuda::context_of(0);
+  ASSERT_EQ(fake_cuda::stream_create(&native, 0), cuda::CUDA_SUCCESS);
+  fake_cuda::current_context = nullptr;
+  stream_timeline timeline(0);
+  auto adopted = backend->adopt_stream(0, native, timeline, /*may_end_first=*/true);
+  ASSERT_TRUE(adopted.ok()) << adopted.error().message();
+  int x = 0;
+  ASSERT_TRUE(adopted.value()->enqueue_memset(&x, 0, sizeof x).ok());
+  adopted.value()->note_free();
+  adopted.value()->note_free();
+  EXPECT_EQ(timeline.enqueued_position(), 3u);
+  EXPECT_EQ(gpu_.event_records, 3);         // one marker per position, as each is taken
+  fake_cuda::stream_destroy(native);        // the owner goes first
+  EXPECT_FALSE(timeline.has_completed(3));  // learned from the markers alone
+  adopted.value().reset();                  // records nothing on the destroyed CUstream
+  EXPECT_EQ(gpu_.event_records, 3);
+  gpu_.run_all();
+  EXPECT_TRUE(timeline.has_completed(3));
+}
+
+TEST_F(cuda_fake_driver, MarkersOfAStreamCoveringEveryPositionAreBounded) {
+  auto backend = open();
+  cuda::CUstream native = nullptr;
+  fake_cuda::current_context = fake_cuda::context_of(0);
+  ASSERT_EQ(fake_cuda::stream_create(&native, 0), cuda::CUDA_SUCCESS);
+  fake_cuda::current_context = nullptr;
+  stream_timeline timeline(0);
+  auto adopted = backend->adopt_stream(0, native, timeline, true);
+  ASSERT_TRUE(adopted.ok());
+  for (int i = 0; i < 100; ++i) adopted.value()->note_free();  // behind a long kernel
+  EXPECT_EQ(gpu_.event_records, 100);
+  EXPECT_LE(gpu_.live_events, static_cast<int>(cuda::completion_tracker::max_pending_markers));
+  gpu_.run(fake_cuda::as_stream(native), 50);
+  EXPECT_FALSE(timeline.has_completed(100));
+  gpu_.run_all();
+  EXPECT_TRUE(timeline.has_completed(100));
+}
+
+TEST_F(cuda_fake_driver, WaitingForADestroyedStreamBlocksOnItsFinalMarker) {
+  auto backend = open();
+  stream_timeline timeline(0);
+  auto s = stream_on(*backend, 0, timeline);
+  int x = 0;
+  ASSERT_TRUE(s->enqueue_memset(&x, 0, sizeof x).ok());
+  s.reset();
+  EXPECT_FALSE(timeline.has_completed(1));
+  ASSERT_TRUE(backend->wait_destroyed_streams(0).ok());
+  EXPECT_TRUE(timeline.has_completed(1));
+  EXPECT_EQ(gpu_.context_synchronizes, 0);
+}
+
+// A native stream destroyed by its owner before soma's stream (breaking
+// somaStreamCreateFromNative's contract) leaves no final marker: waiting for it synchronizes the
+// context instead of spinning.
+TEST_F(cuda_fake_driver, WaitingForAStreamWithoutAFinalMarkerSynchronizesTheContext) {
+  auto backend = open();
+  cuda::CUstream native = nullptr;
+  fake_cuda::current_context = fake_cuda::context_of(1);
+  ASSERT_EQ(fake_cuda::stream_create(&native, 0), cuda::CUDA_SUCCESS);
+  fake_cuda::current_context = nullptr;
+  stream_timeline timeline(0);
+  auto adopted = backend->adopt_stream(1, native, timeline, false);
+  ASSERT_TRUE(adopted.ok());
+  adopted.value()->note_free();
+  fake_cuda::stream_destroy(native);
+  adopted.value().reset();  // its final marker cannot be recorded
+  EXPECT_EQ(gpu_.destroyed_stream_calls, 1);
+  gpu_.destroyed_stream_calls = 0;
+  EXPECT_FALSE(timeline.has_completed(1));
+  ASSERT_TRUE(backend->wait_destroyed_streams(0).ok());  // another device: not this one
+  EXPECT_EQ(gpu_.context_synchronizes, 0);
+  ASSERT_TRUE(backend->wait_destroyed_streams(1).ok());
+  EXPECT_EQ(gpu_.context_synchronizes, 1);
+  EXPECT_TRUE(timeline.has_completed(1));
+  EXPECT_EQ(gpu_.destroyed_stream_calls, 0);
 }
 
 TEST_F(cuda_fake_driver, SynchronizeAndQueryAdvanceTheTimeline) {

@@ -113,6 +113,8 @@ struct driver_state {
   int live_events = 0;
   int event_records = 0;
   int stream_queries = 0;
+  int context_synchronizes = 0;
+  int destroyed_stream_calls = 0;  // queries, records, synchronizes on a destroyed CUstream
   int retained_contexts = 0;
   int context_errors = 0;  // calls made without the context they need
   std::vector<std::unique_ptr<graph_state>> graphs;
@@ -355,7 +357,20 @@ inline cu::CUresult stream_context(cu::CUstream s, cu::CUcontext* c) {
 }
 /// What a real driver answers for calls a capture forbids (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED).
 inline constexpr cu::CUresult capture_unsupported = 900;
+/// A call naming a destroyed CUstream: counted (the driver's answer would be undefined).
+inline bool destroyed(cu::CUstream s) {
+  if (state->destroyed_streams.count(as_stream(s)) == 0) return false;
+  ++state->destroyed_stream_calls;
+  return true;
+}
+inline cu::CUresult context_synchronize() {
+  if (current_device() < 0) return cu::CUDA_ERROR_INVALID_CONTEXT;
+  ++state->context_synchronizes;
+  state->run_all();
+  return cu::CUDA_SUCCESS;
+}
 inline cu::CUresult stream_synchronize(cu::CUstream s) {
+  if (destroyed(s)) return cu::CUDA_ERROR_INVALID_HANDLE;
   if (as_stream(s)->capture != nullptr) {
     ++state->capture_errors;
     return capture_unsupported;
@@ -365,6 +380,7 @@ inline cu::CUresult stream_synchronize(cu::CUstream s) {
 }
 inline cu::CUresult stream_query(cu::CUstream s) {
   ++state->stream_queries;
+  if (destroyed(s)) return cu::CUDA_ERROR_INVALID_HANDLE;
   if (as_stream(s)->capture != nullptr) {
     ++state->capture_errors;
     return capture_unsupported;
@@ -432,6 +448,7 @@ inline cu::CUresult event_destroy(cu::CUevent) {
   return cu::CUDA_SUCCESS;
 }
 inline cu::CUresult event_record(cu::CUevent e, cu::CUstream s) {
+  if (destroyed(s)) return cu::CUDA_ERROR_INVALID_HANDLE;
   // As in CUDA: an event records only on a stream of its own device.
   if (as_event(e)->device != as_stream(s)->device) return cu::CUDA_ERROR_INVALID_HANDLE;
   if (as_stream(s)->capture != nullptr) {  // soma never records on a capturing stream
@@ -694,6 +711,7 @@ inline cu::driver_api make_driver() {
   d.cuStreamDestroy = stream_destroy;
   d.cuStreamGetCtx = stream_context;
   d.cuStreamSynchronize = stream_synchronize;
+  d.cuCtxSynchronize = context_synchronize;
   d.cuStreamQuery = stream_query;
   d.cuStreamWaitEvent = stream_wait;
   d.cuLaunchHostFunc = host_function;

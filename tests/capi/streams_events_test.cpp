@@ -9,6 +9,7 @@
 #include <chrono>
 #include <future>
 #include <initializer_list>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -141,6 +142,23 @@ TEST_F(S1_Streams, NativeStreamsOnTheCpuBackend) {
   somaStream_t adopted = nullptr;
   int not_a_native_stream = 0;
   EXPECT_EQ(somaStreamCreateFromNative(&adopted, &not_a_native_stream, 0), somaErrorNotSupported);
+  EXPECT_EQ(somaStreamCreateFromNativeWithFlags(&adopted, &not_a_native_stream, 0,
+                                                somaNativeStreamMayEndFirst),
+            somaErrorNotSupported);
+}
+
+TEST_F(S1_Streams, AdoptionFlagsAreCheckedFirst) {
+  somaStream_t adopted = nullptr;
+  int not_a_native_stream = 0;
+  EXPECT_EQ(somaStreamCreateFromNativeWithFlags(&adopted, &not_a_native_stream, 0, 2),
+            somaErrorInvalidValue);
+  EXPECT_NE(std::string(somaGetLastErrorMessage()).find("somaNativeStreamMayEndFirst (1)"),
+            std::string::npos)
+      << somaGetLastErrorMessage();
+  EXPECT_EQ(somaStreamCreateFromNativeWithFlags(nullptr, &not_a_native_stream, 0,
+                                                somaNativeStreamMayEndFirst),
+            somaErrorInvalidValue);
+  EXPECT_EQ(adopted, nullptr);
 }
 
 TEST_F(S1_Streams, StreamBelongsToDeviceCurrentAtCreation) {

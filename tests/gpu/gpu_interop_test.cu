@@ -117,6 +117,38 @@ TEST_F(S1_S2_GpuNativeStream, EventsOrderAnAdoptedStreamAndASomaStream) {
   CUDA_ASSERT_OK(cudaStreamDestroy(native));
 }
 
+// somaNativeStreamMayEndFirst, as soma.cupy adopts CuPy's streams: the owner destroys the
+// native stream while a kernel still runs on it and before soma's stream goes. Nothing hangs,
+// nothing touches the dead CUstream, and the free is reused only once the kernel has run.
+TEST_F(S1_S2_GpuNativeStream, AStreamWhoseOwnerEndsItFirstLeavesItsFreesProvable) {
+  cudaStream_t native = nullptr;
+  CUDA_ASSERT_OK(cudaStreamCreateWithFlags(&native, cudaStreamNonBlocking));
+  somaStream_t adopted = nullptr;
+  SOMA_ASSERT_OK(
+      somaStreamCreateFromNativeWithFlags(&adopted, native, 0, somaNativeStreamMayEndFirst));
+  constexpr std::size_t words = 1 * MiB;
+  void* pointer = nullptr;
+  SOMA_ASSERT_OK(somaMallocAsync(&pointer, words * 4, adopted));
+  fill_pattern_kernel<<<grid_for(words, kSlowKernelNs), 256, 0, native>>>(
+      static_cast<std::uint32_t*>(pointer), words, 0xbeef, kSlowKernelNs);
+  CUDA_ASSERT_LAUNCHED();
+  SOMA_ASSERT_OK(somaFreeAsync(pointer, adopted));
+  CUDA_ASSERT_OK(cudaStreamDestroy(native));  // the kernel still runs
+  SOMA_ASSERT_OK(somaStreamDestroy(adopted));
+  unique_stream other;
+  void* again = nullptr;
+  SOMA_ASSERT_OK(somaMallocAsync(&again, words * 4, other));
+  if (again == pointer) {  // handed over: other must run after the kernel (S11)
+    void* counter = new_counter(other);
+    check(other, again, words, 0xbeef, counter);
+    CUDA_ASSERT_LAUNCHED();
+    EXPECT_EQ(read_and_free_counter(other, counter), 0u) << "reused before the kernel ended";
+  }
+  SOMA_ASSERT_OK(somaFreeAsync(again, other));
+  SOMA_ASSERT_OK(somaDeviceSynchronize());
+  EXPECT_EQ(pool_u64(default_pool(), somaMemPoolAttrUsedMemCurrent), 0u);
+}
+
 TEST_F(S13_GpuCopies, MemsetAndMemcpyRoundTripThroughPoolMemory) {
   unique_stream stream;
   constexpr std::size_t size = 4 * MiB + 3;  // not a multiple of anything

@@ -287,7 +287,7 @@ result<std::unique_ptr<stream>> cpu_backend::create_stream(int device, stream_ti
   return std::unique_ptr<stream>(std::make_unique<cpu_stream>(device, timeline));
 }
 
-result<std::unique_ptr<stream>> cpu_backend::adopt_stream(int, void*, stream_timeline&) {
+result<std::unique_ptr<stream>> cpu_backend::adopt_stream(int, void*, stream_timeline&, bool) {
   return status(error_code::not_supported,
                 "the cpu backend has no native streams to adopt; use somaStreamCreate");
 }

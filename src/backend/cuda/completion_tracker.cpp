@@ -20,6 +20,7 @@ void completion_tracker::attach(CUstream stream, stream_timeline& timeline) {
   timeline_ = &timeline;
   final_position_ = 0;
   capturing_ = false;
+  cover_all_ = false;
   timeline.set_poller(this);
 }
 
@@ -88,6 +89,7 @@ void completion_tracker::poll(std::uint64_t position) {
   if (timeline_->completed_position() >= position) return;
   if (!pending_.empty() && pending_.back().position >= position) return;  // learn from it later
   if (stream_ == nullptr) return;  // retired: the final marker is the last word
+  if (cover_all_) return;          // the stream may be gone; its markers are the only word
   if (capturing_)
     return;  // no query, no marker: the pending markers cover all (begin_capture_locked)
   const std::uint64_t enqueued = timeline_->enqueued_position();
@@ -103,6 +105,32 @@ void completion_tracker::poll(std::uint64_t position) {
   }
   if (pending_.size() >= max_pending_markers) return;  // the oldest completes first anyway
   (void)record_marker_locked();                        // on failure a later poll tries again
+}
+
+void completion_tracker::cover_every_position() noexcept {
+  std::lock_guard lock(mutex_);
+  cover_all_ = true;
+}
+
+status completion_tracker::cover_enqueued_locked() {
+  if (!cover_all_ || stream_ == nullptr || capturing_) return status::success();
+  collect_completed_locked();
+  const std::uint64_t enqueued = timeline_->enqueued_position();
+  if (!pending_.empty() && pending_.back().position >= enqueued) return status::success();
+  if (pending_.size() < max_pending_markers) {
+    result<CUevent> recorded = record_marker_locked();
+    return recorded.ok() ? status::success() : recorded.take_error();
+  }
+  // Bounded under a long kernel: the newest marker moves forward. A wait already ordered on
+  // it (cuStreamWaitEvent) keeps the point it saw; the driver snapshots an event at the wait.
+  marker& newest = pending_.back();
+  if (const CUresult recorded = driver_.cuEventRecord(newest.event, stream_);
+      recorded != CUDA_SUCCESS) {
+    return driver_.check(recorded, "cuEventRecord",
+                         "a completion marker at stream position " + std::to_string(enqueued));
+  }
+  newest.position = enqueued;
+  return status::success();
 }
 
 status completion_tracker::begin_capture_locked() {
@@ -128,9 +156,35 @@ void completion_tracker::retire() {
   const bool covered = timeline_->completed_position() >= final_position_ ||
                        (!pending_.empty() && pending_.back().position >= final_position_);
   // If this record fails the context is broken (nothing it runs completes any more) and the
-  // frees of this stream stay pending for good; blocking here instead would not help.
-  if (!covered) (void)record_marker_locked();
+  // frees of this stream stay pending until wait_retired synchronizes the context. A stream
+  // covering every position may already be gone: it is never recorded on here.
+  if (!covered && !cover_all_) (void)record_marker_locked();
   stream_ = nullptr;
+}
+
+status completion_tracker::wait_retired() {
+  std::lock_guard lock(mutex_);
+  if (stream_ != nullptr || timeline_ == nullptr) return status::success();
+  context_scope scope(driver_, context_);
+  if (!scope.entered().ok()) return scope.entered();
+  collect_completed_locked();
+  if (timeline_->completed_position() >= final_position_) return status::success();
+  if (!pending_.empty() && pending_.back().position >= final_position_) {
+    if (status s = driver_.check(driver_.cuEventSynchronize(pending_.back().event),
+                                 "cuEventSynchronize", "the final marker of a destroyed stream");
+        !s.ok())
+      return s;
+    collect_completed_locked();
+    return status::success();
+  }
+  if (status s = driver_.check(driver_.cuCtxSynchronize(), "cuCtxSynchronize",
+                               "waiting for the work of a destroyed stream of device " +
+                                   std::to_string(device_) + ", which no marker covers");
+      !s.ok())
+    return s;
+  collect_completed_locked();
+  timeline_->note_completed(final_position_);  // everything issued before has run
+  return status::success();
 }
 
 bool completion_tracker::finish_if_drained() {

@@ -48,8 +48,20 @@ class completion_tracker final : public completion_poller {
   /// position, else one recorded now. Requires: issue_mutex() held, position <= enqueued.
   result<CUevent> marker_covering_locked(std::uint64_t position);
 
-  /// completion_poller: learns what completed; records a marker if none covers position.
+  /// completion_poller: learns what completed; records a marker if none covers position
+  /// (never on a stream that covers every position: it only learns from its markers).
   void poll(std::uint64_t position) override;
+
+  /// From now until the next attach, every position is covered by a marker as it is taken
+  /// (cover_enqueued_locked), and the stream is never queried or recorded on otherwise: its
+  /// owner may destroy it once soma's last operation on it is issued.
+  void cover_every_position() noexcept;
+  bool covers_every_position() const noexcept { return cover_all_; }
+  /// Where every position is covered: makes a marker cover the enqueued position. At
+  /// max_pending_markers the newest marker is recorded again instead (it then covers the new
+  /// position; the older ones still cover theirs). Requires: issue_mutex() held, the stream's
+  /// context current.
+  status cover_enqueued_locked();
 
   /// The stream is about to be captured into a graph (cuStreamBeginCapture). During a
   /// capture a marker recorded on the stream would become part of the graph (and could never
@@ -69,6 +81,12 @@ class completion_tracker final : public completion_poller {
   /// For a retired tracker: true once every marker completed; the timeline then stands at
   /// its final position and the tracker is detached from it, ready for attach().
   bool finish_if_drained();
+  /// For a retired tracker: blocks until the stream's last work has run and the timeline
+  /// stands at its final position. The final marker is waited for (cuEventSynchronize); where
+  /// none covers the final position (its record failed, or the stream covered every position
+  /// and one of its records failed), the context is synchronized (cuCtxSynchronize), which
+  /// also waits for work on a destroyed CUstream. A tracker serving a live stream: success.
+  status wait_retired();
 
   int device() const noexcept { return device_; }
   /// Markers recorded and not yet seen complete (for tests and diagnostics).
@@ -94,6 +112,7 @@ class completion_tracker final : public completion_poller {
   stream_timeline* timeline_ = nullptr;  // null when detached
   std::uint64_t final_position_ = 0;     // enqueued position at retirement
   bool capturing_ = false;               // between begin and end of a capture
+  bool cover_all_ = false;               // cover_every_position() since the last attach
   std::deque<marker> pending_;           // oldest first; positions ascending
   std::vector<CUevent> spare_events_;    // completed markers, reused
 };

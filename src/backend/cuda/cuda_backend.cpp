@@ -212,6 +212,17 @@ void cuda_backend::retire_tracker(completion_tracker& tracker) {
   retired_.push_back(&tracker);
 }
 
+status cuda_backend::wait_destroyed_streams(int device) {
+  // Held throughout, so no tracker is recycled while it is waited for; stream creation and
+  // destruction wait meanwhile (rare: a destroyed stream still busy when someone waits).
+  std::lock_guard lock(trackers_mutex_);
+  for (completion_tracker* tracker : retired_) {
+    if (tracker->device() != device) continue;
+    if (status drained = tracker->wait_retired(); !drained.ok()) return drained;
+  }
+  return status::success();
+}
+
 std::size_t cuda_backend::busy_trackers() const {
   std::lock_guard lock(trackers_mutex_);
   return trackers_.size() - spare_.size();
@@ -234,7 +245,8 @@ result<std::unique_ptr<stream>> cuda_backend::create_stream(int device, stream_t
 }
 
 result<std::unique_ptr<stream>> cuda_backend::adopt_stream(int device, void* native,
-                                                           stream_timeline& timeline) {
+                                                           stream_timeline& timeline,
+                                                           bool may_end_first) {
   if (status checked = check_device(device); !checked.ok()) return checked;
   if (native == nullptr) return status(error_code::invalid_value, "no native stream to adopt");
   const CUcontext context = devices_[static_cast<std::size_t>(device)]->context;
@@ -255,8 +267,10 @@ result<std::unique_ptr<stream>> cuda_backend::adopt_stream(int device, void* nat
   }
   completion_tracker* tracker = take_tracker(device).value();
   tracker->attach(adopted, timeline);
-  return std::unique_ptr<stream>(std::make_unique<cuda_stream>(
-      *this, driver_, device, context, adopted, /*owns_native=*/false, timeline, *tracker));
+  auto adopted_stream = std::make_unique<cuda_stream>(*this, driver_, device, context, adopted,
+                                                      /*owns_native=*/false, timeline, *tracker);
+  if (may_end_first) adopted_stream->cover_every_position();
+  return std::unique_ptr<stream>(std::move(adopted_stream));
 }
 
 result<std::unique_ptr<work_graph>> cuda_backend::create_work_graph(int device) {

@@ -83,7 +83,20 @@ status cuda_stream::issue_one(Issue&& issue) {
   std::lock_guard lock(tracker_.issue_mutex());
   // A position taken for a call the driver then refuses stays unused; markers recorded
   // later cover it, so the timeline remains correct.
-  return issue(timeline_.note_enqueued());
+  status issued = issue(timeline_.note_enqueued());
+  if (issued.ok()) (void)tracker_.cover_enqueued_locked();  // failure: wait_retired copes
+  return issued;
+}
+
+void cuda_stream::note_free() {
+  if (!tracker_.covers_every_position()) {
+    (void)timeline_.note_enqueued();  // a later poll records a marker if one is needed
+    return;
+  }
+  context_scope scope(driver_, context_);
+  std::lock_guard lock(tracker_.issue_mutex());
+  (void)timeline_.note_enqueued();
+  if (scope.entered().ok()) (void)tracker_.cover_enqueued_locked();
 }
 
 status cuda_stream::enqueue(stream_work item) {
@@ -153,8 +166,10 @@ status cuda_stream::issue(work::wait_event& w) {
   return awaited.with_recorded([&](CUevent recorded, CUcontext) {
     if (recorded == nullptr) return status::success();  // never recorded: nothing to wait for
     timeline_.note_enqueued();
-    return driver_.check(driver_.cuStreamWaitEvent(native_, recorded, CU_EVENT_WAIT_DEFAULT),
-                         "cuStreamWaitEvent");
+    status waited = driver_.check(
+        driver_.cuStreamWaitEvent(native_, recorded, CU_EVENT_WAIT_DEFAULT), "cuStreamWaitEvent");
+    if (waited.ok()) (void)tracker_.cover_enqueued_locked();
+    return waited;
   });
 }
 
@@ -171,10 +186,13 @@ status cuda_stream::issue(work::wait_stream& w) {
   result<CUevent> marker = source.tracker_.marker_covering_locked(position);
   if (!marker.ok()) return marker.take_error();
   timeline_.note_enqueued();
-  return driver_.check(driver_.cuStreamWaitEvent(native_, marker.value(), CU_EVENT_WAIT_DEFAULT),
-                       "cuStreamWaitEvent",
-                       "ordering after position " + std::to_string(position) +
-                           " of a stream on device " + std::to_string(source.device_));
+  status waited =
+      driver_.check(driver_.cuStreamWaitEvent(native_, marker.value(), CU_EVENT_WAIT_DEFAULT),
+                    "cuStreamWaitEvent",
+                    "ordering after position " + std::to_string(position) +
+                        " of a stream on device " + std::to_string(source.device_));
+  if (waited.ok()) (void)tracker_.cover_enqueued_locked();
+  return waited;
 }
 
 status cuda_stream::enqueue_graph(CUgraphExec exec,

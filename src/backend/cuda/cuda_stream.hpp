@@ -54,6 +54,15 @@ class cuda_stream final : public stream {
   status synchronize() override;
   status query() override;
   status sticky_error() override;
+  /// The free takes a position of its own (work soma never saw may come before it); on a
+  /// stream that covers every position, a marker covers it at once.
+  void note_free() override;
+
+  /// An adopted stream whose owner may destroy it first (somaNativeStreamMayEndFirst): from
+  /// now on every position taken here is covered by a marker as it is taken, and the tracker
+  /// never queries or records on the stream otherwise, so soma needs the CUstream no longer
+  /// than its own last operation on it. Costs one cuEventRecord per operation and free.
+  void cover_every_position() noexcept { tracker_.cover_every_position(); }
 
   CUcontext context() const noexcept { return context_; }
   CUstream native() const noexcept { return native_; }

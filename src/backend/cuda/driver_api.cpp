@@ -46,6 +46,7 @@ const entry_point entry_points[] = {
     SOMA_CUDA_ENTRY(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
     SOMA_CUDA_ENTRY(cuCtxGetCurrent, "cuCtxGetCurrent"),
     SOMA_CUDA_ENTRY(cuCtxSetCurrent, "cuCtxSetCurrent"),
+    SOMA_CUDA_ENTRY(cuCtxSynchronize, "cuCtxSynchronize"),
     SOMA_CUDA_ENTRY(cuMemGetInfo, "cuMemGetInfo_v2"),
     SOMA_CUDA_ENTRY(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
     SOMA_CUDA_ENTRY(cuMemAddressReserve, "cuMemAddressReserve"),

@@ -32,6 +32,7 @@ struct driver_api {
   CUresult (*cuDevicePrimaryCtxRelease)(CUdevice device) = nullptr;
   CUresult (*cuCtxGetCurrent)(CUcontext* context) = nullptr;
   CUresult (*cuCtxSetCurrent)(CUcontext context) = nullptr;
+  CUresult (*cuCtxSynchronize)() = nullptr;
   // virtual memory management
   CUresult (*cuMemGetInfo)(std::size_t* free_bytes, std::size_t* total_bytes) = nullptr;
   CUresult (*cuMemGetAllocationGranularity)(std::size_t* granularity,

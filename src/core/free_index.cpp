@@ -107,38 +107,53 @@ void free_index::merge_pending_runs() {
   }
 }
 
-bool free_index::merge_runs_usable_by(const stream_timeline* stream) {
+bool free_index::merge_runs_usable_by(const stream_timeline* stream, std::size_t min_bytes) {
   auto joins = [stream](const block* b) {
     return b != nullptr && b->current_state() == block_state::indexed &&
            (b->stamp.timeline == stream || b->stamp.timeline == nullptr ||
             b->stamp.is_proven_complete());
   };
-  std::vector<std::pair<std::uintptr_t, block*>> own;
+  // The smallest run that serves the request: found first, merged alone.
+  block* best = nullptr;
+  std::size_t best_bytes = 0;
   for (block* b : stamped_) {
-    if (b->stamp.timeline == stream) own.emplace_back(b->address, b);
-  }
-  std::sort(own.begin(), own.end());
-  bool any = false;
-  for (const auto& [address, b] : own) {
-    // A block absorbed into a run found from an earlier one is gone from the map.
-    auto found = all_blocks_.find(address);
-    if (found == all_blocks_.end() || found->second != b) continue;
-    block* start = b;
-    while (joins(start->previous_adjacent)) start = start->previous_adjacent;
-    if (start == b && !joins(b->next_adjacent)) continue;
-    erase(start);
-    // Another stream's proven stamp is no stamp: positions of two streams do not compare.
-    if (start->stamp.timeline != stream) start->stamp = {};
-    while (joins(start->next_adjacent)) {
-      block* next = start->next_adjacent;
-      erase(next);
-      if (next->stamp.timeline != stream) next->stamp = {};
-      merge_into(start, next);
+    if (b->stamp.timeline != stream || joins(b->previous_adjacent)) continue;  // not a run start
+    std::size_t bytes = b->size_bytes;
+    std::size_t pieces = 1;
+    for (const block* next = b->next_adjacent; joins(next); next = next->next_adjacent) {
+      bytes += next->size_bytes;
+      ++pieces;
     }
-    add(start);
-    any = true;
+    if (pieces > 1 && bytes >= min_bytes && (best == nullptr || bytes < best_bytes)) {
+      best = b;
+      best_bytes = bytes;
+    }
   }
-  return any;
+  // A run may also start with a proven block before the stream's first own free.
+  for (block* b : stamped_) {
+    if (b->stamp.timeline != stream || !joins(b->previous_adjacent)) continue;
+    block* start = b->previous_adjacent;
+    while (joins(start->previous_adjacent)) start = start->previous_adjacent;
+    if (start->stamp.timeline == stream) continue;  // counted from its own start above
+    std::size_t bytes = 0;
+    for (const block* x = start; joins(x); x = x->next_adjacent) bytes += x->size_bytes;
+    if (bytes >= min_bytes && (best == nullptr || bytes < best_bytes)) {
+      best = start;
+      best_bytes = bytes;
+    }
+  }
+  if (best == nullptr) return false;
+  erase(best);
+  // Another stream's proven stamp is no stamp: positions of two streams do not compare.
+  if (best->stamp.timeline != stream) best->stamp = {};
+  while (joins(best->next_adjacent)) {
+    block* next = best->next_adjacent;
+    erase(next);
+    if (next->stamp.timeline != stream) next->stamp = {};
+    merge_into(best, next);
+  }
+  add(best);
+  return true;
 }
 
 template <typename Restamp>

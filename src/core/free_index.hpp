@@ -13,8 +13,10 @@ namespace soma::detail {
 
 /// Free blocks of one pool, ordered by (size, address) for best fit. A block enters with
 /// its free stamp; neighbours merge only when they are interchangeable (both proven
-/// complete, or freed at the same point of the same stream), so merging never makes memory
-/// usable earlier or later than its parts were. Not thread-safe: the owning pool's lock guards it.
+/// complete, or freed at the same point of the same stream), so merging on insert never makes
+/// memory usable earlier or later than its parts were. The two merges on demand below trade
+/// that for room, each only where a stream would otherwise wait or grow. Not thread-safe: the
+/// owning pool's lock guards it.
 class free_index {
  public:
   /// all_blocks: the pool's map of every block by address; merges keep it current.
@@ -36,12 +38,13 @@ class free_index {
   /// to order a stream after a pending free anyway (internal dependencies): one wait for the
   /// latest free then buys the whole run.
   void merge_pending_runs();
-  /// Merges every run of adjacent free blocks that stream may use at once (S2: its own frees,
-  /// at whatever points of it, and frees proven complete) and that holds at least one of its
-  /// own, into one block stamped with the latest of its frees there; true if any merged. The
-  /// block then hides the proven and earlier pieces from other streams until that free is
-  /// known complete, so this runs only where stream would otherwise grow the pool or wait.
-  bool merge_runs_usable_by(const stream_timeline* stream);
+  /// Of the runs of adjacent free blocks that stream may use at once (S2: its own frees, at
+  /// whatever points of it, and frees proven complete) holding at least one of its own and at
+  /// least min_bytes in all, merges the smallest into one block stamped with the latest of its
+  /// frees there; true if one merged. That block hides its proven and earlier pieces from
+  /// other streams until that free is known complete, so only a run that serves the request
+  /// merges, and only where stream would otherwise grow the pool or wait.
+  bool merge_runs_usable_by(const stream_timeline* stream, std::size_t min_bytes);
   /// Removes a specific indexed block.
   void remove(block* indexed);
   /// Clears the stamps of frees now proven complete (or, with only_proven false, complete

@@ -57,7 +57,7 @@ result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline
     b = index_.take_best_fit(size_bytes, usable);
     if (b != nullptr) how = reuse_rule(b, stream);
   }
-  if (b == nullptr && index_.merge_runs_usable_by(&stream)) {
+  if (b == nullptr && index_.merge_runs_usable_by(&stream, size_bytes)) {
     // This stream's own frees lie side by side with each other or with proven ones, but were
     // made at different points of it (on cuda every free is a point of its own): the stream
     // may use them all at once (S2), so as one block they serve it before growth or a wait.

@@ -124,9 +124,11 @@ TEST_F(FreeIndex, S2_RunsAStreamMayUseMergeUnderItsLatestFree) {
   run[4]->stamp = free_stamp{&b_, 9};  // pending on another stream
   for (block* b : run) index_.insert(b);
   EXPECT_EQ(index_.block_count(), 5u) << "different stamps: nothing merged at insert";
-  ASSERT_TRUE(index_.merge_runs_usable_by(&a_));
+  EXPECT_FALSE(index_.merge_runs_usable_by(&a_, 2048)) << "no run of a's serves 2048 bytes";
+  EXPECT_EQ(index_.block_count(), 5u) << "a run that cannot serve the request stays apart";
+  ASSERT_TRUE(index_.merge_runs_usable_by(&a_, 1024));
   EXPECT_EQ(index_.block_count(), 2u) << "run[0] to run[3] as one; b's pending run[4] apart";
-  EXPECT_FALSE(index_.merge_runs_usable_by(&b_)) << "b may not use a's pending block";
+  EXPECT_FALSE(index_.merge_runs_usable_by(&b_, 256)) << "b may not use a's pending block";
   EXPECT_EQ(index_.take_best_fit(1024, &b_), nullptr) << "hidden from b until a's free is known";
   block* merged = index_.take_best_fit(1024, &a_);
   ASSERT_NE(merged, nullptr);
@@ -134,7 +136,27 @@ TEST_F(FreeIndex, S2_RunsAStreamMayUseMergeUnderItsLatestFree) {
   EXPECT_EQ(merged->size_bytes, 1024u);
   EXPECT_EQ(merged->stamp.timeline, &a_);
   EXPECT_EQ(merged->stamp.position, 7u);
-  EXPECT_FALSE(index_.merge_runs_usable_by(&a_));
+  EXPECT_FALSE(index_.merge_runs_usable_by(&a_, 256));
+}
+
+// Only the smallest run that serves the request merges: every other run keeps its pieces
+// usable by other streams as they were.
+TEST_F(FreeIndex, S2_OnlyTheSmallestRunThatServesMerges) {
+  for (int i = 0; i < 7; ++i) a_.note_enqueued();
+  auto big = make_run({512, 512});
+  auto small = make_run({256, 256}, kBase + 4096);
+  big[0]->stamp = free_stamp{&a_, 2};
+  big[1]->stamp = free_stamp{&a_, 5};
+  small[0]->stamp = free_stamp{&a_, 3};
+  small[1]->stamp = free_stamp{&a_, 7};
+  for (block* b : {big[0], big[1], small[0], small[1]}) index_.insert(b);
+  ASSERT_TRUE(index_.merge_runs_usable_by(&a_, 512));
+  EXPECT_EQ(index_.block_count(), 3u);
+  block* merged = all_blocks_.at(kBase + 4096);
+  EXPECT_EQ(merged->size_bytes, 512u) << "the 512-byte run merged";
+  EXPECT_EQ(merged->stamp.position, 7u);
+  EXPECT_EQ(all_blocks_.at(kBase)->size_bytes, 512u) << "the 1024-byte run stays in pieces";
+  EXPECT_EQ(all_blocks_.at(kBase + 512)->stamp.position, 5u);
 }
 
 // Frees made at the same point of a stream (no work between them) merge.

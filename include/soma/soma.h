@@ -282,8 +282,9 @@ SOMA_API somaError_t somaStreamCreateFromNative(somaStream_t* stream, void* nati
  *  collects whenever it likes). soma then records a completion marker on the native stream
  *  after each operation that takes a place on it (each free among them, one cuEventRecord
  *  each), so it never needs the native stream again afterwards: somaStreamDestroy and every
- *  later reuse decision leave it untouched. Without the flag the native stream must outlive
- *  the soma stream. Other flag bits: somaErrorInvalidValue. */
+ *  later reuse decision leave it untouched, and somaStreamSynchronize / somaStreamQuery on it
+ *  answer from those markers (soma's work there, not the owner's later work). Without the flag
+ *  the native stream must outlive the soma stream. Other flag bits: somaErrorInvalidValue. */
 SOMA_API somaError_t somaStreamCreateFromNativeWithFlags(somaStream_t* stream, void* nativeStream,
                                                          int device, unsigned int flags);
 /** soma's own: the native stream behind a soma stream (cuda: its CUstream, to launch your

@@ -32,38 +32,52 @@ class _Streams:
     """CuPy stream -> the soma stream that adopts it, one per (device, handle). A CuPy stream
     of its own (not the null stream) is forgotten, and its soma stream destroyed, when CuPy
     collects it. CuPy may destroy the CUstream before that (its __del__ runs before weakref
-    callbacks), and a new CuPy stream may get the same handle meanwhile: the entry is removed
-    only by the finalizer of the stream that made it."""
+    callbacks), and a new CuPy stream may get the same handle meanwhile: an entry names the
+    CuPy stream that made it (weakly), a stream that finds another's entry under its handle
+    adopts anew, and an entry is removed only by the finalizer of the stream that made it."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._adopted = {}
+        self._adopted = {}  # (device, handle) -> (soma stream, weakref to the CuPy stream)
 
     def get(self, device, cupy_stream):
         native = cupy_stream.ptr
         key = (device, native)
-        stream = self._adopted.get(key)
-        if stream is None:
+        entry = self._adopted.get(key)
+        if not _names(entry, cupy_stream):
             with self._lock:
-                stream = self._adopted.get(key)
-                if stream is None:
-                    # The null and legacy streams live as long as the process.
-                    may_end = native not in (0, 1)
-                    stream = Stream.from_native(native, device, may_end_first=may_end)
-                    self._adopted[key] = stream
-                    if may_end:
-                        weakref.finalize(cupy_stream, self._forget, key, stream)
-        return stream
+                entry = self._adopted.get(key)
+                if not _names(entry, cupy_stream):
+                    entry = self._adopt(key, cupy_stream)
+        return entry[0]
+
+    def _adopt(self, key, cupy_stream):
+        device, native = key
+        # The null and legacy streams live as long as the process.
+        may_end = native not in (0, 1)
+        stream = Stream.from_native(native, device, may_end_first=may_end)
+        entry = (stream, weakref.ref(cupy_stream) if may_end else None)
+        self._adopted[key] = entry
+        if may_end:
+            weakref.finalize(cupy_stream, self._forget, key, stream)
+        return entry
 
     def _forget(self, key, stream):
         with self._lock:
-            if self._adopted.get(key) is stream:
+            entry = self._adopted.get(key)
+            if entry is not None and entry[0] is stream:
                 del self._adopted[key]
         if stream is not None:
             try:
                 stream.close()  # soma's side only; its queued work still completes
             except Exception:  # noqa: BLE001 - a finalizer cannot raise
                 pass
+
+
+def _names(entry, cupy_stream):
+    """Whether entry serves cupy_stream: the entry of a CuPy stream of its own names it; the
+    null and legacy streams' entries serve whichever object CuPy hands out for them."""
+    return entry is not None and (entry[1] is None or entry[1]() is cupy_stream)
 
 
 _streams = _Streams()

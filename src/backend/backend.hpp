@@ -345,11 +345,12 @@ class backend {
   virtual result<std::unique_ptr<stream>> adopt_stream(int device, void* native,
                                                        stream_timeline& timeline,
                                                        bool may_end_first) = 0;
-  /// Blocks until the queued work of every destroyed stream of device has run and their
-  /// timelines stand at their final positions, without a spin where the platform can block
-  /// (cuda: the final marker is waited for; with none, the context is synchronized). cpu: the
-  /// workers finish on their own and report as they go; nothing to do.
-  virtual status wait_destroyed_streams(int device) = 0;
+  /// For the destroyed streams of device whose timelines cannot learn on their own that their
+  /// last work ran (cuda: no marker covers it, because its record failed or the owner of a
+  /// native stream destroyed it first), blocks until it has (cuda: cuCtxSynchronize, which
+  /// also waits for every other stream of the context) and says so. Every other destroyed
+  /// stream's timeline learns as it is polled. cpu: the workers report as they run; nothing to do.
+  virtual status settle_unmarked_streams(int device) = 0;
   virtual result<std::unique_ptr<event>> create_event() = 0;
 
   // -- graphs (S15) ------------------------------------------------------------------------

@@ -25,8 +25,8 @@ struct stream_object : std::enable_shared_from_this<stream_object> {
   std::uintptr_t handle = 0;  // 0 for a device's default stream
   unsigned flags = 0;
   /// The queue when it runs on a native stream (cuda), which may carry work soma never saw:
-  /// a free tells it (S2). Set before the stream is published, never changed; a free never
-  /// races the stream's destruction (the handle would not resolve).
+  /// a free tells it (S2). Set before the stream is published, never changed. A free racing
+  /// the stream's destruction is the caller's error, as in CUDA (the queue may be gone).
   backend::stream* native_queue = nullptr;
 };
 

@@ -270,10 +270,11 @@ status stream_registry::wait_until(stream_object& stream, std::uint64_t position
 }
 
 status stream_registry::wait_destroyed(stream_object& stream, std::uint64_t position) {
-  // The backend blocks where it can (cuda: on the final marker, or the context where no marker
-  // covers the stream's last work); the cpu's workers report as they run.
+  // Polled: the final marker (cuda) or the worker (cpu) tells. Where nothing can tell (cuda:
+  // no marker covers the stream's last work), the backend synchronizes the context instead of
+  // leaving this loop to spin for good.
   while (!stream.timeline.has_completed(position)) {
-    if (status waited = platform_.wait_destroyed_streams(stream.device); !waited.ok()) {
+    if (status waited = platform_.settle_unmarked_streams(stream.device); !waited.ok()) {
       return status(waited.code(), describe(stream) + " (destroyed): " + waited.message());
     }
     std::this_thread::yield();

@@ -52,7 +52,7 @@ class cpu_backend final : public backend {
   result<std::unique_ptr<stream>> create_stream(int device, stream_timeline& timeline) override;
   result<std::unique_ptr<stream>> adopt_stream(int device, void* native, stream_timeline& timeline,
                                                bool may_end_first) override;
-  status wait_destroyed_streams(int) override { return status::success(); }
+  status settle_unmarked_streams(int) override { return status::success(); }
   result<std::unique_ptr<event>> create_event() override;
   result<std::unique_ptr<work_graph>> create_work_graph(int device) override;
   status begin_native_capture(stream& s) override;

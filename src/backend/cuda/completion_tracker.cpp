@@ -156,35 +156,37 @@ void completion_tracker::retire() {
   const bool covered = timeline_->completed_position() >= final_position_ ||
                        (!pending_.empty() && pending_.back().position >= final_position_);
   // If this record fails the context is broken (nothing it runs completes any more) and the
-  // frees of this stream stay pending until wait_retired synchronizes the context. A stream
-  // covering every position may already be gone: it is never recorded on here.
+  // frees of this stream stay pending until settle_unmarked_streams synchronizes the context. A
+  // stream covering every position may already be gone: it is never recorded on here.
   if (!covered && !cover_all_) (void)record_marker_locked();
   stream_ = nullptr;
 }
 
-status completion_tracker::wait_retired() {
+bool completion_tracker::needs_context_synchronize() {
   std::lock_guard lock(mutex_);
-  if (stream_ != nullptr || timeline_ == nullptr) return status::success();
+  if (stream_ != nullptr || timeline_ == nullptr) return false;
   context_scope scope(driver_, context_);
-  if (!scope.entered().ok()) return scope.entered();
+  if (!scope.entered().ok()) return false;
   collect_completed_locked();
-  if (timeline_->completed_position() >= final_position_) return status::success();
-  if (!pending_.empty() && pending_.back().position >= final_position_) {
-    if (status s = driver_.check(driver_.cuEventSynchronize(pending_.back().event),
-                                 "cuEventSynchronize", "the final marker of a destroyed stream");
-        !s.ok())
-      return s;
-    collect_completed_locked();
-    return status::success();
-  }
-  if (status s = driver_.check(driver_.cuCtxSynchronize(), "cuCtxSynchronize",
-                               "waiting for the work of a destroyed stream of device " +
-                                   std::to_string(device_) + ", which no marker covers");
-      !s.ok())
-    return s;
-  collect_completed_locked();
-  timeline_->note_completed(final_position_);  // everything issued before has run
-  return status::success();
+  if (timeline_->completed_position() >= final_position_) return false;
+  return pending_.empty() || pending_.back().position < final_position_;
+}
+
+void completion_tracker::note_context_synchronized() {
+  std::lock_guard lock(mutex_);
+  if (stream_ != nullptr || timeline_ == nullptr) return;
+  context_scope scope(driver_, context_);
+  if (scope.entered().ok()) collect_completed_locked();
+  timeline_->note_completed(final_position_);  // everything issued before the sync has run
+}
+
+marker_wait completion_tracker::newest_marker() {
+  std::lock_guard lock(mutex_);
+  if (timeline_ == nullptr) return {};
+  context_scope scope(driver_, context_);
+  if (scope.entered().ok()) collect_completed_locked();
+  if (pending_.empty()) return {};
+  return {pending_.back().event, pending_.back().position};
 }
 
 bool completion_tracker::finish_if_drained() {

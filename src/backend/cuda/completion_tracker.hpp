@@ -28,6 +28,12 @@ namespace soma::detail::backend::cuda {
 /// position, the tracker unregisters and the backend may attach it to a new stream of the
 /// same device. A late poll arriving after that acts on the new stream harmlessly (at worst
 /// one extra marker). Thread-safe.
+/// A marker to wait on outside the tracker's lock, and what it covers.
+struct marker_wait {
+  CUevent event = nullptr;
+  std::uint64_t position = 0;
+};
+
 class completion_tracker final : public completion_poller {
  public:
   completion_tracker(const driver_api& driver, CUcontext context, int device) noexcept;
@@ -81,12 +87,16 @@ class completion_tracker final : public completion_poller {
   /// For a retired tracker: true once every marker completed; the timeline then stands at
   /// its final position and the tracker is detached from it, ready for attach().
   bool finish_if_drained();
-  /// For a retired tracker: blocks until the stream's last work has run and the timeline
-  /// stands at its final position. The final marker is waited for (cuEventSynchronize); where
-  /// none covers the final position (its record failed, or the stream covered every position
-  /// and one of its records failed), the context is synchronized (cuCtxSynchronize), which
-  /// also waits for work on a destroyed CUstream. A tracker serving a live stream: success.
-  status wait_retired();
+  /// For a retired tracker: true if no marker covers the stream's last work (its record
+  /// failed, or a native stream was destroyed by its owner first), so only a synchronize of
+  /// the whole context can show that work ran. Such a tracker is never recycled until
+  /// note_context_synchronized().
+  bool needs_context_synchronize();
+  /// The context was synchronized after the stream was retired: its last work has run.
+  void note_context_synchronized();
+  /// Where every position is covered: the newest marker and the position it covers, taken
+  /// under the lock so that the caller can wait on it without (nullptr: all known complete).
+  marker_wait newest_marker();
 
   int device() const noexcept { return device_; }
   /// Markers recorded and not yet seen complete (for tests and diagnostics).

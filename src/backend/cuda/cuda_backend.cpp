@@ -212,14 +212,29 @@ void cuda_backend::retire_tracker(completion_tracker& tracker) {
   retired_.push_back(&tracker);
 }
 
-status cuda_backend::wait_destroyed_streams(int device) {
-  // Held throughout, so no tracker is recycled while it is waited for; stream creation and
-  // destruction wait meanwhile (rare: a destroyed stream still busy when someone waits).
-  std::lock_guard lock(trackers_mutex_);
-  for (completion_tracker* tracker : retired_) {
-    if (tracker->device() != device) continue;
-    if (status drained = tracker->wait_retired(); !drained.ok()) return drained;
+status cuda_backend::settle_unmarked_streams(int device) {
+  // A destroyed stream with its final marker learns completion from it (the caller polls).
+  // One without cannot: only a synchronize of the context shows its work ran. Such a tracker
+  // stays retired until told, so the list may be used after the lock is released; no lock is
+  // held while the context synchronizes.
+  std::vector<completion_tracker*> unmarked;
+  {
+    std::lock_guard lock(trackers_mutex_);
+    for (completion_tracker* tracker : retired_) {
+      if (tracker->device() == device && tracker->needs_context_synchronize())
+        unmarked.push_back(tracker);
+    }
   }
+  if (unmarked.empty()) return status::success();
+  const CUcontext context = devices_[static_cast<std::size_t>(device)]->context;
+  context_scope scope(driver_, context);
+  if (!scope.entered().ok()) return scope.entered();
+  if (status s = driver_.check(driver_.cuCtxSynchronize(), "cuCtxSynchronize",
+                               "waiting for the work of a destroyed stream of device " +
+                                   std::to_string(device) + ", which no marker covers");
+      !s.ok())
+    return s;
+  for (completion_tracker* tracker : unmarked) tracker->note_context_synchronized();
   return status::success();
 }
 

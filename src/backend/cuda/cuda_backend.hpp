@@ -77,7 +77,7 @@ class cuda_backend final : public backend {
   /// native is a CUstream of the device's primary context; it is never destroyed by soma.
   result<std::unique_ptr<stream>> adopt_stream(int device, void* native, stream_timeline& timeline,
                                                bool may_end_first) override;
-  status wait_destroyed_streams(int device) override;
+  status settle_unmarked_streams(int device) override;
   result<std::unique_ptr<event>> create_event() override;
   result<std::unique_ptr<work_graph>> create_work_graph(int device) override;
   status begin_native_capture(stream& s) override;

@@ -84,7 +84,8 @@ status cuda_stream::issue_one(Issue&& issue) {
   // A position taken for a call the driver then refuses stays unused; markers recorded
   // later cover it, so the timeline remains correct.
   status issued = issue(timeline_.note_enqueued());
-  if (issued.ok()) (void)tracker_.cover_enqueued_locked();  // failure: wait_retired copes
+  if (issued.ok())
+    (void)tracker_.cover_enqueued_locked();  // failure: settle_unmarked_streams copes
   return issued;
 }
 
@@ -245,7 +246,21 @@ result<CUgraph> cuda_stream::end_capture() {
   return captured;
 }
 
+status cuda_stream::synchronize_by_markers() {
+  // Waited on outside every lock; a marker completed meanwhile may be re-recorded later on
+  // this stream, which only makes this wait longer.
+  const marker_wait newest = tracker_.newest_marker();
+  if (newest.event == nullptr) return sticky_error();  // every marker seen complete
+  context_scope scope(driver_, context_);
+  if (!scope.entered().ok()) return scope.entered();
+  const CUresult done = driver_.cuEventSynchronize(newest.event);
+  if (done != CUDA_SUCCESS) return note_failure(driver_.check(done, "cuEventSynchronize"));
+  timeline_.note_completed(newest.position);
+  return sticky_error();
+}
+
 status cuda_stream::synchronize() {
+  if (tracker_.covers_every_position()) return synchronize_by_markers();
   std::uint64_t position = 0;
   {
     std::lock_guard lock(tracker_.issue_mutex());
@@ -260,6 +275,11 @@ status cuda_stream::synchronize() {
 }
 
 status cuda_stream::query() {
+  if (tracker_.covers_every_position()) {
+    const std::uint64_t position = timeline_.enqueued_position();
+    if (!timeline_.has_completed(position)) return status(error_code::not_ready, "stream busy");
+    return sticky_error();
+  }
   context_scope scope(driver_, context_);
   if (!scope.entered().ok()) return scope.entered();
   std::uint64_t position = 0;

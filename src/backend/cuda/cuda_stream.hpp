@@ -59,9 +59,11 @@ class cuda_stream final : public stream {
   void note_free() override;
 
   /// An adopted stream whose owner may destroy it first (somaNativeStreamMayEndFirst): from
-  /// now on every position taken here is covered by a marker as it is taken, and the tracker
-  /// never queries or records on the stream otherwise, so soma needs the CUstream no longer
-  /// than its own last operation on it. Costs one cuEventRecord per operation and free.
+  /// now on every position taken here is covered by a marker as it is taken, and nothing
+  /// queries, records on or synchronizes the stream otherwise (synchronize and query answer
+  /// from the markers: soma's operations and frees there, not the owner's later work), so soma
+  /// needs the CUstream no longer than its own last operation on it. Costs one cuEventRecord
+  /// per operation and free.
   void cover_every_position() noexcept { tracker_.cover_every_position(); }
 
   CUcontext context() const noexcept { return context_; }
@@ -88,6 +90,7 @@ class cuda_stream final : public stream {
   result<CUgraph> end_capture();
 
  private:
+  status synchronize_by_markers();
   /// Takes the next position and runs issue() under the issue lock, in the stream's context.
   template <typename Issue>
   status issue_one(Issue&& issue);

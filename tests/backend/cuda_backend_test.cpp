@@ -136,6 +136,14 @@ class cuda_fake_driver : public ::testing::Test {
     EXPECT_TRUE(created.ok()) << created.error().message();
     return std::move(created.value());
   }
+  /// A CUstream the application made on device (for adoption), as the fake driver sees it.
+  static cuda::CUstream native_stream(int device) {
+    cuda::CUstream native = nullptr;
+    fake_cuda::current_context = fake_cuda::context_of(device);
+    EXPECT_EQ(fake_cuda::stream_create(&native, 0), cuda::CUDA_SUCCESS);
+    fake_cuda::current_context = nullptr;
+    return native;
+  }
   fake_cuda::stream_state* fake_stream(const be::stream& s) const {
     return fake_cuda::as_stream(static_cast<cuda::CUstream>(s.native_handle()));
   }
@@ -529,10 +537,7 @@ TEST_F(cuda_fake_driver, AdoptedStreamMustBeOfTheDevicesPrimaryContextAndIsNever
 // free takes a position and a marker at once, so nothing needs the CUstream afterwards.
 TEST_F(cuda_fake_driver, StreamThatMayEndFirstIsCoveredAtEveryFreeAndNeverTouchedAfter) {
   auto backend = open();
-  cuda::CUstream native = nullptr;
-  fake_cuda::current_context = fake_cuda::context_of(0);
-  ASSERT_EQ(fake_cuda::stream_create(&native, 0), cuda::CUDA_SUCCESS);
-  fake_cuda::current_context = nullptr;
+  cuda::CUstream native = native_stream(0);
   stream_timeline timeline(0);
   auto adopted = backend->adopt_stream(0, native, timeline, /*may_end_first=*/true);
   ASSERT_TRUE(adopted.ok()) << adopted.error().message();
@@ -552,10 +557,7 @@ TEST_F(cuda_fake_driver, StreamThatMayEndFirstIsCoveredAtEveryFreeAndNeverTouche
 
 TEST_F(cuda_fake_driver, MarkersOfAStreamCoveringEveryPositionAreBounded) {
   auto backend = open();
-  cuda::CUstream native = nullptr;
-  fake_cuda::current_context = fake_cuda::context_of(0);
-  ASSERT_EQ(fake_cuda::stream_create(&native, 0), cuda::CUDA_SUCCESS);
-  fake_cuda::current_context = nullptr;
+  cuda::CUstream native = native_stream(0);
   stream_timeline timeline(0);
   auto adopted = backend->adopt_stream(0, native, timeline, true);
   ASSERT_TRUE(adopted.ok());
@@ -589,10 +591,7 @@ TEST_F(cuda_fake_driver, SettlingLeavesADestroyedStreamWithAFinalMarkerToIt) {
 // context instead of spinning.
 TEST_F(cuda_fake_driver, WaitingForAStreamWithoutAFinalMarkerSynchronizesTheContext) {
   auto backend = open();
-  cuda::CUstream native = nullptr;
-  fake_cuda::current_context = fake_cuda::context_of(1);
-  ASSERT_EQ(fake_cuda::stream_create(&native, 0), cuda::CUDA_SUCCESS);
-  fake_cuda::current_context = nullptr;
+  cuda::CUstream native = native_stream(1);
   stream_timeline timeline(0);
   auto adopted = backend->adopt_stream(1, native, timeline, false);
   ASSERT_TRUE(adopted.ok());

@@ -4,7 +4,7 @@
 // recorded on a GPU machine can be studied and the pool tuned here.
 //
 //   trace_replay TRACE [--granularity BYTES] [--growth-step BYTES] [--partial-decommit]
-//                [--compact] [--no-remap]
+//                [--compact] [--no-remap] [--frees-at-one-point]
 //
 // Defaults model the cuda backend on an H200 under soma_torch: 2 MiB granules, commits in
 // 32 MiB steps, release threshold never reached; by default with remapping before growth
@@ -73,6 +73,7 @@ struct replay_options {
   bool verbose = false;
   bool compact = false;
   bool remap = true;
+  bool position_per_free = true;
 };
 
 // One pass over the trace ("a ID BYTES" allocates, "f ID" frees) on one stream.
@@ -124,6 +125,9 @@ replay_figures replay(const char* path, const replay_options& o) {
     } else if (kind == "f") {
       auto found = live.find(id);
       if (found == live.end()) continue;
+      // On cuda every free on a native stream is a point of its own (S2): soma cannot see the
+      // work enqueued around it, so it takes a position and nothing proves it complete.
+      if (o.position_per_free) (void)stream.note_enqueued();
       replayed.free(found->second, stream);
       live.erase(found);
     }
@@ -155,7 +159,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s TRACE [--granularity B] [--growth-step B] [--partial-decommit] "
-                 "[--compact] [--no-remap] [--verbose]\n",
+                 "[--compact] [--no-remap] [--frees-at-one-point] [--verbose]\n",
                  argv[0]);
     return 2;
   }
@@ -173,6 +177,8 @@ int main(int argc, char** argv) {
       o.compact = true;
     else if (std::strcmp(argv[i], "--no-remap") == 0)
       o.remap = false;
+    else if (std::strcmp(argv[i], "--frees-at-one-point") == 0)
+      o.position_per_free = false;
   }
   if (!std::ifstream(argv[1])) {
     std::fprintf(stderr, "trace_replay: cannot read %s\n", argv[1]);

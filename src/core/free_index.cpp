@@ -4,6 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/check.hpp"
+
 namespace soma::detail {
 
 free_index::~free_index() = default;  // blocks are owned by the pool's block map
@@ -62,7 +64,43 @@ block* free_index::insert(block* freed) {
     result = merge_into(result, after);
   }
   add(result);
+  note_unmerged_neighbours(result);
   return result;
+}
+
+void free_index::note_unmerged_neighbours(const block* b) {
+  const stream_timeline* stream = b->stamp.timeline;
+  if (stream == nullptr) return;
+  auto same_stream = [stream](const block* n) {
+    return n != nullptr && n->current_state() == block_state::indexed &&
+           n->stamp.timeline == stream;
+  };
+  if (same_stream(b->previous_adjacent) || same_stream(b->next_adjacent))
+    unmerged_runs_.insert(stream);
+}
+
+bool free_index::merge_own_runs(const stream_timeline* stream) {
+  if (unmerged_runs_.erase(stream) == 0) return false;
+  auto same_stream = [stream](const block* n) {
+    return n != nullptr && n->current_state() == block_state::indexed &&
+           n->stamp.timeline == stream;
+  };
+  std::vector<block*> starts;
+  for (block* b : stamped_) {
+    if (b->stamp.timeline == stream && !same_stream(b->previous_adjacent) &&
+        same_stream(b->next_adjacent))
+      starts.push_back(b);
+  }
+  for (block* start : starts) {
+    erase(start);
+    while (same_stream(start->next_adjacent)) {
+      block* next = start->next_adjacent;
+      erase(next);
+      merge_into(start, next);
+    }
+    add(start);
+  }
+  return !starts.empty();
 }
 
 block* free_index::take_best_fit(std::size_t size_bytes, const stream_timeline* stream) {
@@ -84,6 +122,17 @@ block* free_index::take_best_fit(std::size_t size_bytes,
 }
 
 void free_index::remove(block* indexed) { erase(indexed); }
+
+void free_index::absorb_next(block* indexed) {
+  block* fresh = indexed->next_adjacent;
+  SOMA_ASSERT(fresh != nullptr && fresh->current_state() == block_state::indexed &&
+                  fresh->stamp.timeline == nullptr,
+              "absorb_next takes fresh memory only");
+  erase(indexed);
+  erase(fresh);
+  merge_into(indexed, fresh);
+  add(indexed);
+}
 
 void free_index::merge_pending_runs() {
   std::vector<std::pair<std::uintptr_t, block*>> starts;
@@ -113,31 +162,23 @@ bool free_index::merge_runs_usable_by(const stream_timeline* stream, std::size_t
            (b->stamp.timeline == stream || b->stamp.timeline == nullptr ||
             b->stamp.is_proven_complete());
   };
-  // The smallest run that serves the request: found first, merged alone.
+  // The smallest run that serves the request: found first, merged alone. Each run is measured
+  // once, from its lowest block, whichever of its own blocks leads there first.
   block* best = nullptr;
   std::size_t best_bytes = 0;
-  for (block* b : stamped_) {
-    if (b->stamp.timeline != stream || joins(b->previous_adjacent)) continue;  // not a run start
-    std::size_t bytes = b->size_bytes;
-    std::size_t pieces = 1;
-    for (const block* next = b->next_adjacent; joins(next); next = next->next_adjacent) {
-      bytes += next->size_bytes;
+  std::set<const block*> measured;
+  for (block* own : stamped_) {
+    if (own->stamp.timeline != stream || measured.count(own) != 0) continue;
+    block* start = own;
+    while (joins(start->previous_adjacent)) start = start->previous_adjacent;
+    std::size_t bytes = 0;
+    std::size_t pieces = 0;
+    for (const block* x = start; joins(x); x = x->next_adjacent) {
+      measured.insert(x);
+      bytes += x->size_bytes;
       ++pieces;
     }
     if (pieces > 1 && bytes >= min_bytes && (best == nullptr || bytes < best_bytes)) {
-      best = b;
-      best_bytes = bytes;
-    }
-  }
-  // A run may also start with a proven block before the stream's first own free.
-  for (block* b : stamped_) {
-    if (b->stamp.timeline != stream || !joins(b->previous_adjacent)) continue;
-    block* start = b->previous_adjacent;
-    while (joins(start->previous_adjacent)) start = start->previous_adjacent;
-    if (start->stamp.timeline == stream) continue;  // counted from its own start above
-    std::size_t bytes = 0;
-    for (const block* x = start; joins(x); x = x->next_adjacent) bytes += x->size_bytes;
-    if (bytes >= min_bytes && (best == nullptr || bytes < best_bytes)) {
       best = start;
       best_bytes = bytes;
     }

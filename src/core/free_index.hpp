@@ -38,6 +38,12 @@ class free_index {
   /// to order a stream after a pending free anyway (internal dependencies): one wait for the
   /// latest free then buys the whole run.
   void merge_pending_runs();
+  /// Merges the runs of adjacent blocks that `stream` freed at different points of it, each run
+  /// into one block under its latest stamp; true if one merged. Done when that stream misses
+  /// in its cache, not at insert: until then another stream may take the earlier pieces on
+  /// their own (ordered after them, or once they completed). Costs nothing when insert saw no
+  /// such neighbours of stream since its last call.
+  bool merge_own_runs(const stream_timeline* stream);
   /// Of the runs of adjacent free blocks that stream may use at once (S2: its own frees, at
   /// whatever points of it, and frees proven complete) holding at least one of its own and at
   /// least min_bytes in all, merges the smallest into one block stamped with the latest of its
@@ -45,6 +51,10 @@ class free_index {
   /// other streams until that free is known complete, so only a run that serves the request
   /// merges, and only where stream would otherwise grow the pool or wait.
   bool merge_runs_usable_by(const stream_timeline* stream, std::size_t min_bytes);
+  /// Merges the indexed block after `indexed` into it; `indexed` keeps its stamp. Requires:
+  /// that block is fresh memory (no stamp), which growth adds for the stream `indexed` is
+  /// pending on, to be taken with it at once.
+  void absorb_next(block* indexed);
   /// Removes a specific indexed block.
   void remove(block* indexed);
   /// Clears the stamps of frees now proven complete (or, with only_proven false, complete
@@ -82,6 +92,7 @@ class free_index {
   static bool is_usable_by(const block* b, const stream_timeline* stream) noexcept;
   void erase(block* indexed);
   void add(block* b);
+  void note_unmerged_neighbours(const block* b);
   block* merge_into(block* keep, block* absorbed);
   template <typename Restamp>
   void restamp_if(Restamp&& restamp);
@@ -89,6 +100,8 @@ class free_index {
   std::map<std::uintptr_t, block*>& all_blocks_;
   std::set<block*, by_size_then_address> by_size_;
   std::set<block*> stamped_;  // blocks whose free is not yet proven complete
+  // Streams with adjacent indexed frees at different points of them (merge_own_runs' work).
+  std::set<const stream_timeline*> unmerged_runs_;
   std::size_t free_bytes_ = 0;
 };
 

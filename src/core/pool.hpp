@@ -236,11 +236,15 @@ class pool {
   void drain_caches_locked();
   /// Moves the blocks of one cache (nullptr: none) into the index.
   void drain_cache_locked(stream_cache* cache);
-  status grow_locked(std::size_t size_bytes);
+  /// Commits memory for a request of `stream`, extending a free block of the stream's below
+  /// unmapped space where one exists.
+  status grow_locked(std::size_t size_bytes, const stream_timeline& stream);
   /// The unmapped range growth starts at (whole; growth takes its start), reserving one if
-  /// needed, and in need_bytes how much growth must commit there.
+  /// needed, and in need_bytes how much growth must commit there; in *extended the free block
+  /// that growth extends, if any.
   result<address_range> find_unmapped_locked(std::size_t bytes, std::size_t* need_bytes,
-                                             std::size_t size_bytes);
+                                             std::size_t size_bytes, const stream_timeline& stream,
+                                             block** extended);
   /// An unmapped range of at least bytes, reserving one if needed.
   result<address_range> unmapped_range_locked(std::size_t bytes);
   void split_locked(block* b, std::size_t size_bytes);

@@ -9,20 +9,27 @@ namespace soma::detail {
 // ---- growth --------------------------------------------------------------------------------
 
 result<address_range> pool::find_unmapped_locked(std::size_t bytes, std::size_t* need_bytes,
-                                                 std::size_t size_bytes) {
+                                                 std::size_t size_bytes,
+                                                 const stream_timeline& stream, block** extended) {
   // Prefer extending a usable free block that ends where unmapped space begins: the new
   // memory merges with it and the pool commits only the shortfall (expandable segment).
   std::size_t shortfall_bytes = 0;
+  *extended = nullptr;
   const std::optional<address_range> extendable =
       address_space_.first_unmapped_where([&](const address_range& range) {
         block* before = block_containing_locked(range.address - 1);
         if (before == nullptr || before->end() != range.address ||
             before->current_state() != block_state::indexed)
           return false;
-        // Only a block with no pending free merges with fresh memory (free_index::can_merge).
-        if (before->stamp.timeline != nullptr || before->size_bytes >= size_bytes) return false;
+        // A block with no pending free, or one pending on this stream alone: the stream takes
+        // it with the new memory at once (S2), so the whole may carry its stamp.
+        if ((before->stamp.timeline != nullptr && before->stamp.timeline != &stream) ||
+            before->size_bytes >= size_bytes)
+          return false;
         shortfall_bytes = round_up(size_bytes - before->size_bytes, granularity_bytes_);
-        return shortfall_bytes <= range.size_bytes;
+        if (shortfall_bytes > range.size_bytes) return false;
+        *extended = before;
+        return true;
       });
   if (extendable) {
     *need_bytes = shortfall_bytes;
@@ -56,7 +63,7 @@ result<address_range> pool::unmapped_range_locked(std::size_t bytes) {
   return reservation;
 }
 
-status pool::grow_locked(std::size_t size_bytes) {
+status pool::grow_locked(std::size_t size_bytes, const stream_timeline& stream) {
   const std::size_t bytes = round_up(size_bytes, granularity_bytes_);
   std::size_t need_bytes = bytes;
   const std::uint64_t reserved = reserved_bytes_.load(std::memory_order_relaxed);
@@ -67,7 +74,9 @@ status pool::grow_locked(std::size_t size_bytes) {
                   describe() + ": out of memory allocating " + format_bytes(size_bytes) +
                       ": larger than the pool's max size " + format_bytes(config_.max_size_bytes));
   }
-  result<address_range> where = find_unmapped_locked(bytes, &need_bytes, size_bytes);
+  block* extended = nullptr;
+  result<address_range> where =
+      find_unmapped_locked(bytes, &need_bytes, size_bytes, stream, &extended);
   if (!where.ok()) return where.take_error();
   if (reserved + need_bytes > config_.max_size_bytes) {
     return status(error_code::out_of_memory,
@@ -108,7 +117,9 @@ status pool::grow_locked(std::size_t size_bytes) {
   fresh->size_bytes = need_bytes;
   fresh->owner = this;
   link_new_block_locked(fresh);
-  index_.insert(fresh);
+  index_.insert(fresh);  // merges with a proven block below it
+  // Pending on this stream, the block below keeps its stamp and takes the new memory in.
+  if (extended != nullptr && extended->stamp.timeline == &stream) index_.absorb_next(extended);
   check_invariants_locked();
   note_history(history_kind::grow, address, need_bytes);
   return status::success();

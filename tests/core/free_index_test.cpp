@@ -159,6 +159,31 @@ TEST_F(FreeIndex, S2_OnlyTheSmallestRunThatServesMerges) {
   EXPECT_EQ(all_blocks_.at(kBase + 512)->stamp.position, 5u);
 }
 
+// S2: when a stream misses, its own frees at different points merge into whole holes under
+// their latest stamp; proven neighbours and other streams' frees stay apart, and with nothing
+// new to merge the call does nothing.
+TEST_F(FreeIndex, S2_AStreamsOwnRunsMergeWhenItMisses) {
+  for (int i = 0; i < 7; ++i) a_.note_enqueued();
+  for (int i = 0; i < 5; ++i) b_.note_enqueued();
+  auto run = make_run({256, 256, 256, 256, 256});
+  run[0]->stamp = free_stamp{&b_, 5};
+  run[1]->stamp = free_stamp{&a_, 3};
+  run[2]->stamp = free_stamp{&a_, 7};
+  run[3]->stamp = free_stamp{&a_, 5};
+  run[4]->stamp = free_stamp{};  // proven
+  for (block* b : run) index_.insert(b);
+  EXPECT_EQ(index_.block_count(), 5u) << "insert keeps different points apart";
+  EXPECT_FALSE(index_.merge_own_runs(&b_)) << "b has no run of its own";
+  ASSERT_TRUE(index_.merge_own_runs(&a_));
+  EXPECT_EQ(index_.block_count(), 3u) << "b's free, a's three as one, the proven block";
+  block* merged = all_blocks_.at(kBase + 256);
+  EXPECT_EQ(merged->size_bytes, 768u);
+  EXPECT_EQ(merged->stamp.timeline, &a_);
+  EXPECT_EQ(merged->stamp.position, 7u) << "the latest of a's frees";
+  EXPECT_FALSE(index_.merge_own_runs(&a_)) << "nothing new since";
+  EXPECT_EQ(index_.take_best_fit(768, &a_), merged);
+}
+
 // Frees made at the same point of a stream (no work between them) merge.
 TEST_F(FreeIndex, S11_PendingFreesAtTheSamePositionMerge) {
   for (int i = 0; i < 3; ++i) a_.note_enqueued();

@@ -162,6 +162,42 @@ TEST(S11_Pool, AnotherStreamsMissLeavesThisStreamsCacheAlone) {
   p.the_pool->free(y, b);
 }
 
+// S2: a stream may use all its own frees at once, wherever they stand in it, so when it misses
+// they are searched as whole holes, not as pieces. On cuda every free on a native stream is a
+// point of its own; searched as pieces, a request took a piece of the larger hole (same size as
+// the smaller hole, lower address) and the next request, which only that hole could hold, failed.
+TEST(S2_Pool, AStreamsFreesAtDifferentPointsAreSearchedAsWholeHoles) {
+  constexpr std::size_t u = kGranule;
+  pool_under_test p(/*max_size=*/12 * u);
+  stream_timeline a(0);
+  block* whole = p.allocate(12 * u, a);
+  ASSERT_NE(whole, nullptr);
+  p.free_pending(whole, a);
+  a.prove_completed(a.enqueued_position());
+  // Low to high: p1 | p2 | live | q | live; the pool is at its maximum.
+  block* p1 = p.allocate(1 * u, a);
+  block* p2 = p.allocate(3 * u, a);
+  block* live_low = p.allocate(1 * u, a);
+  block* q = p.allocate(3 * u, a);
+  block* live_high = p.allocate(4 * u, a);
+  ASSERT_TRUE(p1 && p2 && live_low && q && live_high);
+  ASSERT_EQ(p2->address, p1->address + u);
+  ASSERT_EQ(q->address, live_low->address + u);
+  p.free_pending(q, a);  // three frees, three points of a
+  p.free_pending(p1, a);
+  p.free_pending(p2, a);  // holes: p1 + p2 (4 units), q (3 units)
+  const std::uintptr_t hole_low = p1->address;
+  const std::uintptr_t hole_q = q->address;
+  block* three = p.allocate(3 * u - u / 2, a);
+  ASSERT_NE(three, nullptr);
+  EXPECT_EQ(three->address, hole_q) << "best fit among holes: the 3-unit one";
+  block* four = p.allocate(4 * u - u / 2, a);
+  ASSERT_NE(four, nullptr) << "only the 4-unit hole holds it, and the pool cannot grow";
+  EXPECT_EQ(four->address, hole_low);
+  EXPECT_EQ(p.stats().reserved_bytes, 12 * u);
+  for (block* b : {three, four, live_low, live_high}) p.the_pool->free(b, a);
+}
+
 // ---- S3: growth --------------------------------------------------------------------------------
 
 TEST(S3_Pool, GrowthCommitsInGranularityUnits) {
@@ -219,6 +255,30 @@ TEST(S3_Pool, PendingTailBlockIsNotExtendedForAnotherStream) {
   ASSERT_NE(y, nullptr);
   EXPECT_FALSE(y->address < chunk + kGranule && chunk < y->end());
   p.the_pool->free(y, b);
+}
+
+// S2: the stream a tail block is pending on may use it at once, so growth for that stream
+// extends it by the shortfall, as it does a proven one. (On cuda every free on a native
+// stream is pending for good unless soma synchronizes: growing by the whole request instead
+// left PyTorch's variable-shape training trace at 1.146 times peak used in bench/trace_replay,
+// against 1.049 with the tail extended.)
+TEST(S2_Pool, PendingTailBlockIsExtendedForItsOwnStream) {
+  pool_under_test p;
+  stream_timeline a(0);
+  block* head = p.allocate(256, a);
+  block* tail = p.allocate(kGranule - 256, a);
+  ASSERT_EQ(p.memory->commits.size(), 1u);
+  const std::uintptr_t chunk = p.memory->commits[0].address;
+  p.free_pending(tail, a);
+  block* extended = p.allocate(kGranule + 4 * KiB, a);
+  ASSERT_NE(extended, nullptr);
+  EXPECT_EQ(extended->address, chunk + 256) << "the pending tail block was not extended";
+  ASSERT_EQ(p.memory->commits.size(), 2u);
+  EXPECT_EQ(p.memory->commits[1].address, chunk + kGranule);
+  EXPECT_EQ(p.memory->commits[1].bytes, kGranule) << "only the shortfall";
+  EXPECT_EQ(p.stats().reserved_bytes, 2 * kGranule);
+  p.the_pool->free(head, a);
+  p.the_pool->free(extended, a);
 }
 
 // ---- S9: release

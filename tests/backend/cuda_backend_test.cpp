@@ -555,6 +555,28 @@ TEST_F(cuda_fake_driver, StreamThatMayEndFirstIsCoveredAtEveryFreeAndNeverTouche
   EXPECT_TRUE(timeline.has_completed(3));
 }
 
+// A stream that may end first is waited for through its markers alone. Where a marker could
+// not be recorded, its synchronize says so instead of answering for work no marker covers (a
+// caller that then waited for that position spun for good); a later marker covers it again.
+TEST_F(cuda_fake_driver, SynchronizeOfAStreamThatMayEndFirstSaysWhenNoMarkerCoversItsWork) {
+  auto backend = open();
+  cuda::CUstream native = native_stream(0);
+  stream_timeline timeline(0);
+  auto adopted = backend->adopt_stream(0, native, timeline, /*may_end_first=*/true);
+  ASSERT_TRUE(adopted.ok()) << adopted.error().message();
+  adopted.value()->note_free();
+  gpu_.failing_event_records = 1;
+  adopted.value()->note_free();  // its marker fails
+  const status waited = adopted.value()->synchronize();
+  EXPECT_FALSE(waited.ok()) << "position 2 has no marker: its completion cannot be learned";
+  EXPECT_NE(waited.message().find("position 2"), std::string::npos) << waited.message();
+  EXPECT_TRUE(timeline.has_completed(1));
+  EXPECT_FALSE(timeline.has_completed(2));
+  adopted.value()->note_free();  // this marker covers positions 2 and 3
+  EXPECT_TRUE(adopted.value()->synchronize().ok());
+  EXPECT_TRUE(timeline.has_completed(3));
+}
+
 TEST_F(cuda_fake_driver, MarkersOfAStreamCoveringEveryPositionAreBounded) {
   auto backend = open();
   cuda::CUstream native = native_stream(0);

@@ -115,6 +115,7 @@ struct driver_state {
   int stream_queries = 0;
   int context_synchronizes = 0;
   int destroyed_stream_calls = 0;  // queries, records, synchronizes on a destroyed CUstream
+  int failing_event_records = 0;   // the next this many cuEventRecord calls fail
   int retained_contexts = 0;
   int context_errors = 0;  // calls made without the context they need
   std::vector<std::unique_ptr<graph_state>> graphs;
@@ -454,6 +455,10 @@ inline cu::CUresult event_record(cu::CUevent e, cu::CUstream s) {
   if (as_stream(s)->capture != nullptr) {  // soma never records on a capturing stream
     ++state->capture_errors;
     return capture_unsupported;
+  }
+  if (state->failing_event_records > 0) {
+    --state->failing_event_records;
+    return cu::CUDA_ERROR_LAUNCH_FAILED;
   }
   ++state->event_records;
   const std::uint64_t generation = ++as_event(e)->recorded;

@@ -247,15 +247,30 @@ result<CUgraph> cuda_stream::end_capture() {
 }
 
 status cuda_stream::synchronize_by_markers() {
+  std::uint64_t enqueued = 0;
+  {
+    std::lock_guard lock(tracker_.issue_mutex());
+    enqueued = timeline_.enqueued_position();
+  }
   // Waited on outside every lock; a marker completed meanwhile may be re-recorded later on
   // this stream, which only makes this wait longer.
   const marker_wait newest = tracker_.newest_marker();
-  if (newest.event == nullptr) return sticky_error();  // every marker seen complete
-  context_scope scope(driver_, context_);
-  if (!scope.entered().ok()) return scope.entered();
-  const CUresult done = driver_.cuEventSynchronize(newest.event);
-  if (done != CUDA_SUCCESS) return note_failure(driver_.check(done, "cuEventSynchronize"));
-  timeline_.note_completed(newest.position);
+  if (newest.event != nullptr) {
+    context_scope scope(driver_, context_);
+    if (!scope.entered().ok()) return scope.entered();
+    const CUresult done = driver_.cuEventSynchronize(newest.event);
+    if (done != CUDA_SUCCESS) return note_failure(driver_.check(done, "cuEventSynchronize"));
+    timeline_.note_completed(newest.position);
+  }
+  if (timeline_.completed_position() < enqueued) {
+    // A marker could not be recorded (its failure was the driver's), and soma may not touch
+    // this stream otherwise: say so rather than answer for work nothing covers. The stream's
+    // next operation records a marker that covers it again.
+    return status(error_code::unknown,
+                  "no completion marker covers stream position " + std::to_string(enqueued) +
+                      " (recording one failed); enqueue more work on the stream and "
+                      "synchronize it again");
+  }
   return sticky_error();
 }
 

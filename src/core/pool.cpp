@@ -106,16 +106,9 @@ stream_cache* pool::create_cache(std::uint32_t slot) {
   return cache;
 }
 
-void pool::make_live(block* b, std::size_t requested_bytes, stream_cache* cache) {
+void pool::make_live(block* b, std::size_t requested_bytes) {
   b->requested_bytes = requested_bytes;
   b->set_state(block_state::live);
-  const auto bytes = static_cast<std::int64_t>(requested_bytes);
-  if (cache != nullptr && cache->add_used(bytes) <= 0) return;  // a re-use of this stream's frees
-  if (cache != nullptr) {
-    publish_used(cache->take_used());
-  } else {
-    publish_used(bytes);
-  }
 }
 
 void pool::publish_used(std::int64_t bytes) noexcept {
@@ -156,9 +149,11 @@ result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline
   const std::size_t size_bytes = round_up(requested_bytes, allocation_alignment_bytes);
   stream_cache* cache = cache_for(stream);
   if (cache != nullptr) {
-    if (block* hit = cache->pop(size_bytes)) {
+    std::int64_t publish = 0;
+    if (block* hit = cache->pop(size_bytes, static_cast<std::int64_t>(requested_bytes), &publish)) {
       hit->how = served_by::stream_cache;
-      make_live(hit, requested_bytes, cache);
+      make_live(hit, requested_bytes);
+      if (publish != 0) publish_used(publish);
       return hit;
     }
   }
@@ -179,7 +174,8 @@ result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline
   if (taken.ok()) {
     // The slow path folds every stream's share in, so the high watermark sees the true sum.
     fold_used_shares();
-    make_live(taken.value(), requested_bytes, nullptr);
+    make_live(taken.value(), requested_bytes);
+    publish_used(static_cast<std::int64_t>(requested_bytes));
   }
   return taken;
 }
@@ -190,12 +186,8 @@ void pool::free(block* live, const stream_timeline& stream) {
   live->stamp = free_stamp{&stream, stream.enqueued_position()};
   live->set_state(block_state::cached);
   stream_cache* cache = cache_for(stream);
-  if (cache != nullptr) {
-    cache->add_used(-bytes);
-  } else {
-    used_published_bytes_.fetch_sub(bytes, std::memory_order_acq_rel);
-  }
-  if (cache != nullptr && cache->push(live)) return;
+  if (cache == nullptr) used_published_bytes_.fetch_sub(bytes, std::memory_order_acq_rel);
+  if (cache != nullptr && cache->push(live, bytes)) return;
   std::lock_guard lock(mutex_);
   index_.insert(live);
 }

@@ -226,7 +226,7 @@ class pool {
   }
   /// The rule of S11 that lets `stream` use b now without added ordering; nullopt if none.
   std::optional<served_by> reuse_rule(const block* b, const stream_timeline& stream) const;
-  void make_live(block* b, std::size_t requested_bytes, stream_cache* cache);
+  void make_live(block* b, std::size_t requested_bytes);
   // Used bytes (S10) = published + the unpublished shares of the stream caches. A cache's share
   // is published when it turns positive, and every share is folded in on the slow path, so
   // published never falls below the true figure and the high watermark follows it.

@@ -30,7 +30,11 @@ stream_cache::bin* stream_cache::find_bin(std::size_t size_bytes, bool create) {
   }
 }
 
-block* stream_cache::pop(std::size_t size_bytes) {
+block* stream_cache::pop(std::size_t size_bytes, std::int64_t requested_bytes,
+                         std::int64_t* publish) {
+  std::int64_t ignored = 0;
+  if (publish == nullptr) publish = &ignored;
+  *publish = 0;
   std::lock_guard lock(mutex_);
   bin* b = find_bin(size_bytes, false);
   if (b == nullptr || b->head == nullptr) return nullptr;
@@ -38,11 +42,16 @@ block* stream_cache::pop(std::size_t size_bytes) {
   b->head = taken->next_in_bin;
   taken->next_in_bin = nullptr;
   cached_bytes_ -= taken->size_bytes;
+  // A re-use of this stream's frees keeps the share at or below 0: nothing to publish.
+  const std::int64_t share = used_delta_bytes_.load(std::memory_order_relaxed) + requested_bytes;
+  if (share > 0) *publish = share;
+  used_delta_bytes_.store(share > 0 ? 0 : share, std::memory_order_release);
   return taken;
 }
 
-bool stream_cache::push(block* freed) {
+bool stream_cache::push(block* freed, std::int64_t freed_bytes) {
   std::lock_guard lock(mutex_);
+  add_used_locked(-freed_bytes);
   if (cached_bytes_ + freed->size_bytes > capacity_bytes_) return false;
   bin* b = find_bin(freed->size_bytes, true);
   freed->next_in_bin = b->head;
@@ -62,6 +71,13 @@ void stream_cache::drain(std::vector<block*>& out) {
     }
   }
   cached_bytes_ = 0;
+}
+
+std::int64_t stream_cache::take_used() noexcept {
+  std::lock_guard lock(mutex_);
+  const std::int64_t share = used_delta_bytes_.load(std::memory_order_relaxed);
+  used_delta_bytes_.store(0, std::memory_order_release);
+  return share;
 }
 
 std::size_t stream_cache::cached_bytes() const {

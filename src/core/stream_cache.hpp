@@ -25,22 +25,22 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
 
   explicit stream_cache(std::size_t capacity_bytes = default_capacity_bytes);
 
-  /// A cached block of exactly size_bytes, or nullptr.
-  block* pop(std::size_t size_bytes);
-  /// Caches the block; false if over capacity (the caller sends it to the index).
-  bool push(block* freed);
+  /// A cached block of exactly size_bytes, or nullptr. On a hit, requested_bytes join this
+  /// stream's used share; if the share turns positive it is taken out into *publish (else 0)
+  /// for the caller to publish pool-wide.
+  block* pop(std::size_t size_bytes, std::int64_t requested_bytes = 0,
+             std::int64_t* publish = nullptr);
+  /// Takes freed_bytes off this stream's used share and caches the block; false if over
+  /// capacity (the caller sends it to the index; the share is taken off either way).
+  bool push(block* freed, std::int64_t freed_bytes = 0);
   /// Takes every cached block out, appending them to `out`.
   void drain(std::vector<block*>& out);
   std::size_t cached_bytes() const;
 
   /// This stream's share of the pool's used bytes not yet published pool-wide (S10). Kept here
-  /// so the fast path touches no cache line shared with other streams.
-  std::int64_t add_used(std::int64_t bytes) noexcept {
-    return used_delta_bytes_.fetch_add(bytes, std::memory_order_acq_rel) + bytes;
-  }
-  std::int64_t take_used() noexcept {
-    return used_delta_bytes_.exchange(0, std::memory_order_acq_rel);
-  }
+  /// so the fast path touches no cache line shared with other streams, and changed only under
+  /// the cache's lock, with the pop or push it goes with: no atomic read-modify-write of its own.
+  std::int64_t take_used() noexcept;
   std::int64_t peek_used() const noexcept {
     return used_delta_bytes_.load(std::memory_order_acquire);
   }
@@ -61,7 +61,12 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
   std::size_t bins_used_ = 0;
   std::size_t cached_bytes_ = 0;
   std::size_t capacity_bytes_;
+  // Written under mutex_ only; atomic so that peek_used may read it without the lock.
   std::atomic<std::int64_t> used_delta_bytes_{0};
+  void add_used_locked(std::int64_t bytes) noexcept {
+    used_delta_bytes_.store(used_delta_bytes_.load(std::memory_order_relaxed) + bytes,
+                            std::memory_order_release);
+  }
 };
 
 }  // namespace soma::detail

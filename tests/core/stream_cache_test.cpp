@@ -157,4 +157,49 @@ TEST(S11_StreamCache, ConcurrentPushPopKeepsEveryBlock) {
   EXPECT_EQ(all.size(), storage.size());  // no block lost or handed out twice
 }
 
+// S10: the stream's used share moves with its pops and pushes, under the cache's lock: a free
+// takes its bytes off, a re-use within them publishes nothing, and a share that turns positive
+// is handed out whole for the pool to publish. Threads freeing and allocating on one stream at
+// once lose no byte of it.
+TEST(S10_StreamCache, TheUsedShareMovesWithPopsAndPushes) {
+  stream_cache cache;
+  auto a = make_block(0x1000, 256);
+  std::int64_t publish = -1;
+  ASSERT_TRUE(cache.push(a.get(), 200));
+  EXPECT_EQ(cache.peek_used(), -200);
+  ASSERT_EQ(cache.pop(256, 150, &publish), a.get());
+  EXPECT_EQ(publish, 0) << "a re-use within the stream's frees";
+  EXPECT_EQ(cache.peek_used(), -50);
+  ASSERT_TRUE(cache.push(a.get(), 150));
+  ASSERT_EQ(cache.pop(256, 250, &publish), a.get());
+  EXPECT_EQ(publish, 50) << "the share turned positive: all of it goes to the pool";
+  EXPECT_EQ(cache.peek_used(), 0);
+  EXPECT_EQ(cache.pop(256, 100, &publish), nullptr);
+  EXPECT_EQ(publish, 0) << "a miss changes no share";
+  EXPECT_EQ(cache.take_used(), 0);
+
+  constexpr int kThreads = 4;
+  std::vector<std::unique_ptr<block>> storage;
+  for (int t = 0; t < kThreads; ++t) storage.push_back(make_block(0x10000 + t * 0x1000, 512));
+  std::vector<std::thread> threads;
+  std::vector<std::int64_t> published(kThreads, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      block* mine = storage[static_cast<std::size_t>(t)].get();
+      for (int round = 0; round < 1000; ++round) {
+        cache.push(mine, 100);
+        std::int64_t out = 0;
+        mine = cache.pop(512, 100, &out);
+        published[static_cast<std::size_t>(t)] += out;
+        if (mine == nullptr) return;  // cannot happen: this thread pushed one just before
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::int64_t total = cache.take_used();
+  for (std::int64_t p : published) total += p;
+  EXPECT_EQ(total, 0) << "every free was matched by an allocation of the same bytes";
+  EXPECT_EQ(cache.cached_bytes(), 0u);
+}
+
 }  // namespace

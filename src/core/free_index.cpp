@@ -231,6 +231,8 @@ void free_index::move_stamps(const stream_timeline* forgotten, free_stamp replac
     }
     return b->stamp.timeline == forgotten;
   });
+  // No block names it any more; a stream per request would otherwise leave one entry each.
+  unmerged_runs_.erase(forgotten);
 }
 
 }  // namespace soma::detail

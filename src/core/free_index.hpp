@@ -79,6 +79,8 @@ class free_index {
     return sum;
   }
   std::size_t block_count() const noexcept { return by_size_.size(); }
+  /// How many streams have runs for merge_own_runs (tests: none outlives its stream).
+  std::size_t streams_with_unmerged_runs() const noexcept { return unmerged_runs_.size(); }
 
  private:
   struct by_size_then_address {

@@ -184,6 +184,21 @@ TEST_F(FreeIndex, S2_AStreamsOwnRunsMergeWhenItMisses) {
   EXPECT_EQ(index_.take_best_fit(768, &a_), merged);
 }
 
+// A forgotten stream (destroyed, its work all run) leaves nothing for merge_own_runs behind: with
+// a stream per request the index would otherwise keep an entry for each.
+TEST_F(FreeIndex, S2_AForgottenStreamLeavesNoRunsToMerge) {
+  for (int i = 0; i < 7; ++i) a_.note_enqueued();
+  auto run = make_run({256, 256});
+  run[0]->stamp = free_stamp{&a_, 3};
+  run[1]->stamp = free_stamp{&a_, 7};
+  for (block* b : run) index_.insert(b);
+  EXPECT_EQ(index_.streams_with_unmerged_runs(), 1u);
+  for (int i = 0; i < 9; ++i) b_.note_enqueued();
+  index_.move_stamps(&a_, free_stamp{&b_, 9});
+  EXPECT_EQ(index_.streams_with_unmerged_runs(), 0u);
+  EXPECT_EQ(index_.block_count(), 1u) << "one stamp now: merged at insert";
+}
+
 // Frees made at the same point of a stream (no work between them) merge.
 TEST_F(FreeIndex, S11_PendingFreesAtTheSamePositionMerge) {
   for (int i = 0; i < 3; ++i) a_.note_enqueued();

@@ -1,7 +1,5 @@
 #include "core/free_index.hpp"
 
-#include <algorithm>
-#include <utility>
 #include <vector>
 
 #include "core/check.hpp"
@@ -68,23 +66,21 @@ block* free_index::insert(block* freed) {
   return result;
 }
 
+bool free_index::is_indexed_free_of(const block* b, const stream_timeline* stream) noexcept {
+  return b != nullptr && b->current_state() == block_state::indexed && b->stamp.timeline == stream;
+}
+
 void free_index::note_unmerged_neighbours(const block* b) {
   const stream_timeline* stream = b->stamp.timeline;
   if (stream == nullptr) return;
-  auto same_stream = [stream](const block* n) {
-    return n != nullptr && n->current_state() == block_state::indexed &&
-           n->stamp.timeline == stream;
-  };
-  if (same_stream(b->previous_adjacent) || same_stream(b->next_adjacent))
+  if (is_indexed_free_of(b->previous_adjacent, stream) ||
+      is_indexed_free_of(b->next_adjacent, stream))
     unmerged_runs_.insert(stream);
 }
 
 bool free_index::merge_own_runs(const stream_timeline* stream) {
   if (unmerged_runs_.erase(stream) == 0) return false;
-  auto same_stream = [stream](const block* n) {
-    return n != nullptr && n->current_state() == block_state::indexed &&
-           n->stamp.timeline == stream;
-  };
+  auto same_stream = [stream](const block* n) { return is_indexed_free_of(n, stream); };
   std::vector<block*> starts;
   for (block* b : stamped_) {
     if (b->stamp.timeline == stream && !same_stream(b->previous_adjacent) &&
@@ -135,25 +131,9 @@ void free_index::absorb_next(block* indexed) {
 }
 
 void free_index::merge_pending_runs() {
-  std::vector<std::pair<std::uintptr_t, block*>> starts;
-  for (block* b : stamped_) starts.emplace_back(b->address, b);
-  std::sort(starts.begin(), starts.end());
-  for (const auto& [address, b] : starts) {
-    // A block absorbed by a lower neighbour earlier in this loop is gone from the map.
-    auto found = all_blocks_.find(address);
-    if (found == all_blocks_.end() || found->second != b) continue;
-    bool merged = false;
-    for (block* next = b->next_adjacent;
-         next != nullptr && next->current_state() == block_state::indexed &&
-         next->stamp.timeline == b->stamp.timeline;
-         next = b->next_adjacent) {
-      if (!merged) erase(b);
-      merged = true;
-      erase(next);
-      merge_into(b, next);
-    }
-    if (merged) add(b);
-  }
+  // Every stream with such runs was noted as they formed (note_unmerged_neighbours).
+  const std::set<const stream_timeline*> streams = unmerged_runs_;
+  for (const stream_timeline* stream : streams) merge_own_runs(stream);
 }
 
 bool free_index::merge_runs_usable_by(const stream_timeline* stream, std::size_t min_bytes) {

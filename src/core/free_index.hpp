@@ -33,10 +33,10 @@ class free_index {
   block* take_best_fit(std::size_t size_bytes, const stream_timeline* stream);
   /// Same, with the caller deciding which stamped blocks are usable (reuse policies).
   block* take_best_fit(std::size_t size_bytes, const std::function<bool(const block*)>& usable);
-  /// Merges every run of adjacent pending blocks freed on the same stream into one block that
-  /// carries the latest of their stamps. Used only when the pool is out of memory and is about
-  /// to order a stream after a pending free anyway (internal dependencies): one wait for the
-  /// latest free then buys the whole run.
+  /// merge_own_runs for every stream: each run of adjacent pending blocks freed on the same
+  /// stream becomes one block that carries the latest of their stamps. Used only when the pool is
+  /// out of memory and is about to order a stream after a pending free anyway (internal
+  /// dependencies): one wait for the latest free then buys the whole run.
   void merge_pending_runs();
   /// Merges the runs of adjacent blocks that `stream` freed at different points of it, each run
   /// into one block under its latest stamp; true if one merged. Done when that stream misses
@@ -95,6 +95,7 @@ class free_index {
   void erase(block* indexed);
   void add(block* b);
   void note_unmerged_neighbours(const block* b);
+  static bool is_indexed_free_of(const block* b, const stream_timeline* stream) noexcept;
   block* merge_into(block* keep, block* absorbed);
   template <typename Restamp>
   void restamp_if(Restamp&& restamp);

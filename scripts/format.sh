@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-mapfile -t sources < <(git ls-files '*.c' '*.h' '*.cpp' '*.hpp' '*.cu' '*.cuh' | grep -v '^tests/fuzz/corpus/')
+mapfile -t sources < <(git ls-files '*.c' '*.h' '*.cpp' '*.hpp' '*.cu' '*.cuh' '*.inc' | grep -v '^tests/fuzz/corpus/')
 if [[ "${1:-}" == --check ]]; then
   unformatted=()
   for file in "${sources[@]}"; do

@@ -51,6 +51,16 @@ status store(result<T> value, Out* out) {
   return status::success();
 }
 
+/// The handle make(runtime) creates, stored in *out; a NULL out is refused naming call and
+/// argument ("<call>: <argument> is NULL").
+template <typename Out, typename Make>
+somaError_t create_into(Out* out, const char* call, const char* argument, Make&& make) noexcept {
+  return with_runtime([&](runtime& rt) -> status {
+    if (out == nullptr) return null_argument(call, argument);
+    return store(make(rt), out);
+  });
+}
+
 inline std::uintptr_t handle_of(const void* handle) {
   return reinterpret_cast<std::uintptr_t>(handle);
 }

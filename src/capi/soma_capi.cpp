@@ -14,6 +14,27 @@ using namespace soma::capi;  // NOLINT(google-build-using-namespace): the C API'
 
 namespace {
 
+// A somaDeviceAttr, read from the device's properties.
+result<int> device_attribute(const soma::detail::backend::device_properties& p, int attribute) {
+  switch (attribute) {
+    case somaDevAttrMemoryPoolsSupported:
+      return p.memory_pools_supported ? 1 : 0;
+    case somaDevAttrMemoryPoolSupportedHandleTypes:
+      return static_cast<int>(p.supported_handle_types);
+    case somaDevAttrHostNumaMemoryPoolsSupported:
+      return p.host_numa_memory_pools_supported ? 1 : 0;
+    case somaDevAttrHostMemoryPoolsSupported:
+      return p.host_memory_pools_supported ? 1 : 0;
+    case somaDevAttrTotalMemoryMiB:
+      return static_cast<int>(p.total_memory_bytes >> 20);
+    case somaDevAttrAllocationGranularityKiB:
+      return static_cast<int>(p.granularity_bytes >> 10);
+    default:
+      return status(error_code::invalid_value,
+                    "unknown device attribute " + std::to_string(attribute));
+  }
+}
+
 // One row per code for somaGetErrorName and somaGetErrorString, so a new code cannot get one
 // and miss the other; the name is the enumerator's own spelling.
 struct error_description {
@@ -48,6 +69,31 @@ constexpr error_description error_descriptions[] = {
     SOMA_ERROR(somaErrorAddressSpaceExhausted, "address space reservation failed"),
 };
 #undef SOMA_ERROR
+
+// The lower layers' codes are somaError_t's values, passed over by a cast (report()).
+#define SOMA_SAME_CODE(ours, theirs) \
+  static_assert(static_cast<int>(error_code::ours) == (theirs), #theirs)
+SOMA_SAME_CODE(success, somaSuccess);
+SOMA_SAME_CODE(invalid_value, somaErrorInvalidValue);
+SOMA_SAME_CODE(out_of_memory, somaErrorMemoryAllocation);
+SOMA_SAME_CODE(initialization_error, somaErrorInitializationError);
+SOMA_SAME_CODE(no_device, somaErrorNoDevice);
+SOMA_SAME_CODE(invalid_device, somaErrorInvalidDevice);
+SOMA_SAME_CODE(operating_system, somaErrorOperatingSystem);
+SOMA_SAME_CODE(invalid_handle, somaErrorInvalidResourceHandle);
+SOMA_SAME_CODE(illegal_state, somaErrorIllegalState);
+SOMA_SAME_CODE(not_ready, somaErrorNotReady);
+SOMA_SAME_CODE(illegal_address, somaErrorIllegalAddress);
+SOMA_SAME_CODE(launch_failure, somaErrorLaunchFailure);
+SOMA_SAME_CODE(not_permitted, somaErrorNotPermitted);
+SOMA_SAME_CODE(not_supported, somaErrorNotSupported);
+SOMA_SAME_CODE(capture_unsupported, somaErrorStreamCaptureUnsupported);
+SOMA_SAME_CODE(capture_invalidated, somaErrorStreamCaptureInvalidated);
+SOMA_SAME_CODE(capture_unmatched, somaErrorStreamCaptureUnmatched);
+SOMA_SAME_CODE(capture_unjoined, somaErrorStreamCaptureUnjoined);
+SOMA_SAME_CODE(unknown, somaErrorUnknown);
+SOMA_SAME_CODE(address_space_exhausted, somaErrorAddressSpaceExhausted);
+#undef SOMA_SAME_CODE
 
 const error_description* describe(somaError_t error) {
   for (const error_description& known : error_descriptions) {
@@ -122,9 +168,8 @@ somaError_t somaGetDevice(int* device) {
 somaError_t somaDeviceGetAttribute(int* value, somaDeviceAttr attr, int device) {
   return with_runtime([&](runtime& rt) -> status {
     if (value == nullptr) return null_argument("somaDeviceGetAttribute", "value");
-    result<int> read = rt.devices().attribute(
-        static_cast<soma::detail::device_attribute>(raw_value(attr)), device);
-    return store(std::move(read), value);
+    if (status checked = rt.devices().check(device); !checked.ok()) return checked;
+    return store(device_attribute(rt.devices().properties(device), raw_value(attr)), value);
   });
 }
 

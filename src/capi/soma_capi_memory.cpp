@@ -119,6 +119,28 @@ somaError_t somaDeviceGetMemPool(somaMemPool_t* memPool, int device) {
   });
 }
 
+// The runtime's pool attributes are somaMemPoolAttr's values, passed over by a cast.
+#define SOMA_SAME_ATTRIBUTE(ours, theirs) \
+  static_assert(static_cast<int>(soma::detail::pool_attribute::ours) == (theirs), #theirs)
+SOMA_SAME_ATTRIBUTE(reuse_follow_event_dependencies, somaMemPoolReuseFollowEventDependencies);
+SOMA_SAME_ATTRIBUTE(reuse_allow_opportunistic, somaMemPoolReuseAllowOpportunistic);
+SOMA_SAME_ATTRIBUTE(reuse_allow_internal_dependencies, somaMemPoolReuseAllowInternalDependencies);
+SOMA_SAME_ATTRIBUTE(release_threshold, somaMemPoolAttrReleaseThreshold);
+SOMA_SAME_ATTRIBUTE(reserved_current, somaMemPoolAttrReservedMemCurrent);
+SOMA_SAME_ATTRIBUTE(reserved_high, somaMemPoolAttrReservedMemHigh);
+SOMA_SAME_ATTRIBUTE(used_current, somaMemPoolAttrUsedMemCurrent);
+SOMA_SAME_ATTRIBUTE(used_high, somaMemPoolAttrUsedMemHigh);
+SOMA_SAME_ATTRIBUTE(allocation_type, somaMemPoolAttrAllocationType);
+SOMA_SAME_ATTRIBUTE(export_handle_types, somaMemPoolAttrExportHandleTypes);
+SOMA_SAME_ATTRIBUTE(location_id, somaMemPoolAttrLocationId);
+SOMA_SAME_ATTRIBUTE(location_type, somaMemPoolAttrLocationType);
+SOMA_SAME_ATTRIBUTE(max_pool_size, somaMemPoolAttrMaxPoolSize);
+SOMA_SAME_ATTRIBUTE(compact_before_growth, somaMemPoolAttrCompactBeforeGrowth);
+SOMA_SAME_ATTRIBUTE(remap_free_memory, somaMemPoolAttrRemapFreeMemory);
+SOMA_SAME_ATTRIBUTE(remap_count, somaMemPoolAttrRemapCount);
+SOMA_SAME_ATTRIBUTE(remapped_bytes, somaMemPoolAttrRemappedBytes);
+#undef SOMA_SAME_ATTRIBUTE
+
 somaError_t somaMemPoolSetAttribute(somaMemPool_t memPool, somaMemPoolAttr attr, void* value) {
   return with_runtime([&](runtime& rt) {
     return rt.pools().set_attribute(

@@ -12,6 +12,22 @@
 
 using namespace soma::capi;  // NOLINT(google-build-using-namespace): the C API's helpers
 
+namespace {
+
+// A stream value operation of the runtime (wait or write), refused on a capturing stream.
+using value_operation_of_runtime = soma::detail::status (runtime::*)(std::uintptr_t, std::uint32_t*,
+                                                                     std::uint32_t, unsigned);
+somaError_t value_operation(const char* call, value_operation_of_runtime operation,
+                            somaStream_t stream, uint32_t* address, uint32_t value,
+                            unsigned int flags) {
+  return with_runtime([&](runtime& rt) -> status {
+    if (auto refused = refused_while_capturing(rt, stream, call)) return *refused;
+    return (rt.*operation)(handle_of(stream), address, value, flags);
+  });
+}
+
+}  // namespace
+
 extern "C" {
 
 // ---- streams and events ----------------------------------------------------------------------
@@ -19,10 +35,8 @@ extern "C" {
 somaError_t somaStreamCreate(somaStream_t* stream) { return somaStreamCreateWithFlags(stream, 0); }
 
 somaError_t somaStreamCreateWithFlags(somaStream_t* stream, unsigned int flags) {
-  return with_runtime([&](runtime& rt) -> status {
-    if (stream == nullptr) return null_argument("somaStreamCreate", "stream");
-    return store(rt.streams().create(flags), stream);
-  });
+  return create_into(stream, "somaStreamCreate", "stream",
+                     [&](runtime& rt) { return rt.streams().create(flags); });
 }
 
 somaError_t somaStreamDestroy(somaStream_t stream) {
@@ -35,17 +49,15 @@ somaError_t somaStreamDestroy(somaStream_t stream) {
 
 somaError_t somaStreamSynchronize(somaStream_t stream) {
   return with_runtime([&](runtime& rt) -> status {
-    if (capture_of(rt, stream) != nullptr)
-      return *graph_service::of(rt).refuse_while_capturing(handle_of(stream),
-                                                           "somaStreamSynchronize");
+    if (auto refused = refused_while_capturing(rt, stream, "somaStreamSynchronize"))
+      return *refused;
     return rt.streams().synchronize(handle_of(stream));
   });
 }
 
 somaError_t somaStreamQuery(somaStream_t stream) {
   return with_runtime([&](runtime& rt) -> status {
-    if (capture_of(rt, stream) != nullptr)
-      return *graph_service::of(rt).refuse_while_capturing(handle_of(stream), "somaStreamQuery");
+    if (auto refused = refused_while_capturing(rt, stream, "somaStreamQuery")) return *refused;
     return rt.streams().query(handle_of(stream));
   });
 }
@@ -99,10 +111,8 @@ somaError_t somaStreamGetNative(somaStream_t stream, void** nativeStream) {
 somaError_t somaEventCreate(somaEvent_t* event) { return somaEventCreateWithFlags(event, 0); }
 
 somaError_t somaEventCreateWithFlags(somaEvent_t* event, unsigned int flags) {
-  return with_runtime([&](runtime& rt) -> status {
-    if (event == nullptr) return null_argument("somaEventCreate", "event");
-    return store(rt.streams().create_event(flags), event);
-  });
+  return create_into(event, "somaEventCreate", "event",
+                     [&](runtime& rt) { return rt.streams().create_event(flags); });
 }
 
 somaError_t somaEventDestroy(somaEvent_t event) {
@@ -146,10 +156,8 @@ somaError_t somaLaunchHostFuncWithStatus(somaStream_t stream, somaHostStatusFn_t
                                          void* userData) {
   return with_runtime([&](runtime& rt) -> status {
     if (fn == nullptr) return null_argument("somaLaunchHostFuncWithStatus", "fn");
-    if (capture_of(rt, stream) != nullptr) {
-      return *graph_service::of(rt).refuse_while_capturing(handle_of(stream),
-                                                           "somaLaunchHostFuncWithStatus");
-    }
+    if (auto refused = refused_while_capturing(rt, stream, "somaLaunchHostFuncWithStatus"))
+      return *refused;
     return rt.launch_host_task(handle_of(stream), [fn, userData] {
       const somaError_t outcome = fn(userData);
       if (outcome == somaSuccess) return status::success();
@@ -233,22 +241,14 @@ somaError_t somaFreeHost(void* ptr) {
 
 somaError_t somaStreamWaitValue32(somaStream_t stream, uint32_t* addr, uint32_t value,
                                   unsigned int flags) {
-  return with_runtime([&](runtime& rt) -> status {
-    if (capture_of(rt, stream) != nullptr)
-      return *graph_service::of(rt).refuse_while_capturing(handle_of(stream),
-                                                           "somaStreamWaitValue32");
-    return rt.stream_wait_value32(handle_of(stream), addr, value, flags);
-  });
+  return value_operation("somaStreamWaitValue32", &runtime::stream_wait_value32, stream, addr,
+                         value, flags);
 }
 
 somaError_t somaStreamWriteValue32(somaStream_t stream, uint32_t* addr, uint32_t value,
                                    unsigned int flags) {
-  return with_runtime([&](runtime& rt) -> status {
-    if (capture_of(rt, stream) != nullptr)
-      return *graph_service::of(rt).refuse_while_capturing(handle_of(stream),
-                                                           "somaStreamWriteValue32");
-    return rt.stream_write_value32(handle_of(stream), addr, value, flags);
-  });
+  return value_operation("somaStreamWriteValue32", &runtime::stream_write_value32, stream, addr,
+                         value, flags);
 }
 
 }  // extern "C"

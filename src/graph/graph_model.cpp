@@ -1,38 +1,21 @@
 #include "graph/graph_model.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 namespace soma::detail::graph {
 namespace {
 
-const char* kind_name(node_kind kind) {
-  switch (kind) {
-    case node_kind::empty:
-      return "empty";
-    case node_kind::mem_alloc:
-      return "alloc";
-    case node_kind::mem_free:
-      return "free";
-    case node_kind::memset:
-      return "memset";
-    case node_kind::memcpy:
-      return "memcpy";
-    case node_kind::host:
-      return "host";
-    case node_kind::event_record:
-      return "event record";
-    case node_kind::event_wait:
-      return "event wait";
-    case node_kind::native_child:
-      return "native child graph";
-  }
-  return "?";
-}
+// By node_kind, in its order.
+constexpr const char* kind_names[] = {"empty",        "alloc",      "free",
+                                      "memset",       "memcpy",     "host",
+                                      "event record", "event wait", "native child graph"};
+static_assert(std::size(kind_names) == static_cast<std::size_t>(node_kind::native_child) + 1);
 
 }  // namespace
 
 std::string node::name() const {
-  return std::string(kind_name(kind)) + " node " + std::to_string(index);
+  return std::string(kind_names[static_cast<std::size_t>(kind)]) + " node " + std::to_string(index);
 }
 
 graph_model::~graph_model() {

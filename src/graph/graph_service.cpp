@@ -1,5 +1,7 @@
 #include "graph/graph_service.hpp"
 
+#include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_set>
 
@@ -29,6 +31,14 @@ result<T*> take_live(std::unordered_set<const T*>& live, const void* handle, con
   return found;
 }
 
+// Puts a new object in `live` (its handle is valid from now) and hands it out.
+template <typename T>
+T* keep_live(std::mutex& mutex, std::unordered_set<const T*>& live, std::unique_ptr<T> object) {
+  std::lock_guard lock(mutex);
+  live.insert(object.get());
+  return object.release();
+}
+
 constexpr const char* not_a_graph =
     "is not a live graph (destroyed, NULL, or never made by somaGraphCreate or "
     "somaStreamEndCapture)";
@@ -49,10 +59,7 @@ graph_service::graph_service(runtime& rt)
 }
 
 graph_model* graph_service::create_graph() {
-  auto* g = new graph_model(runtime_.platform());
-  std::lock_guard lock(mutex_);
-  graphs_.insert(g);
-  return g;
+  return keep_live(mutex_, graphs_, std::make_unique<graph_model>(runtime_.platform()));
 }
 
 status graph_service::destroy_graph(const void* handle) {
@@ -186,10 +193,7 @@ status graph_service::add_edges(graph_model& g, const void* const* from, const v
 result<executable*> graph_service::instantiate(graph_model& g, unsigned long long flags) {
   result<std::unique_ptr<executable>> made = executable::instantiate(g, flags, runtime_, *memory_);
   if (!made.ok()) return made.take_error();
-  executable* e = made.value().release();
-  std::lock_guard lock(mutex_);
-  execs_.insert(e);
-  return e;
+  return keep_live(mutex_, execs_, std::move(made.value()));
 }
 
 status graph_service::destroy_exec(const void* handle) {

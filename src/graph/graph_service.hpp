@@ -103,6 +103,9 @@ class graph_service {
       stream_capture& c, std::uintptr_t stream,
       const std::function<result<node*>(graph_model&, std::span<node* const>)>& make);
   void end_capture_locked(stream_capture& c);
+  /// Starts recording the native stream of s, which joins a capture, so users' kernels on it
+  /// land in the graph; invalid_handle "<call>: the stream was destroyed" when it has none.
+  status begin_native_capture_locked(stream_object& s, const char* call);
   /// Ends the native capture of m's stream and adds what it recorded (if anything) as m's next
   /// node, so users' kernels keep their place among soma's nodes.
   status close_native_segment_locked(stream_capture& c, stream_capture::member& m,

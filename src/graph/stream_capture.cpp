@@ -34,15 +34,12 @@ status graph_service::begin_capture(std::uintptr_t stream, int mode) {
     return status(error_code::invalid_value, std::string(call) + ": mode " + std::to_string(mode) +
                                                  " is not a somaStreamCaptureMode");
   }
-  std::shared_ptr<backend::stream> queue = runtime_.streams().queue_of(*s.value());
-  if (queue == nullptr)
-    return status(error_code::invalid_handle, std::string(call) + ": the stream was destroyed");
   std::lock_guard lock(mutex_);
   if (capturing_.count(stream) != 0) {
     return status(error_code::illegal_state,
                   std::string(call) + ": the stream is capturing already; end that capture first");
   }
-  if (status native = runtime_.platform().begin_native_capture(*queue); !native.ok()) return native;
+  if (status native = begin_native_capture_locked(*s.value(), call); !native.ok()) return native;
   auto c = std::make_unique<stream_capture>();
   c->graph = std::make_unique<graph_model>(runtime_.platform());
   c->origin = stream;
@@ -52,6 +49,13 @@ status graph_service::begin_capture(std::uintptr_t stream, int mode) {
   captures_.push_back(std::move(c));
   active_captures_.fetch_add(1, std::memory_order_acq_rel);
   return status::success();
+}
+
+status graph_service::begin_native_capture_locked(stream_object& s, const char* call) {
+  std::shared_ptr<backend::stream> queue = runtime_.streams().queue_of(s);
+  if (queue == nullptr)
+    return status(error_code::invalid_handle, std::string(call) + ": the stream was destroyed");
+  return runtime_.platform().begin_native_capture(*queue);
 }
 
 status graph_service::capture_node(
@@ -204,16 +208,12 @@ std::optional<status> graph_service::capture_wait(std::uintptr_t stream, std::ui
                       ": the event was recorded in another stream's capture; "
                       "captures cannot depend on each other");
   }
-  result<stream_object*> s = runtime_.streams().resolve(stream);
-  if (!s.ok()) return s.take_error();
   std::lock_guard lock(mutex_);
   if (mine == nullptr) {
     // The stream joins the capture: its next work follows the recorded point.
-    std::shared_ptr<backend::stream> queue = runtime_.streams().queue_of(*s.value());
-    if (queue == nullptr)
-      return status(error_code::invalid_handle, std::string(call) + ": the stream was destroyed");
-    if (status native = runtime_.platform().begin_native_capture(*queue); !native.ok())
-      return native;
+    result<stream_object*> s = runtime_.streams().resolve(stream);
+    if (!s.ok()) return s.take_error();
+    if (status native = begin_native_capture_locked(*s.value(), call); !native.ok()) return native;
     theirs->members.push_back({stream, s.value(), {index}, true, 0});
     capturing_[stream] = theirs;
     return status::success();

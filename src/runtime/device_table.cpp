@@ -35,27 +35,6 @@ status device_table::set_current(int device) {
 
 int device_table::current() const noexcept { return current_device_index; }
 
-result<int> device_table::attribute(device_attribute attribute, int device) const {
-  if (status checked = check(device); !checked.ok()) return checked;
-  const backend::device_properties& p = properties(device);
-  switch (attribute) {
-    case device_attribute::memory_pools_supported:
-      return p.memory_pools_supported ? 1 : 0;
-    case device_attribute::pool_supported_handle_types:
-      return static_cast<int>(p.supported_handle_types);
-    case device_attribute::host_numa_memory_pools_supported:
-      return p.host_numa_memory_pools_supported ? 1 : 0;
-    case device_attribute::host_memory_pools_supported:
-      return p.host_memory_pools_supported ? 1 : 0;
-    case device_attribute::total_memory_mib:
-      return static_cast<int>(p.total_memory_bytes >> 20);
-    case device_attribute::granularity_kib:
-      return static_cast<int>(p.granularity_bytes >> 10);
-  }
-  return status(error_code::invalid_value,
-                "unknown device attribute " + std::to_string(static_cast<int>(attribute)));
-}
-
 result<bool> device_table::can_access_peer(int device, int peer) const {
   if (status checked = check(device); !checked.ok()) return checked;
   if (status checked = check(peer); !checked.ok()) return checked;

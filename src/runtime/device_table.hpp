@@ -1,5 +1,5 @@
 // The devices of the backend: their properties, the calling thread's current device, and the
-// checks and queries of device calls (S4, S8).
+// checks and queries of device calls (S4, S8). The C API reads somaDeviceAttr from properties().
 #pragma once
 
 #include <cstddef>
@@ -10,16 +10,6 @@
 #include "core/status.hpp"
 
 namespace soma::detail {
-
-/// Device attributes (values of somaDeviceAttr).
-enum class device_attribute : int {
-  memory_pools_supported = 115,
-  pool_supported_handle_types = 119,
-  host_numa_memory_pools_supported = 142,
-  host_memory_pools_supported = 144,
-  total_memory_mib = 20001,
-  granularity_kib = 20002,
-};
 
 /// Fixed once the runtime started, except the current device, which is per thread.
 /// Thread-safe.
@@ -41,7 +31,6 @@ class device_table {
 
   status set_current(int device);
   int current() const noexcept;
-  result<int> attribute(device_attribute attribute, int device) const;
   result<bool> can_access_peer(int device, int peer) const;
   /// Free and total memory of the current device.
   status memory_info(std::size_t* free_bytes, std::size_t* total_bytes) const;

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -51,26 +52,30 @@ struct raw_pool_properties {
   bool reserved_is_zero = true;
 };
 
-/// Pool attributes (values of somaMemPoolAttr).
+/// Pool attributes, numbered as somaMemPoolAttr (capi/soma_capi_memory.cpp checks each), in
+/// families.
 enum class pool_attribute : int {
+  // the reuse policies (S11) and the release threshold (S9), settable
   reuse_follow_event_dependencies = 1,
-  reuse_allow_opportunistic = 2,
-  reuse_allow_internal_dependencies = 3,
-  release_threshold = 4,
-  reserved_current = 5,
-  reserved_high = 6,
-  used_current = 7,
-  used_high = 8,
+  reuse_allow_opportunistic,
+  reuse_allow_internal_dependencies,
+  release_threshold,
+  // statistics (S10): currents read only, highs set only to 0 (reset)
+  reserved_current,
+  reserved_high,
+  used_current,
+  used_high,
   // read only, as CUDA 13.2's cudaMemPoolAttr 9-13 (S5: what the pool was created with)
-  allocation_type = 9,
-  export_handle_types = 10,
-  location_id = 11,
-  location_type = 12,
-  max_pool_size = 13,
+  allocation_type,
+  export_handle_types,
+  location_id,
+  location_type,
+  max_pool_size,
+  // soma's own
   compact_before_growth = 1000,
-  remap_free_memory = 1001,
-  remap_count = 1002,
-  remapped_bytes = 1003,
+  remap_free_memory,
+  remap_count,
+  remapped_bytes,
 };
 
 /// S6: one entry of somaMemPoolSetAccess, {location type, location id, flags} as
@@ -166,8 +171,13 @@ class pool_registry final : public stream_listener {
   /// the C function in messages).
   result<backend::memory_location> checked_location(const char* call, int location_type,
                                                     int location_id, int allocation_type) const;
-  /// The default and current pools of a host location, made at the first use.
-  result<device_pools*> host_pools_of(backend::memory_location where);
+  /// The default and current pools of a host location, made at the first use (call names
+  /// the C function in messages).
+  result<device_pools*> host_pools_of(const char* call, backend::memory_location where);
+  /// The default or the current pool (current_pool) of a location: default_pool_at and
+  /// current_at, whose C function call names in messages.
+  result<std::uintptr_t> pool_at(const char* call, bool current_pool, int location_type,
+                                 int location_id, int allocation_type);
   /// What a pool at `where` may be created with; an error where the platform has none.
   status check_host_location(const char* call, backend::memory_location where,
                              unsigned handle_types) const;

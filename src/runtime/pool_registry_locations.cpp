@@ -81,14 +81,15 @@ status pool_registry::check_host_location(const char* call, backend::memory_loca
   return status::success();
 }
 
-result<pool_registry::device_pools*> pool_registry::host_pools_of(backend::memory_location where) {
+result<pool_registry::device_pools*> pool_registry::host_pools_of(const char* call,
+                                                                  backend::memory_location where) {
   const std::pair<int, int> key{static_cast<int>(where.type), where.id};
   {
     std::lock_guard lock(mutex_);
     auto found = per_host_location_.find(key);
     if (found != per_host_location_.end()) return found->second.get();
   }
-  if (status ok = check_host_location("somaMemGetDefaultMemPool", where, 0); !ok.ok()) return ok;
+  if (status ok = check_host_location(call, where, 0); !ok.ok()) return ok;
   pool_properties properties;
   properties.device = -1;
   properties.location = where;
@@ -107,26 +108,28 @@ result<pool_registry::device_pools*> pool_registry::host_pools_of(backend::memor
   return at->second.get();
 }
 
+result<std::uintptr_t> pool_registry::pool_at(const char* call, bool current_pool,
+                                              int location_type, int location_id,
+                                              int allocation_type) {
+  result<backend::memory_location> where =
+      checked_location(call, location_type, location_id, allocation_type);
+  if (!where.ok()) return where.take_error();
+  const int device = where.value().id;
+  if (!where.value().is_host()) return current_pool ? current(device) : default_pool(device);
+  result<device_pools*> pools = host_pools_of(call, where.value());
+  if (!pools.ok()) return pools.take_error();
+  device_pools& at = *pools.value();
+  return (current_pool ? at.current.load(std::memory_order_acquire) : at.default_pool)->handle();
+}
+
 result<std::uintptr_t> pool_registry::default_pool_at(int location_type, int location_id,
                                                       int allocation_type) {
-  result<backend::memory_location> where =
-      checked_location("somaMemGetDefaultMemPool", location_type, location_id, allocation_type);
-  if (!where.ok()) return where.take_error();
-  if (!where.value().is_host()) return default_pool(where.value().id);
-  result<device_pools*> pools = host_pools_of(where.value());
-  if (!pools.ok()) return pools.take_error();
-  return pools.value()->default_pool->handle();
+  return pool_at("somaMemGetDefaultMemPool", false, location_type, location_id, allocation_type);
 }
 
 result<std::uintptr_t> pool_registry::current_at(int location_type, int location_id,
                                                  int allocation_type) {
-  result<backend::memory_location> where =
-      checked_location("somaMemGetMemPool", location_type, location_id, allocation_type);
-  if (!where.ok()) return where.take_error();
-  if (!where.value().is_host()) return current(where.value().id);
-  result<device_pools*> pools = host_pools_of(where.value());
-  if (!pools.ok()) return pools.take_error();
-  return pools.value()->current.load(std::memory_order_acquire)->handle();
+  return pool_at("somaMemGetMemPool", true, location_type, location_id, allocation_type);
 }
 
 status pool_registry::set_current_at(int location_type, int location_id, int allocation_type,
@@ -146,7 +149,7 @@ status pool_registry::set_current_at(int location_type, int location_id, int all
     return invalid("somaMemSetMemPool: " + p.value()->describe() +
                    " is an imported pool, which cannot allocate and so cannot be a current pool");
   }
-  result<device_pools*> pools = host_pools_of(where.value());
+  result<device_pools*> pools = host_pools_of("somaMemSetMemPool", where.value());
   if (!pools.ok()) return pools.take_error();
   pools.value()->current.store(p.value(), std::memory_order_release);
   return status::success();

@@ -173,14 +173,19 @@ void stream_registry::after_synchronize() {
   listener_.synchronized();
 }
 
+status stream_registry::ask_queue(stream_object& s, status (backend::stream::*question)()) {
+  const std::uint64_t position = s.timeline.enqueued_position();
+  status answer = ((*s.queue).*question)();
+  if (answer.ok()) proven(s, position);
+  return answer;
+}
+
 status stream_registry::synchronize(std::uintptr_t handle) {
   result<stream_object*> found = resolve(handle);
   if (!found.ok()) return found.take_error();
   stream_object& s = *found.value();
-  const std::uint64_t position = s.timeline.enqueued_position();
-  status done = s.queue->synchronize();
+  status done = ask_queue(s, &backend::stream::synchronize);
   if (!done.ok()) return status(done.code(), describe(s) + ": " + done.message());
-  proven(s, position);
   after_synchronize();
   if (history_notes::on()) history_notes::synchronized(s.device, s.handle, "stream synchronize");
   return status::success();
@@ -189,11 +194,7 @@ status stream_registry::synchronize(std::uintptr_t handle) {
 status stream_registry::query(std::uintptr_t handle) {
   result<stream_object*> found = resolve(handle);
   if (!found.ok()) return found.take_error();
-  stream_object& s = *found.value();
-  const std::uint64_t position = s.timeline.enqueued_position();
-  status state = s.queue->query();
-  if (state.ok()) proven(s, position);
-  return state;
+  return ask_queue(*found.value(), &backend::stream::query);
 }
 
 result<int> stream_registry::device_of(std::uintptr_t handle) const {
@@ -326,10 +327,7 @@ void stream_registry::order_after_free(stream_object& stream, std::uint64_t stre
 }
 
 status stream_registry::synchronize_for_pool(stream_object& stream) {
-  const std::uint64_t position = stream.timeline.enqueued_position();
-  status done = stream.queue->synchronize();
-  if (done.ok()) proven(stream, position);
-  return done;
+  return ask_queue(stream, &backend::stream::synchronize);
 }
 
 }  // namespace soma::detail

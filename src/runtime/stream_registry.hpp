@@ -93,6 +93,9 @@ class stream_registry {
   status synchronize_for_pool(stream_object& stream);
   /// A synchronize or successful query showed stream complete up to position (S12).
   static void proven(stream_object& stream, std::uint64_t position);
+  /// Asks s's queue a question that proves its work when it succeeds (synchronize, query):
+  /// what s had enqueued before it is then proven.
+  static status ask_queue(stream_object& s, status (backend::stream::*question)());
   /// After a synchronize: forgets finished streams, then tells the listener.
   void after_synchronize();
 

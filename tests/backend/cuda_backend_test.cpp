@@ -107,6 +107,10 @@ TEST(cuda_driver_api, TranslatesResultsAndNamesThemWhenTheDriverCannot) {
   EXPECT_EQ(cuda::translate(cuda::CUDA_ERROR_MISALIGNED_ADDRESS), error_code::launch_failure);
   EXPECT_EQ(cuda::translate(cuda::CUDA_ERROR_STUB_LIBRARY), error_code::no_device);
   EXPECT_EQ(cuda::translate(cuda::CUDA_ERROR_OPERATING_SYSTEM), error_code::operating_system);
+  EXPECT_EQ(cuda::translate(cuda::CUDA_ERROR_CONTEXT_IS_DESTROYED), error_code::invalid_handle);
+  EXPECT_EQ(cuda::translate(cuda::CUDA_ERROR_SYSTEM_DRIVER_MISMATCH),
+            error_code::initialization_error);
+  EXPECT_EQ(cuda::translate(cuda::CUDA_SUCCESS), error_code::success);
   EXPECT_EQ(cuda::translate(424242), error_code::unknown);
   fake_cuda::state = nullptr;
 }
@@ -692,10 +696,10 @@ TEST_F(cuda_fake_driver, GraphNodesCarryTheirDependenciesAndParameters) {
   EXPECT_EQ(c.dependencies,
             (std::vector<fake_cuda::graph_node*>{native.nodes[0].get(), native.nodes[1].get()}))
       << "a dependency named twice is passed once";
-  EXPECT_EQ(c.memcpy.srcMemoryType, cuda::CU_MEMORYTYPE_UNIFIED);
-  EXPECT_EQ(c.memcpy.dstMemoryType, cuda::CU_MEMORYTYPE_UNIFIED);
-  EXPECT_EQ(c.memcpy.srcDevice, reinterpret_cast<std::uintptr_t>(source));
-  EXPECT_EQ(c.memcpy.dstDevice, reinterpret_cast<std::uintptr_t>(destination));
+  EXPECT_EQ(c.memcpy.src.MemoryType, cuda::CU_MEMORYTYPE_UNIFIED);
+  EXPECT_EQ(c.memcpy.dst.MemoryType, cuda::CU_MEMORYTYPE_UNIFIED);
+  EXPECT_EQ(c.memcpy.src.Device, reinterpret_cast<std::uintptr_t>(source));
+  EXPECT_EQ(c.memcpy.dst.Device, reinterpret_cast<std::uintptr_t>(destination));
   EXPECT_EQ(c.memcpy.WidthInBytes, 64u);
   EXPECT_EQ(c.memcpy.Height, 1u);
   EXPECT_EQ(c.memcpy.Depth, 1u);

@@ -28,38 +28,12 @@ class cpu_backend final : public backend {
 
   std::string name() const override { return "cpu"; }
   int device_count() const override { return settings_.device_count; }
-  device_properties properties(int device) const override;
-  device_properties host_properties(memory_location where) const override;
-  std::size_t committed_bytes(int device) const override;
-  void memory_info(int device, std::size_t* free_bytes, std::size_t* total_bytes) const override;
-  bool can_access_peer(int device, int peer) const override;
-
-  result<std::uintptr_t> reserve_address(memory_location where, std::size_t bytes) override;
-  void free_address(std::uintptr_t base, std::size_t bytes) override;
-  result<std::uint64_t> create_physical(memory_location where, std::size_t bytes,
-                                        unsigned export_handle_types) override;
-  void release_physical(std::uint64_t handle) override;
+  /// Part of a memfd goes back on its own (fallocate punch hole).
   bool can_discard_physical_part() const override { return true; }
   void discard_physical_part(std::uint64_t handle, std::size_t offset, std::size_t bytes) override;
-  status map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
-                  std::size_t offset, memory_location owner) override;
-  void unmap(std::uintptr_t address, std::size_t bytes) override;
-  status set_access(std::uintptr_t address, std::size_t bytes, int device,
-                    access_flags flags) override;
-  result<int> export_physical(std::uint64_t handle) override;
-  result<std::uint64_t> import_physical(int device, int fd, std::size_t bytes) override;
-
-  result<std::unique_ptr<stream>> create_stream(int device, stream_timeline& timeline) override;
-  result<std::unique_ptr<stream>> adopt_stream(int device, void* native, stream_timeline& timeline,
-                                               bool may_end_first) override;
+  /// The workers report as they run: no stream needs settling.
   status settle_unmarked_streams(int) override { return status::success(); }
-  result<std::unique_ptr<event>> create_event() override;
-  result<std::unique_ptr<work_graph>> create_work_graph(int device) override;
-  status begin_native_capture(stream& s) override;
-  result<void*> end_native_capture(stream& s) override;
-  void destroy_native_graph(void* native_graph) override;
-  result<void*> allocate_host(std::size_t bytes) override;
-  void free_host(void* pointer, std::size_t bytes) override;
+#include "backend/platform_overrides.inc"
 
  private:
   struct physical {

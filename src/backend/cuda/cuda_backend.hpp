@@ -32,6 +32,13 @@ result<std::unique_ptr<backend>> open_backend();
 /// the device and every device granted access to the reservation; unmap = cuMemUnmap (which
 /// does not wait for the GPU: the pool unmaps only memory whose frees completed).
 /// committed_bytes counts what this backend created, not other users of the device.
+/// set_access applies to the mapped pieces inside the range and is remembered for the
+/// reservation: later maps anywhere in it grant the same access (pool-wide access, S6).
+/// allocate_host = cuMemHostAlloc(PORTABLE | DEVICEMAP) in device 0's primary context, usable
+/// by every context at the same address on host and devices.
+///
+/// Streams: adopt_stream takes a CUstream of the device's primary context, which soma never
+/// destroys.
 ///
 /// Graphs (S15): create_work_graph = a CUgraph in the device's primary context (cuda_graph);
 /// native capture = cuStreamBeginCapture in relaxed mode on the stream's CUstream, and
@@ -47,46 +54,14 @@ class cuda_backend final : public backend {
 
   std::string name() const override { return "cuda"; }
   int device_count() const override { return static_cast<int>(devices_.size()); }
-  device_properties properties(int device) const override;
-  device_properties host_properties(memory_location where) const override;
-  std::size_t committed_bytes(int device) const override;
-  void memory_info(int device, std::size_t* free_bytes, std::size_t* total_bytes) const override;
-  bool can_access_peer(int device, int peer) const override;
-
-  result<std::uintptr_t> reserve_address(memory_location where, std::size_t bytes) override;
-  void free_address(std::uintptr_t base, std::size_t bytes) override;
-  result<std::uint64_t> create_physical(memory_location where, std::size_t bytes,
-                                        unsigned export_handle_types) override;
-  void release_physical(std::uint64_t handle) override;
   /// cuMemCreate allocations go back whole only.
   bool can_discard_physical_part() const override { return false; }
   void discard_physical_part(std::uint64_t, std::size_t, std::size_t) override {}
-  status map_part(std::uintptr_t address, std::size_t bytes, std::uint64_t handle,
-                  std::size_t offset, memory_location owner) override;
+  /// One cuMemSetAccess over the whole range rather than one a part.
   status map_parts(std::uintptr_t address, std::span<const mapping_part> parts,
                    memory_location owner) override;
-  void unmap(std::uintptr_t address, std::size_t bytes) override;
-  /// Applies to the mapped pieces inside the range and is remembered for the reservation:
-  /// later maps anywhere in it grant the same access (pool-wide access, S6).
-  status set_access(std::uintptr_t address, std::size_t bytes, int device,
-                    access_flags flags) override;
-  result<int> export_physical(std::uint64_t handle) override;
-  result<std::uint64_t> import_physical(int device, int fd, std::size_t bytes) override;
-
-  result<std::unique_ptr<stream>> create_stream(int device, stream_timeline& timeline) override;
-  /// native is a CUstream of the device's primary context; it is never destroyed by soma.
-  result<std::unique_ptr<stream>> adopt_stream(int device, void* native, stream_timeline& timeline,
-                                               bool may_end_first) override;
   status settle_unmarked_streams(int device) override;
-  result<std::unique_ptr<event>> create_event() override;
-  result<std::unique_ptr<work_graph>> create_work_graph(int device) override;
-  status begin_native_capture(stream& s) override;
-  result<void*> end_native_capture(stream& s) override;
-  void destroy_native_graph(void* native_graph) override;
-  /// cuMemHostAlloc(PORTABLE | DEVICEMAP) in device 0's primary context: usable by every
-  /// context, at the same address on host and devices.
-  result<void*> allocate_host(std::size_t bytes) override;
-  void free_host(void* pointer, std::size_t bytes) override;
+#include "backend/platform_overrides.inc"
 
   /// Called by a stream's destructor: the tracker keeps serving its timeline until drained.
   void retire_tracker(completion_tracker& tracker);

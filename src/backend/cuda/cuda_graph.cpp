@@ -167,10 +167,10 @@ result<work_graph::node_index> cuda_graph::add_memcpy(dependencies after, void* 
                                                       const void* source, std::size_t bytes) {
   // Unified addressing: the driver tells device, page-locked and pageable host memory apart.
   CUDA_MEMCPY3D params;
-  params.srcMemoryType = CU_MEMORYTYPE_UNIFIED;
-  params.srcDevice = device_pointer(source);
-  params.dstMemoryType = CU_MEMORYTYPE_UNIFIED;
-  params.dstDevice = device_pointer(destination);
+  params.src.MemoryType = CU_MEMORYTYPE_UNIFIED;
+  params.src.Device = device_pointer(source);
+  params.dst.MemoryType = CU_MEMORYTYPE_UNIFIED;
+  params.dst.Device = device_pointer(destination);
   params.WidthInBytes = bytes;
   params.Height = 1;
   params.Depth = 1;

@@ -99,31 +99,54 @@ const entry_point entry_points[] = {
 };
 #undef SOMA_CUDA_ENTRY
 
-// Names for the results soma meets most, used when the driver cannot name a result itself.
+// What soma knows of each result it treats apart: its code, and a name and text for when the
+// driver cannot name it itself. Any other result is error_code::unknown.
 struct known_result {
   CUresult result;
+  error_code code;
   const char* name;
   const char* text;
 };
+#define SOMA_RESULT(result, code, text) \
+  { result, error_code::code, #result, text }
 const known_result known_results[] = {
-    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
-    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
-    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
-    {CUDA_ERROR_DEINITIALIZED, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
-    {CUDA_ERROR_STUB_LIBRARY, "CUDA_ERROR_STUB_LIBRARY",
-     "the CUDA toolkit's stub libcuda was loaded instead of a real driver"},
-    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
-    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
-    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
-    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
-    {CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM", "OS call failed"},
-    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
-    {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access"},
-    {CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
-    {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
-    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
-    {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
+    SOMA_RESULT(CUDA_SUCCESS, success, "no error"),
+    SOMA_RESULT(CUDA_ERROR_INVALID_VALUE, invalid_value, "invalid argument"),
+    SOMA_RESULT(CUDA_ERROR_OUT_OF_MEMORY, out_of_memory, "out of memory"),
+    SOMA_RESULT(CUDA_ERROR_NOT_INITIALIZED, initialization_error, "initialization error"),
+    SOMA_RESULT(CUDA_ERROR_DEINITIALIZED, initialization_error, "driver shutting down"),
+    SOMA_RESULT(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, initialization_error, "driver mismatch"),
+    SOMA_RESULT(CUDA_ERROR_STUB_LIBRARY, no_device, "the toolkit's stub libcuda, no driver"),
+    SOMA_RESULT(CUDA_ERROR_DEVICE_UNAVAILABLE, no_device, "devices busy or unavailable"),
+    SOMA_RESULT(CUDA_ERROR_NO_DEVICE, no_device, "no CUDA-capable device is detected"),
+    SOMA_RESULT(CUDA_ERROR_INVALID_DEVICE, invalid_device, "invalid device ordinal"),
+    SOMA_RESULT(CUDA_ERROR_INVALID_CONTEXT, invalid_handle, "invalid device context"),
+    SOMA_RESULT(CUDA_ERROR_CONTEXT_IS_DESTROYED, invalid_handle, "context is destroyed"),
+    SOMA_RESULT(CUDA_ERROR_INVALID_HANDLE, invalid_handle, "invalid resource handle"),
+    SOMA_RESULT(CUDA_ERROR_NOT_FOUND, invalid_handle, "named symbol not found"),
+    SOMA_RESULT(CUDA_ERROR_NOT_READY, not_ready, "device not ready"),
+    SOMA_RESULT(CUDA_ERROR_ILLEGAL_ADDRESS, illegal_address, "an illegal memory access"),
+    // Faults of a kernel: the context is unusable, like a failed launch.
+    SOMA_RESULT(CUDA_ERROR_ASSERT, launch_failure, "device-side assert triggered"),
+    SOMA_RESULT(CUDA_ERROR_HARDWARE_STACK_ERROR, launch_failure, "hardware stack error"),
+    SOMA_RESULT(CUDA_ERROR_ILLEGAL_INSTRUCTION, launch_failure, "illegal instruction"),
+    SOMA_RESULT(CUDA_ERROR_MISALIGNED_ADDRESS, launch_failure, "misaligned address"),
+    SOMA_RESULT(CUDA_ERROR_INVALID_ADDRESS_SPACE, launch_failure, "wrong address space"),
+    SOMA_RESULT(CUDA_ERROR_INVALID_PC, launch_failure, "invalid program counter"),
+    SOMA_RESULT(CUDA_ERROR_LAUNCH_FAILED, launch_failure, "unspecified launch failure"),
+    SOMA_RESULT(CUDA_ERROR_OPERATING_SYSTEM, operating_system, "OS call failed"),
+    SOMA_RESULT(CUDA_ERROR_NOT_PERMITTED, not_permitted, "operation not permitted"),
+    SOMA_RESULT(CUDA_ERROR_NOT_SUPPORTED, not_supported, "operation not supported"),
+    SOMA_RESULT(CUDA_ERROR_UNKNOWN, unknown, "unknown error"),
 };
+#undef SOMA_RESULT
+
+const known_result* known(CUresult result) {
+  for (const known_result& k : known_results) {
+    if (k.result == result) return &k;
+  }
+  return nullptr;
+}
 
 status load_failure(error_code code, std::string message, void* library) {
   if (library != nullptr) dlclose(library);  // nothing of it is in use yet
@@ -133,50 +156,8 @@ status load_failure(error_code code, std::string message, void* library) {
 }  // namespace
 
 error_code translate(CUresult result) {
-  switch (result) {
-    case CUDA_SUCCESS:
-      return error_code::success;
-    case CUDA_ERROR_INVALID_VALUE:
-      return error_code::invalid_value;
-    case CUDA_ERROR_OUT_OF_MEMORY:
-      return error_code::out_of_memory;
-    case CUDA_ERROR_NOT_INITIALIZED:
-    case CUDA_ERROR_DEINITIALIZED:
-    case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
-      return error_code::initialization_error;
-    case CUDA_ERROR_STUB_LIBRARY:
-    case CUDA_ERROR_DEVICE_UNAVAILABLE:
-    case CUDA_ERROR_NO_DEVICE:
-      return error_code::no_device;
-    case CUDA_ERROR_INVALID_DEVICE:
-      return error_code::invalid_device;
-    case CUDA_ERROR_INVALID_CONTEXT:
-    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
-    case CUDA_ERROR_INVALID_HANDLE:
-    case CUDA_ERROR_NOT_FOUND:
-      return error_code::invalid_handle;
-    case CUDA_ERROR_NOT_READY:
-      return error_code::not_ready;
-    case CUDA_ERROR_ILLEGAL_ADDRESS:
-      return error_code::illegal_address;
-    // Faults of a kernel: the context is unusable, like a failed launch.
-    case CUDA_ERROR_ASSERT:
-    case CUDA_ERROR_HARDWARE_STACK_ERROR:
-    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
-    case CUDA_ERROR_MISALIGNED_ADDRESS:
-    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
-    case CUDA_ERROR_INVALID_PC:
-    case CUDA_ERROR_LAUNCH_FAILED:
-      return error_code::launch_failure;
-    case CUDA_ERROR_OPERATING_SYSTEM:
-      return error_code::operating_system;
-    case CUDA_ERROR_NOT_PERMITTED:
-      return error_code::not_permitted;
-    case CUDA_ERROR_NOT_SUPPORTED:
-      return error_code::not_supported;
-    default:
-      return error_code::unknown;
-  }
+  const known_result* k = known(result);
+  return k != nullptr ? k->code : error_code::unknown;
 }
 
 std::string driver_api::describe(CUresult result) const {
@@ -185,10 +166,9 @@ std::string driver_api::describe(CUresult result) const {
   if (cuGetErrorName == nullptr || cuGetErrorName(result, &name) != CUDA_SUCCESS) name = nullptr;
   if (cuGetErrorString == nullptr || cuGetErrorString(result, &text) != CUDA_SUCCESS)
     text = nullptr;
-  for (const known_result& known : known_results) {
-    if (known.result != result) continue;
-    if (name == nullptr) name = known.name;
-    if (text == nullptr) text = known.text;
+  if (const known_result* k = known(result); k != nullptr) {
+    if (name == nullptr) name = k->name;
+    if (text == nullptr) text = k->text;
   }
   std::string out = name != nullptr ? name : "CUresult " + std::to_string(result);
   if (text != nullptr && *text != '\0') out += std::string(": ") + text;

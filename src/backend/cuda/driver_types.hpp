@@ -10,27 +10,24 @@
 
 namespace soma::detail::backend::cuda {
 
-// ---- handles and scalars ------------------------------------------------------------------
+// ---- handles and scalars, by what they name ------------------------------------------------
+// A handle is a pointer to a struct the driver never shows (declared by naming it).
 using CUresult = int;
+using cuuint64_t = unsigned long long;
+// devices
 using CUdevice = int;
+using CUcontext = struct CUctx_st*;
+// memory
 using CUdeviceptr = unsigned long long;
 using CUmemGenericAllocationHandle = unsigned long long;
-using cuuint64_t = unsigned long long;
-struct CUctx_st;
-using CUcontext = CUctx_st*;
-struct CUstream_st;
-using CUstream = CUstream_st*;
-struct CUevent_st;
-using CUevent = CUevent_st*;
+using CUarray = struct CUarray_st*;
+// work
+using CUstream = struct CUstream_st*;
+using CUevent = struct CUevent_st*;
 using CUhostFn = void (*)(void* user_data);
-struct CUgraph_st;
-using CUgraph = CUgraph_st*;
-struct CUgraphNode_st;
-using CUgraphNode = CUgraphNode_st*;
-struct CUgraphExec_st;
-using CUgraphExec = CUgraphExec_st*;
-struct CUarray_st;
-using CUarray = CUarray_st*;
+using CUgraph = struct CUgraph_st*;
+using CUgraphNode = struct CUgraphNode_st*;
+using CUgraphExec = struct CUgraphExec_st*;
 
 // ---- results (CUresult) -------------------------------------------------------------------
 inline constexpr CUresult CUDA_SUCCESS = 0;
@@ -144,32 +141,27 @@ struct CUDA_MEMSET_NODE_PARAMS {
 static_assert(sizeof(CUDA_MEMSET_NODE_PARAMS) == 40,
               "cuda.h's CUDA_MEMSET_NODE_PARAMS_v1 is 40 bytes");
 
+/// One side of a 3-D copy: cuda.h's src* or dst* fields of CUDA_MEMCPY3D_v2, which lay out
+/// the same for both (cuda.h's dstHost is a void*, of the same size and place).
+struct CUDA_MEMCPY3D_side {
+  std::size_t XInBytes = 0;
+  std::size_t Y = 0;
+  std::size_t Z = 0;
+  std::size_t LOD = 0;
+  int MemoryType = 0;  ///< CU_MEMORYTYPE_*
+  const void* Host = nullptr;
+  CUdeviceptr Device = 0;
+  CUarray Array = nullptr;
+  void* reserved = nullptr;
+  std::size_t Pitch = 0;
+  std::size_t Height = 0;
+};
+static_assert(sizeof(CUDA_MEMCPY3D_side) == 88, "cuda.h's src* fields take 88 bytes");
+
 /// A 3-D copy (cuda.h's CUDA_MEMCPY3D_v2); soma fills only 1-D unified-address copies.
 struct CUDA_MEMCPY3D {
-  std::size_t srcXInBytes = 0;
-  std::size_t srcY = 0;
-  std::size_t srcZ = 0;
-  std::size_t srcLOD = 0;
-  int srcMemoryType = 0;  ///< CU_MEMORYTYPE_*
-  const void* srcHost = nullptr;
-  CUdeviceptr srcDevice = 0;
-  CUarray srcArray = nullptr;
-  void* reserved0 = nullptr;
-  std::size_t srcPitch = 0;
-  std::size_t srcHeight = 0;
-
-  std::size_t dstXInBytes = 0;
-  std::size_t dstY = 0;
-  std::size_t dstZ = 0;
-  std::size_t dstLOD = 0;
-  int dstMemoryType = 0;  ///< CU_MEMORYTYPE_*
-  void* dstHost = nullptr;
-  CUdeviceptr dstDevice = 0;
-  CUarray dstArray = nullptr;
-  void* reserved1 = nullptr;
-  std::size_t dstPitch = 0;
-  std::size_t dstHeight = 0;
-
+  CUDA_MEMCPY3D_side src;
+  CUDA_MEMCPY3D_side dst;
   std::size_t WidthInBytes = 0;
   std::size_t Height = 1;
   std::size_t Depth = 1;

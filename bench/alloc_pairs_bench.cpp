@@ -404,6 +404,31 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Ping-pong of two idle streams through events, as vs_driver's (d) without allocations: each
+  // wait is for work already done. No system anchor: the row is soma's own floor for the pattern.
+  {
+    somaStream_t a = nullptr;
+    somaStream_t b = nullptr;
+    somaEvent_t on_a = nullptr;
+    somaEvent_t on_b = nullptr;
+    SOMA_BENCH_CHECK(somaStreamCreate(&a));
+    SOMA_BENCH_CHECK(somaStreamCreate(&b));
+    SOMA_BENCH_CHECK(somaEventCreateWithFlags(&on_a, somaEventDisableTiming));
+    SOMA_BENCH_CHECK(somaEventCreateWithFlags(&on_b, somaEventDisableTiming));
+    const double events_ns = time_pairs(config, 1, [&] {
+      SOMA_BENCH_CHECK(somaEventRecord(on_a, a));
+      SOMA_BENCH_CHECK(somaStreamWaitEvent(b, on_a, 0));
+      SOMA_BENCH_CHECK(somaEventRecord(on_b, b));
+      SOMA_BENCH_CHECK(somaStreamWaitEvent(a, on_b, 0));
+    });
+    std::printf("%-44s %12.1f %12s\n", "ping-pong: 2 records + 2 waits, idle streams", events_ns,
+                "-");
+    SOMA_BENCH_CHECK(somaEventDestroy(on_a));
+    SOMA_BENCH_CHECK(somaEventDestroy(on_b));
+    SOMA_BENCH_CHECK(somaStreamDestroy(a));
+    SOMA_BENCH_CHECK(somaStreamDestroy(b));
+  }
+
   // Threshold 0: every synchronize gives the memory back, the next allocation maps it again.
   somaMemPoolProps props{};
   props.allocType = somaMemAllocationTypePinned;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "core/spin_lock.hpp"
 #include "core/timeline_registry.hpp"
 #include "core/vector_clock.hpp"
 
@@ -136,7 +137,9 @@ class stream_timeline {
   std::atomic<bool> accepts_waits_{true};
   const std::uint64_t id_;
   timeline_registry* const registry_;
-  mutable std::mutex clock_mutex_;
+  // Held for a copy or a merge of a few words (event record, wait): a spin lock costs a
+  // third of a mutex there.
+  mutable spin_lock clock_mutex_;
   vector_clock clock_;
   std::size_t prune_at_ = 16;  // clock_mutex_
   std::uint32_t cache_slot_;

@@ -590,6 +590,32 @@ TEST_F(CpuBackend, EnqueueWaitOnOwnStreamOrUnrecordedEventIsANoOp) {
   EXPECT_TRUE(a.synchronize().ok());
 }
 
+// S12: a wait for work already done orders nothing, so it takes no position and wakes no worker
+// (it made a stream ping-pong cost tens of microseconds of thread switches per wait).
+TEST_F(CpuBackend, EnqueueWaitForCompletedWorkTakesNoPosition) {
+  be::stream& a = make_stream();
+  be::stream& b = make_stream();
+  auto e = make_event();
+  ASSERT_TRUE(a.enqueue_host_task([] { return status::success(); }).ok());
+  ASSERT_TRUE(e->record(a).ok());
+  ASSERT_TRUE(a.synchronize().ok());
+  const std::uint64_t before = timeline_of(1).enqueued_position();
+  ASSERT_TRUE(b.enqueue_wait(*e).ok());
+  EXPECT_EQ(timeline_of(1).enqueued_position(), before);
+  // Work not yet done still becomes a wait on b's worker.
+  std::latch gate(1);
+  ASSERT_TRUE(a.enqueue_host_task([&] {
+                 gate.wait();
+                 return status::success();
+               }).ok());
+  ASSERT_TRUE(e->record(a).ok());
+  ASSERT_TRUE(b.enqueue_wait(*e).ok());
+  EXPECT_EQ(timeline_of(1).enqueued_position(), before + 1);
+  EXPECT_EQ(b.query().code(), error_code::not_ready);
+  gate.count_down();
+  EXPECT_TRUE(b.synchronize().ok());
+}
+
 TEST_F(CpuBackend, FailingHostTaskBecomesTheStickyError) {
   be::stream& s = make_stream();
   auto before = make_event();

@@ -75,10 +75,16 @@ maybe_task task_for(work::write_value32&& w, const std::shared_ptr<stream_state>
 }
 
 /// Waits on the worker until `source` completed position. A failure upstream is the upstream
-/// stream's error; the waiting stream carries on.
+/// stream's error; the waiting stream carries on. Nothing to do when source already completed
+/// it: the wait would only wake this stream's worker (tens of microseconds of thread switches
+/// for a stream ping-pong on a small machine).
 maybe_task wait_on(std::shared_ptr<stream_state> source, std::uint64_t position,
                    const std::shared_ptr<stream_state>& self) {
   if (source == nullptr || source == self) return std::nullopt;  // nothing to wait for
+  {
+    std::lock_guard lock(source->mutex);
+    if (source->completed >= position) return std::nullopt;
+  }
   return [source = std::move(source), position] {
     (void)source->wait_for(position);
     return status::success();
@@ -129,6 +135,7 @@ void cpu_stream::serve(std::shared_ptr<stream_state> state) {
         state->sticky = status(error_code::launch_failure,
                                "asynchronous work at position " + std::to_string(op.position) +
                                    " of the stream failed: " + outcome.message());
+        state->failed.store(true, std::memory_order_release);
       }
       state->completed = op.position;
       // Inside the lock: whoever wakes from `progress` sees the timeline advanced too.
@@ -177,6 +184,8 @@ status cpu_stream::query() {
 }
 
 status cpu_stream::sticky_error() {
+  // One load for a stream that never failed (every enqueue and event record asks).
+  if (!state_->failed.load(std::memory_order_acquire)) return status::success();
   std::lock_guard lock(state_->mutex);
   return state_->failed_at != 0 ? state_->sticky : status::success();
 }

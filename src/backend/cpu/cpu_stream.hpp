@@ -1,6 +1,7 @@
 // A cpu backend stream: an in-order queue served by one worker thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -32,6 +33,7 @@ struct stream_state {
   std::uint64_t completed = 0;
   std::uint64_t failed_at = 0;  // position of the first failure; 0 = none
   status sticky;
+  std::atomic<bool> failed{false};  // failed_at != 0, readable without the lock
   bool stopping = false;
 
   /// Blocks until completed >= position; returns the sticky error if the stream failed at

@@ -32,11 +32,10 @@ void run_host_call(void* data) {
   if (!outcome.ok()) {
     std::lock_guard lock(call->sticky->mutex);
     if (call->sticky->failure.ok()) {
-      call->sticky->failed_at = call->position;
-      call->sticky->failure =
-          status(error_code::launch_failure, "asynchronous work at position " +
-                                                 std::to_string(call->position) +
-                                                 " of the stream failed: " + outcome.message());
+      call->sticky->fail(status(error_code::launch_failure,
+                                "asynchronous work at position " + std::to_string(call->position) +
+                                    " of the stream failed: " + outcome.message()),
+                         call->position);
     }
   }
   // A host function runs after everything before it on the stream: its position is done.
@@ -311,6 +310,7 @@ status cuda_stream::query() {
 }
 
 status cuda_stream::sticky_error() {
+  if (!sticky_->failed.load(std::memory_order_acquire)) return status::success();
   std::lock_guard lock(sticky_->mutex);
   return sticky_->failure;
 }
@@ -321,7 +321,7 @@ status cuda_stream::note_failure(status failure) {
       failure.code() == error_code::launch_failure || failure.code() == error_code::illegal_address;
   if (asynchronous) {
     std::lock_guard lock(sticky_->mutex);
-    if (sticky_->failure.ok()) sticky_->failure = failure;
+    if (sticky_->failure.ok()) sticky_->fail(failure, 0);  // the position is not known
   }
   return failure;
 }

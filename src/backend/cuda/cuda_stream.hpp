@@ -2,6 +2,7 @@
 // bookkeeping that keeps its timeline honest.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -21,6 +22,15 @@ struct sticky_state {
   std::mutex mutex;
   status failure;               ///< success until something failed
   std::uint64_t failed_at = 0;  ///< position of the failed operation; 0 = none
+  /// Set (under mutex) with failure, so that every enqueue's check of a stream that never
+  /// failed is one load rather than a lock.
+  std::atomic<bool> failed{false};
+
+  void fail(status why, std::uint64_t position) {  // requires: mutex held, no failure yet
+    failure = std::move(why);
+    failed_at = position;
+    failed.store(true, std::memory_order_release);
+  }
 
   /// The failure if it happened at or before position (what an event there must report).
   status failure_up_to(std::uint64_t position) {

@@ -167,7 +167,7 @@ status executable::launch(stream_object& stream) {
     if (status mapped = memory_.prepare(*layout_, stream, auto_free_, true); !mapped.ok())
       return mapped;
   }
-  std::vector<std::unique_lock<std::mutex>> locks;
+  std::vector<std::unique_lock<spin_lock>> locks;
   locks.reserve(events.size());
   for (event_object* e : events) locks.emplace_back(e->mutex);
   const std::uint64_t before = stream.timeline.enqueued_position();

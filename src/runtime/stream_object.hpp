@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "backend/backend.hpp"
+#include "core/spin_lock.hpp"
 #include "core/stream_timeline.hpp"
 #include "core/timeline_registry.hpp"
 #include "core/vector_clock.hpp"
@@ -32,9 +33,11 @@ struct stream_object : std::enable_shared_from_this<stream_object> {
 
 /// A soma event: a backend event plus the stream position it captured, which lets a
 /// successful synchronize or query prove that position complete (S12). Used from several
-/// threads at once: `mutex` keeps the fields below consistent with the backend record.
+/// threads at once: `mutex` keeps the fields below consistent with the backend record. A spin
+/// lock (which yields after a short spin): it is taken on every record and wait, and threads
+/// rarely share one event.
 struct event_object {
-  std::mutex mutex;
+  spin_lock mutex;
   std::unique_ptr<backend::event> backend_event;
   std::shared_ptr<stream_object> recorded_stream;  // null until recorded
   std::uint64_t recorded_position = 0;

@@ -56,7 +56,8 @@ status cuda_event::record(stream& s) {
       !s.ok())
     return s;
   event_ = chosen.value();
-  sticky_ = target.sticky();
+  // Recorded on the same stream again: no reference-count traffic.
+  if (sticky_ != target.sticky()) sticky_ = target.sticky();
   recorded_position_ = target.enqueued_position();
   context_ = target.context();
   return status::success();

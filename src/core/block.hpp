@@ -9,8 +9,6 @@
 
 namespace soma::detail {
 
-class pool;
-
 /// Every allocation is aligned to and sized in multiples of this (as CUDA's pools).
 inline constexpr std::size_t allocation_alignment_bytes = 256;
 
@@ -45,7 +43,6 @@ struct block {
   std::uintptr_t address = 0;
   std::size_t size_bytes = 0;       ///< capacity, a multiple of allocation_alignment_bytes
   std::size_t requested_bytes = 0;  ///< what the application asked for (live blocks)
-  pool* owner = nullptr;
   block* previous_adjacent = nullptr;  ///< block that ends where this one starts, if mapped
   block* next_adjacent = nullptr;
   block* next_in_bin = nullptr;  ///< link in a stream cache bin

@@ -1,9 +1,9 @@
 // soma's assertions. SOMA_ASSERT(condition, message) is checked where NDEBUG is not defined (the
 // dev and sanitizer presets) and compiled out of release builds; it guards what a line of code
 // assumes. SOMA_EXPENSIVE_CHECKS (on in the dev preset) turns on the invariant checks that walk
-// a whole structure (pool::check_invariants_locked): soma_detail_expensive_checks tells code
-// whether to run them. A failure prints the condition, the message and the place, and aborts:
-// the state is corrupt, and carrying on would hide where.
+// a whole structure (pool::check_invariants_locked): `expensive_checks` tells code whether
+// to run them, and SOMA_EXPENSIVE_ASSERT checks only then. A failure prints the condition, the
+// message and the place, and aborts: the state is corrupt, and carrying on would hide where.
 #pragma once
 
 #include <cstdio>

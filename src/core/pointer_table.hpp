@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/block.hpp"
+#include "core/check.hpp"
 #include "core/spin_lock.hpp"
 
 namespace soma::detail {
@@ -39,7 +40,11 @@ class pointer_table {
     std::lock_guard lock(s.mutex);
     if ((s.used + 1) * 2 > s.slots.size()) s.grow();
     std::size_t i = s.home(live_block->address);
-    while (s.slots[i].live != nullptr) i = (i + 1) & (s.slots.size() - 1);
+    while (s.slots[i].live != nullptr) {
+      SOMA_ASSERT(s.slots[i].live->address != live_block->address,
+                  "an address is live at most once");
+      i = (i + 1) & (s.slots.size() - 1);
+    }
     s.slots[i] = entry{live_block, &owner};
     ++s.used;
   }

@@ -1,10 +1,11 @@
 // pool: construction, names, the fast path (stream caches, used-byte shares) and the free.
-// The other concerns are in pool_slow_path.cpp, pool_growth.cpp, pool_release.cpp and
-// pool_diagnosis.cpp.
+// The other concerns are in pool_slow_path.cpp, pool_growth.cpp, pool_release.cpp,
+// pool_remap.cpp and pool_diagnosis.cpp.
 #include "core/pool.hpp"
 
 #include <algorithm>
-#include <cassert>
+
+#include "core/check.hpp"
 
 namespace soma::detail {
 namespace {
@@ -107,6 +108,8 @@ stream_cache* pool::create_cache(std::uint32_t slot) {
 }
 
 void pool::make_live(block* b, std::size_t requested_bytes) {
+  SOMA_ASSERT(b->current_state() != block_state::live && b->current_state() != block_state::indexed,
+              "a block handed out is taken out of its cache or the index first");
   b->requested_bytes = requested_bytes;
   b->set_state(block_state::live);
 }
@@ -157,30 +160,32 @@ result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline
       return hit;
     }
   }
-  required_wait wait;
-  result<block*> taken = allocate_slow(size_bytes, stream, hooks != nullptr ? &wait : nullptr);
-  if (!taken.ok() && wait.synchronize_and_compact) {
+  const bool hooked = hooks != nullptr;
+  result<slow_path_outcome> outcome =
+      allocate_slow(size_bytes, stream, {.may_wait = hooked, .may_compact = hooked});
+  if (outcome.ok() && outcome.value().then == slow_path_outcome::next::compact_first) {
     // S9 compaction before growth: once the stream ran its frees they are proven and the free
-    // memory can go back; the allocation then grows into what it needs.
+    // memory can go back; the allocation then grows into what it needs. A stream that failed
+    // proves nothing: trim gives back what it can and the search grows.
     note_history(history_kind::compaction, 0, requested_bytes, stream.id());
     hooks->synchronize(stream);
     trim_to(0);
-    wait = required_wait{};
-    wait.allow_compaction = false;
-    taken = allocate_slow(size_bytes, stream, &wait);
+    outcome = allocate_slow(size_bytes, stream, {.may_wait = true, .may_compact = false});
   }
-  if (taken.ok() && wait.stream != nullptr)
-    hooks->order_after(stream, wait.stream_id, wait.position);
-  if (taken.ok()) {
-    // The slow path folds every stream's share in, so the high watermark sees the true sum.
-    fold_used_shares();
-    make_live(taken.value(), requested_bytes);
-    publish_used(static_cast<std::int64_t>(requested_bytes));
-  }
-  return taken;
+  if (!outcome.ok()) return outcome.take_error();
+  const slow_path_outcome& found = outcome.value();
+  SOMA_ASSERT(found.taken != nullptr, "the slow path hands out a block or fails");
+  if (found.then == slow_path_outcome::next::wait)
+    hooks->order_after(stream, found.wait_stream_id, found.wait_position);
+  // The slow path folds every stream's share in, so the high watermark sees the true sum.
+  fold_used_shares();
+  make_live(found.taken, requested_bytes);
+  publish_used(static_cast<std::int64_t>(requested_bytes));
+  return found.taken;
 }
 
 void pool::free(block* live, const stream_timeline& stream) {
+  SOMA_ASSERT(live->current_state() == block_state::live, "the caller frees a live block");
   const call_census::scope in_call(calls_);
   const auto bytes = static_cast<std::int64_t>(live->requested_bytes);
   live->stamp = free_stamp{&stream, stream.enqueued_position()};

@@ -66,21 +66,27 @@ struct address_diagnosis {
   std::size_t block_bytes = 0;  ///< requested bytes for live blocks
 };
 
-/// An ordering the allocator must add before handing a block to a stream (S11 internal
-/// dependencies): the stream waits until `stream` has completed `position`. Also carries the
-/// compaction handshake (S9): with compaction allowed and the pool set to compact before
-/// growth, an allocation that would grow although the pool holds as much free memory fails
-/// with synchronize_and_compact set; the caller synchronizes the stream, calls trim_to(0) and
-/// allocates again with compaction not allowed.
-/// What the slow path tells pool::allocate it still has to do (with hooks).
-struct required_wait {
-  /// nullptr: nothing to wait for. Valid only under the pool lock: the stream may be
-  /// destroyed and forgotten once it is released, so the hook gets stream_id.
-  const stream_timeline* stream = nullptr;
-  std::uint64_t stream_id = 0;
-  std::uint64_t position = 0;
-  bool allow_compaction = true;          ///< in: the caller can synchronize and retry
-  bool synchronize_and_compact = false;  ///< out: do that, then retry
+/// What the slow path decided under the pool lock, for pool::allocate to finish outside it.
+struct slow_path_outcome {
+  enum class next : std::uint8_t {
+    done,           ///< `taken` serves the request as it is
+    wait,           ///< `taken` serves once the stream is ordered after wait_stream_id's
+                    ///< wait_position (S11 internal dependencies)
+    compact_first,  ///< enough memory is free, only fragmented: synchronize the stream, give
+                    ///< free memory back and search again before growing (S9 compaction)
+  };
+  next then = next::done;
+  block* taken = nullptr;  ///< done and wait: the block, split to size, out of the index
+  /// wait: the stream that freed `taken` and its position there. By id: once the pool lock is
+  /// released the freeing stream may be destroyed and forgotten.
+  std::uint64_t wait_stream_id = 0;
+  std::uint64_t wait_position = 0;
+};
+
+/// What pool::allocate may ask of the slow path.
+struct slow_path_options {
+  bool may_wait = false;     ///< may order the stream after another's free (needs hooks)
+  bool may_compact = false;  ///< may answer compact_first (needs hooks)
 };
 
 /// The allocation logic of design §2 "The flow of one allocation".
@@ -218,8 +224,8 @@ class pool {
   /// The stream's cache in this pool if it has one (cache_for makes one).
   stream_cache* existing_cache(const stream_timeline& stream) const;
   stream_cache* create_cache(std::uint32_t slot);
-  result<block*> allocate_slow(std::size_t size_bytes, const stream_timeline& stream,
-                               required_wait* wait);
+  result<slow_path_outcome> allocate_slow(std::size_t size_bytes, const stream_timeline& stream,
+                                          slow_path_options options);
   /// S11: may `stream` use b now without any added ordering?
   bool usable_without_waiting(const block* b, const stream_timeline& stream) const {
     return reuse_rule(b, stream).has_value();

@@ -115,7 +115,6 @@ status pool::grow_locked(std::size_t size_bytes, const stream_timeline& stream) 
   auto* fresh = new block();
   fresh->address = address;
   fresh->size_bytes = need_bytes;
-  fresh->owner = this;
   link_new_block_locked(fresh);
   index_.insert(fresh);  // merges with a proven block below it
   // Pending on this stream, the block below keeps its stamp and takes the new memory in.

@@ -18,7 +18,6 @@ void pool::carve_locked(block* b, std::uintptr_t from, std::uintptr_t to) {
     after = new block();
     after->address = to;
     after->size_bytes = b_end - to;
-    after->owner = this;
     after->stamp = b->stamp;  // still freed where b was (remap carves pending blocks too)
     after->next_adjacent = b->next_adjacent;
     if (after->next_adjacent != nullptr) after->next_adjacent->previous_adjacent = after;

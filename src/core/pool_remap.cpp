@@ -109,7 +109,6 @@ block* pool::remap_locked(std::size_t size_bytes, const stream_timeline& stream)
   auto* fresh = new block();
   fresh->address = address;
   fresh->size_bytes = need_bytes;
-  fresh->owner = this;
   // What split leaves over serves other streams only after every granule's free. Frees of
   // several points are all ordered before this stream's next operation (each was usable by
   // it), so that point stands for them.

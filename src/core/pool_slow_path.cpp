@@ -29,8 +29,9 @@ std::size_t pool::compaction_floor(std::size_t size_bytes) const {
   return std::min(size_bytes, std::max(config_.growth_step_bytes, granularity_bytes_));
 }
 
-result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline& stream,
-                                   required_wait* wait) {
+result<slow_path_outcome> pool::allocate_slow(std::size_t size_bytes, const stream_timeline& stream,
+                                              slow_path_options options) {
+  slow_path_outcome outcome;
   std::lock_guard lock(mutex_);
   auto usable = [&](const block* b) { return usable_without_waiting(b, stream); };
   // The stream's own cache goes back to the index before the index is searched, so that its
@@ -75,13 +76,13 @@ result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline
     b = remap_locked(size_bytes, stream);
     if (b != nullptr) how = served_by::remap;
   }
-  if (b == nullptr && wait != nullptr && wait->allow_compaction && compact_before_growth() &&
+  if (b == nullptr && options.may_compact && compact_before_growth() &&
       reserved_bytes_.load(std::memory_order_relaxed) >=
           used_now() + compaction_floor(size_bytes)) {
-    // Enough memory is free, only not in one piece: rather than grow, let the caller
-    // synchronize this stream so its frees can go back, then grow into them.
-    wait->synchronize_and_compact = true;
-    return status(error_code::not_ready, describe() + ": compaction before growth");
+    // Enough memory is free, only not in one piece: rather than grow, synchronize this stream
+    // (outside the lock) so its frees can go back, then grow into them.
+    outcome.then = slow_path_outcome::next::compact_first;
+    return outcome;
   }
   if (b == nullptr) {
     // Growing beats waiting: new memory serializes no stream. Only when the pool cannot grow
@@ -100,16 +101,16 @@ result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline
       // Free whole granules, mapped again as one range, serve where growth could not: before
       // any wait, since they need none.
       how = served_by::remap;
-    } else if (grown.code() == error_code::out_of_memory && wait != nullptr && reuse_policy(3)) {
+    } else if (grown.code() == error_code::out_of_memory && options.may_wait && reuse_policy(3)) {
       index_.merge_pending_runs();
       b = index_.take_best_fit(size_bytes, [&](const block* candidate) {
         return candidate->stamp.timeline != nullptr && candidate->stamp.timeline->accepts_waits();
       });
       if (b == nullptr) return grown;
       how = served_by::internal_dependency;
-      wait->stream = b->stamp.timeline;
-      wait->stream_id = b->stamp.timeline->id();
-      wait->position = b->stamp.position;
+      outcome.then = slow_path_outcome::next::wait;
+      outcome.wait_stream_id = b->stamp.timeline->id();
+      outcome.wait_position = b->stamp.position;
     } else {
       return grown;
     }
@@ -117,7 +118,8 @@ result<block*> pool::allocate_slow(std::size_t size_bytes, const stream_timeline
   split_locked(b, size_bytes);
   b->how = how.value_or(served_by::proven_free);
   check_invariants_locked();
-  return b;
+  outcome.taken = b;
+  return outcome;
 }
 
 void pool::split_locked(block* b, std::size_t size_bytes) {
@@ -126,7 +128,6 @@ void pool::split_locked(block* b, std::size_t size_bytes) {
   auto* rest = new block();
   rest->address = b->address + size_bytes;
   rest->size_bytes = b->size_bytes - size_bytes;
-  rest->owner = this;
   rest->stamp = b->stamp;
   rest->previous_adjacent = b;
   rest->next_adjacent = b->next_adjacent;

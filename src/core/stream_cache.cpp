@@ -1,5 +1,7 @@
 #include "core/stream_cache.hpp"
 
+#include "core/check.hpp"
+
 namespace soma::detail {
 
 stream_cache::stream_cache(std::size_t capacity_bytes)
@@ -50,6 +52,8 @@ block* stream_cache::pop(std::size_t size_bytes, std::int64_t requested_bytes,
 }
 
 bool stream_cache::push(block* freed, std::int64_t freed_bytes) {
+  SOMA_ASSERT(freed->next_in_bin == nullptr && freed->size_bytes != 0,
+              "a block is in one bin at most, and has a size");
   std::lock_guard lock(mutex_);
   add_used_locked(-freed_bytes);
   if (cached_bytes_ + freed->size_bytes > capacity_bytes_) return false;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/check.hpp"
+
 namespace soma::detail::graph {
 namespace {
 constexpr std::size_t npos = static_cast<std::size_t>(-1);
@@ -125,6 +127,20 @@ void graph_analysis::lay_out(exec_memory& layout) const {
     done.push_back({at, free, offset, x.allocation->span});
     layout.allocations.push_back({x.allocation, offset, free != npos});
     layout.footprint = std::max(layout.footprint, offset + x.allocation->span);
+  }
+  if constexpr (expensive_checks) {
+    // S15: allocations that may be live at the same time never share memory.
+    for (std::size_t i = 0; i < done.size(); ++i) {
+      for (std::size_t j = i + 1; j < done.size(); ++j) {
+        const placed& p = done[i];
+        const placed& q = done[j];
+        const bool apart = p.offset + p.span <= q.offset || q.offset + q.span <= p.offset;
+        const bool ordered = (p.free != npos && reaches(p.free, q.alloc)) ||
+                             (q.free != npos && reaches(q.free, p.alloc));
+        SOMA_EXPENSIVE_ASSERT(apart || ordered,
+                              "graph allocations that may be live together do not overlap");
+      }
+    }
   }
 }
 

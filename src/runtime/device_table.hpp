@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "core/check.hpp"
 #include "core/status.hpp"
 
 namespace soma::detail {
@@ -25,6 +26,7 @@ class device_table {
   status check(int device) const;
   /// Requires: check(device) passed.
   const backend::device_properties& properties(int device) const {
+    SOMA_ASSERT(device >= 0 && device < count(), "check(device) passed");
     return properties_[static_cast<std::size_t>(device)];
   }
   std::string backend_name() const { return platform_->name(); }

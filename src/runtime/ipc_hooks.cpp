@@ -172,8 +172,7 @@ result<void*> ipc_hooks::add_imported_allocation(std::uintptr_t pool_handle, std
       p->forget_mapping(address);
       release();
     };
-    auto [entry, is_new] =
-        p->imports()->add(key, address, bytes, p, std::move(forget_then_release));
+    auto [entry, is_new] = p->imports()->add(key, address, bytes, std::move(forget_then_release));
     if (is_new) pointers_.insert(entry, *p);
     added = reinterpret_cast<void*>(entry->address);
     return status::success();

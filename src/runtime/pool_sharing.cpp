@@ -106,8 +106,7 @@ block* import_table::find(std::uint64_t key) const {
 }
 
 std::pair<block*, bool> import_table::add(std::uint64_t key, std::uintptr_t address,
-                                          std::size_t bytes, pool* owner,
-                                          release_function release) {
+                                          std::size_t bytes, release_function release) {
   block* existing_entry = nullptr;
   {
     std::lock_guard lock(mutex_);
@@ -117,7 +116,6 @@ std::pair<block*, bool> import_table::add(std::uint64_t key, std::uintptr_t addr
       fresh->entry.address = address;
       fresh->entry.size_bytes = bytes;
       fresh->entry.requested_bytes = bytes;
-      fresh->entry.owner = owner;
       fresh->entry.set_state(block_state::live);
       fresh->key = key;
       fresh->release = std::move(release);

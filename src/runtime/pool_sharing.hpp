@@ -111,11 +111,11 @@ class import_table {
 
   /// The live mapping imported under key, or nullptr.
   block* find(std::uint64_t key) const;
-  /// Registers a live mapping of [address, address + bytes) owned by pool `owner`, unless key
-  /// is live already: then release runs at once and the existing mapping is returned. The
-  /// second member says whether the mapping is new.
+  /// Registers a live mapping of [address, address + bytes), unless key is live already: then
+  /// release runs at once and the existing mapping is returned. The second member says whether
+  /// the mapping is new.
   std::pair<block*, bool> add(std::uint64_t key, std::uintptr_t address, std::size_t bytes,
-                              pool* owner, release_function release);
+                              release_function release);
   /// The live mapping that contains address: {base, bytes}, or {0, 0}.
   std::pair<std::uintptr_t, std::size_t> containing(std::uintptr_t address) const;
   /// The free of a live mapping (already removed from the pointer table) on stream, after the

@@ -125,7 +125,7 @@ class stream_registry {
 
   mutable std::mutex mutex_;  // the lists below and every stream's queue pointer
   // Every stream record not yet forgotten, by timeline id: live, and destroyed with work
-  // that may still run (required_wait names a stream by id).
+  // that may still run (an internal dependency names a stream by id: slow_path_outcome).
   std::unordered_map<std::uint64_t, std::shared_ptr<stream_object>> by_id_;
   std::vector<stream_object*> live_;
   std::vector<stream_object*> retired_;  // destroyed, not yet forgotten

@@ -1,5 +1,7 @@
 #include "backend/cuda/completion_tracker.hpp"
 
+#include "core/check.hpp"
+
 namespace soma::detail::backend::cuda {
 
 completion_tracker::completion_tracker(const driver_api& driver, CUcontext context,
@@ -16,6 +18,7 @@ completion_tracker::~completion_tracker() {
 
 void completion_tracker::attach(CUstream stream, stream_timeline& timeline) {
   std::lock_guard lock(mutex_);
+  SOMA_ASSERT(timeline_ == nullptr, "a tracker serves one stream at a time");
   stream_ = stream;
   timeline_ = &timeline;
   final_position_ = 0;
@@ -74,6 +77,8 @@ result<CUevent> completion_tracker::record_marker_locked() {
 }
 
 result<CUevent> completion_tracker::marker_covering_locked(std::uint64_t position) {
+  SOMA_ASSERT(timeline_ == nullptr || position <= timeline_->enqueued_position(),
+              "a marker covers only a position already taken");
   context_scope scope(driver_, context_);
   if (!scope.entered().ok()) return scope.entered();
   if (!pending_.empty() && pending_.back().position >= position) return pending_.back().event;

@@ -41,8 +41,8 @@ enum class served_by : std::uint8_t {
 /// `next_in_bin` change only under the owning pool's lock.
 struct block {
   std::uintptr_t address = 0;
-  std::size_t size_bytes = 0;       ///< capacity, a multiple of allocation_alignment_bytes
-  std::size_t requested_bytes = 0;  ///< what the application asked for (live blocks)
+  std::size_t size_bytes = 0;          ///< capacity, a multiple of allocation_alignment_bytes
+  std::size_t requested_bytes = 0;     ///< what the application asked for (live blocks)
   block* previous_adjacent = nullptr;  ///< block that ends where this one starts, if mapped
   block* next_adjacent = nullptr;
   block* next_in_bin = nullptr;  ///< link in a stream cache bin

@@ -34,30 +34,9 @@
 # benchmark failed; 3 the setup is wrong (no build directory, a library missing).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 3
-repo_root="$(pwd -P)"
-
-quick=0
-run_sanitizer=1
-run_bench=1
-for arg in "$@"; do
-  case "$arg" in
-    --quick) quick=1 ;;
-    --no-sanitizer) run_sanitizer=0 ;;
-    --no-bench) run_bench=0 ;;
-    -h | --help)
-      sed -n '2,30p' "${BASH_SOURCE[0]}"
-      exit 0
-      ;;
-    *)
-      echo "gpu-check: unknown argument '$arg' (see --help)" >&2
-      exit 3
-      ;;
-  esac
-done
-
 # shellcheck source=scripts/lib/check-output.sh
 source scripts/lib/check-output.sh  # the repository root is the working directory
-check_output_setup gpu-check ./gpu-out 28
+check_start gpu-check ./gpu-out 28 "--quick --no-sanitizer --no-bench" "$@"
 
 test_failures=0
 bench_failures=0
@@ -67,14 +46,6 @@ cleanup() {
   if [[ -n "$created_link" && -L "$created_link" ]]; then rm -f "$created_link"; fi
 }
 trap cleanup EXIT
-
-{
-  echo "soma gpu-check, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), host $(hostname)"
-  echo "repository $repo_root, build $BUILD_DIR, out $OUT"
-  echo "commit $(git -C "$repo_root" rev-parse --short HEAD 2>/dev/null || echo '?')" \
-    "$(git -C "$repo_root" status --porcelain 2>/dev/null | grep -q . && echo '(with local changes)')"
-  echo
-} | tee -a "$summary"
 
 # ---- 1 environment ----------------------------------------------------------------------------
 if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
@@ -129,31 +100,14 @@ done
   echo "glibc: $(ldd --version 2>&1 | head -1)"
   echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-<unset>}"
 } >"$OUT/environment.log" 2>&1
-for program in "${gpu_tests[@]}" "$build_abs/bench/vs_driver" "$build_abs/bench/alloc_pairs_bench"; do
-  echo "-- $program"
-  ldd "$program" 2>&1
-done >"$OUT/ldd.log"
 gpu_line="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
 if [[ -n "$gpu_line" ]]; then
   record INFO gpu "$gpu_line ($(nvidia-smi -L 2>/dev/null | wc -l) visible)"
 else
   record FAIL gpu "nvidia-smi sees no GPU (see $OUT/environment.log); the GPU tests will fail"
 fi
-if grep -qE 'GLIBCXX_[0-9.]+. not found|CXXABI_[0-9.]+. not found' "$OUT/ldd.log" &&
-  [[ -d "$build_abs/runtime-libs" ]]; then
-  # This machine's libstdc++ is older than the build machine's: use the copy carried along.
-  export LD_LIBRARY_PATH="$build_abs/runtime-libs:$LD_LIBRARY_PATH"
-  record INFO setup "libstdc++ here is too old for the build; using $BUILD_DIR/runtime-libs"
-  for program in "${gpu_tests[@]}" "$build_abs/bench/vs_driver" "$build_abs/bench/alloc_pairs_bench"; do
-    echo "-- $program"
-    ldd "$program" 2>&1
-  done >"$OUT/ldd.log"
-fi
-if grep -qE 'not found' "$OUT/ldd.log"; then
-  record FAIL setup "a program needs a library that is missing here (see $OUT/ldd.log):"
-  grep -E 'not found' "$OUT/ldd.log" | sort -u | tee -a "$summary"
-  exit 3
-fi
+check_libraries "$build_abs" "${gpu_tests[@]}" "$build_abs/bench/vs_driver" \
+  "$build_abs/bench/alloc_pairs_bench"
 
 export SOMA_BACKEND=cuda
 export SOMA_GPU_TESTS_REQUIRE_CUDA=1
@@ -170,15 +124,6 @@ if [[ -z "${SOMA_NCCL_LIBRARY:-}" ]]; then
 fi
 export SOMA_NCCL_LIBRARY
 record INFO nccl "${SOMA_NCCL_LIBRARY:-not found (the NCCL test skips)}"
-
-# Counts of a gtest console log: "passed failed skipped".
-gtest_counts() {
-  local log="$1" passed failed skipped
-  passed="$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\?\..*/\1/p' "$log" | tail -1)"
-  failed="$(sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\?, listed below:.*/\1/p' "$log" | tail -1)"
-  skipped="$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\?, listed below:.*/\1/p' "$log" | tail -1)"
-  echo "${passed:-0} passed, ${failed:-0} failed, ${skipped:-0} skipped"
-}
 
 # ---- 2 ctest ----------------------------------------------------------------------------------
 say "ctest -L gpu"

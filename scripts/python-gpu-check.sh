@@ -20,12 +20,9 @@
 # 3 the setup is wrong.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 3
-run_bench=1
-[[ "${1:-}" == "--no-bench" ]] && run_bench=0
-
 # shellcheck source=scripts/lib/check-output.sh
-source scripts/lib/check-output.sh
-check_output_setup python-gpu-check ./python-gpu-out 11
+source scripts/lib/check-output.sh  # the repository root is the working directory
+check_start python-gpu-check ./python-gpu-out 11 "--no-bench" "$@"
 
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export SOMA_BACKEND=cuda SOMA_GPU_TESTS_REQUIRE_CUDA=1 PYTHONDONTWRITEBYTECODE=1

@@ -34,41 +34,14 @@
 # failed; 3 the setup is wrong (no build directory, no library, no PyTorch).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 3
-repo_root="$(pwd -P)"
-
-quick=0
-run_bench=1
-for arg in "$@"; do
-  case "$arg" in
-    --quick) quick=1 ;;
-    --no-bench) run_bench=0 ;;
-    -h | --help)
-      sed -n '2,35p' "${BASH_SOURCE[0]}"
-      exit 0
-      ;;
-    *)
-      echo "torch-check: unknown argument '$arg' (see --help)" >&2
-      exit 3
-      ;;
-  esac
-done
-
 # shellcheck source=scripts/lib/check-output.sh
 source scripts/lib/check-output.sh  # the repository root is the working directory
-check_output_setup torch-check ./torch-out 10
+check_start torch-check ./torch-out 10 "--quick --no-bench" "$@"
 
 # NVLink multicast stays off: the lent machines do not support changing it.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export SOMA_BACKEND=cuda
 export SOMA_GPU_TESTS_REQUIRE_CUDA=1
-
-{
-  echo "soma torch-check, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), host $(hostname)"
-  echo "repository $repo_root, build $BUILD_DIR, out $OUT"
-  echo "commit $(git -C "$repo_root" rev-parse --short HEAD 2>/dev/null || echo '?')" \
-    "$(git -C "$repo_root" status --porcelain 2>/dev/null | grep -q . && echo '(with local changes)')"
-  echo
-} | tee -a "$summary"
 
 # ---- 1 environment ----------------------------------------------------------------------------
 if [[ ! -d "$BUILD_DIR" ]]; then
@@ -85,23 +58,9 @@ fi
 # Run paths point at libsoma through $ORIGIN; this is a second way to it.
 export LD_LIBRARY_PATH="$build_abs/src/capi${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-libraries() { for program in "$library" "$shim_test"; do
-  [[ -e "$program" ]] && { echo "-- $program"; ldd "$program" 2>&1; }
-done; }
-libraries >"$OUT/ldd.log"
-if grep -qE 'GLIBCXX_[0-9.]+. not found|CXXABI_[0-9.]+. not found' "$OUT/ldd.log" &&
-  [[ -d "$build_abs/runtime-libs" ]]; then
-  # This machine's libstdc++ is older than the build machine's: use the copy carried along
-  # (for python3 too, which must load it before torch loads the system's).
-  export LD_LIBRARY_PATH="$build_abs/runtime-libs:$LD_LIBRARY_PATH"
-  record INFO setup "libstdc++ here is too old for the build; using $BUILD_DIR/runtime-libs"
-  libraries >"$OUT/ldd.log"
-fi
-if grep -qE 'not found' "$OUT/ldd.log"; then
-  record FAIL setup "a library is missing here (see $OUT/ldd.log):"
-  grep -E 'not found' "$OUT/ldd.log" | sort -u | tee -a "$summary"
-  exit 3
-fi
+# (runtime-libs, where this machine's libstdc++ is too old, serves python3 too: it must load
+# that copy before torch loads the system's)
+check_libraries "$build_abs" "$library" "$shim_test"
 
 {
   echo "== nvidia-smi"
@@ -140,11 +99,8 @@ if [[ -x "$shim_test" ]]; then
   (cd "$(dirname "$shim_test")" && timeout 300 "$shim_test" --gtest_output="xml:$OUT/shim.xml") \
     >"$log" 2>&1
   status=$?
-  passed="$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\?\..*/\1/p' "$log" | tail -1)"
-  failed="$(sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\?, listed below:.*/\1/p' "$log" | tail -1)"
-  skipped="$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\?, listed below:.*/\1/p' "$log" | tail -1)"
-  counts="${passed:-0} passed, ${failed:-0} failed, ${skipped:-0} skipped"
-  if ((status == 0)) && [[ -n "$passed" ]]; then
+  counts="$(gtest_counts "$log")"
+  if ((status == 0)) && grep -q '^\[  PASSED  \] [0-9]* tests\?\.' "$log"; then
     record PASS shim "$counts (skips: tests that need 2 devices)"
   else
     record FAIL shim "exit $status: $counts (see $log)"

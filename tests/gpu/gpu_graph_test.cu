@@ -119,14 +119,14 @@ TEST_F(S15_GpuGraphs, GraphsOnOneStreamSharePhysicalMemoryOnTwoStreamsTheyDoNot)
 
   size_t committed_before = 0;
   SOMA_ASSERT_OK(somaDeviceGetCommittedBytes(&committed_before, 0));
-  const driver_memory before = driver_memory_info();
+  const memory_info before = driver_memory_info();
   SOMA_ASSERT_OK(somaDeviceGraphMemTrim(0));
   EXPECT_EQ(graph_attr(somaGraphMemAttrReservedMemCurrent), 0u) << "trim gives graph memory back";
   EXPECT_EQ(graph_attr(somaGraphMemAttrUsedMemCurrent), 0u);
   size_t committed_after = 0;
   SOMA_ASSERT_OK(somaDeviceGetCommittedBytes(&committed_after, 0));
   EXPECT_GE(committed_before - committed_after, 2 * bytes);
-  const driver_memory after = driver_memory_info();
+  const memory_info after = driver_memory_info();
   EXPECT_GE(after.free_bytes + meminfo_slack_bytes(), before.free_bytes + 2 * bytes)
       << "the driver sees the memory come back";
   SOMA_EXPECT_OK(somaGraphExecDestroy(ea));

@@ -43,7 +43,7 @@ constexpr std::size_t kWords = 1 << 20;  // 4 MiB
 constexpr const char* kChildVariable = "SOMA_GPU_HOST_POOL_CHILD";
 
 somaMemPoolProps host_pool_props(somaMemLocationType type = somaMemLocationTypeHost) {
-  somaMemPoolProps props = pool_props();
+  somaMemPoolProps props = pool_props(0);
   props.location.type = type;
   props.location.id = 0;
   return props;
@@ -113,7 +113,7 @@ TEST_F(S5_GpuHostPools, AKernelReadsAndWritesHostPoolMemoryOnceGranted) {
 TEST_F(S5_GpuHostPools, IsReleasedAtTheThresholdAsDevicePoolsAre) {
   // The same steps on a host pool and a device pool leave the same reserved memory behind.
   unique_pool host(host_pool_props());
-  unique_pool device;
+  unique_pool device(0);
   unique_stream stream;
   std::uint64_t reserved[2][3] = {};
   const std::size_t bytes = 64 << 20;

@@ -88,7 +88,7 @@ TEST_F(S1_S2_GpuNativeStream, StreamOverACudaStreamAllocatesFreesAndRunsHostFunc
   CUDA_ASSERT_OK(cudaStreamSynchronize(native));
   EXPECT_EQ(*flag.get(), 6);
   CUDA_ASSERT_OK(cudaStreamDestroy(native));
-  EXPECT_EQ(pool_u64(default_pool(), somaMemPoolAttrUsedMemCurrent), 0u);
+  EXPECT_EQ(pool_u64(default_pool(0), somaMemPoolAttrUsedMemCurrent), 0u);
 }
 
 TEST_F(S1_S2_GpuNativeStream, EventsOrderAnAdoptedStreamAndASomaStream) {
@@ -146,7 +146,7 @@ TEST_F(S1_S2_GpuNativeStream, AStreamWhoseOwnerEndsItFirstLeavesItsFreesProvable
   }
   SOMA_ASSERT_OK(somaFreeAsync(again, other));
   SOMA_ASSERT_OK(somaDeviceSynchronize());
-  EXPECT_EQ(pool_u64(default_pool(), somaMemPoolAttrUsedMemCurrent), 0u);
+  EXPECT_EQ(pool_u64(default_pool(0), somaMemPoolAttrUsedMemCurrent), 0u);
 }
 
 TEST_F(S13_GpuCopies, MemsetAndMemcpyRoundTripThroughPoolMemory) {

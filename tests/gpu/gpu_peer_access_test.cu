@@ -59,7 +59,7 @@ class S6_GpuPeerAccess : public gpu_test {
 };
 
 TEST_F(S6_GpuPeerAccess, KernelOnDevice1ReadsAndWritesADevice0PoolOnceGranted) {
-  unique_pool pool;  // device 0
+  unique_pool pool(0);  // device 0
   somaStream_t owner = stream_on(0);
   somaStream_t peer = stream_on(1);
   constexpr std::size_t words = 4 * MiB;

@@ -26,10 +26,10 @@ class S9_S12_GpuRelease : public gpu_test {
     // cudaMemGetInfo baseline: a kernel on a small allocation, then a synchronize.
     {
       unique_stream warm_up;
-      expect_pool_usable(default_pool(), warm_up);
+      expect_pool_usable(default_pool(0), warm_up);
     }
     SOMA_ASSERT_OK(somaDeviceSynchronize());
-    SOMA_ASSERT_OK(somaMemPoolTrimTo(default_pool(), 0));
+    SOMA_ASSERT_OK(somaMemPoolTrimTo(default_pool(0), 0));
   }
 };
 class S10_GpuStatistics : public gpu_test {};
@@ -38,19 +38,19 @@ class S14_GpuPointerAttributes : public gpu_test {};
 class S8_GpuDevice : public gpu_test {};
 
 TEST_F(S9_S12_GpuRelease, ThresholdZeroGivesMemoryBackAtSynchronizeAsCudaMemGetInfoShows) {
-  somaMemPool_t pool = default_pool();
+  somaMemPool_t pool = default_pool(0);
   SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, 0));
   const std::size_t slack = meminfo_slack_bytes();
   constexpr std::size_t size = 2 * GiB;
   unique_stream stream;
-  const driver_memory before = driver_memory_info();
+  const memory_info before = driver_memory_info();
 
   void* pointer = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&pointer, size, stream));
   fill(stream, pointer, size / 4, 9);
   CUDA_ASSERT_LAUNCHED();
   SOMA_ASSERT_OK(somaStreamSynchronize(stream)) << "a live allocation is never released";
-  const driver_memory live = driver_memory_info();
+  const memory_info live = driver_memory_info();
   EXPECT_GE(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), size);
   EXPECT_GE(before.free_bytes, live.free_bytes + size - slack)
       << "the driver does not see " << size << " bytes committed (before " << before.free_bytes
@@ -58,7 +58,7 @@ TEST_F(S9_S12_GpuRelease, ThresholdZeroGivesMemoryBackAtSynchronizeAsCudaMemGetI
 
   SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
-  const driver_memory after = driver_memory_info();
+  const memory_info after = driver_memory_info();
   EXPECT_EQ(pool_u64(pool, somaMemPoolAttrUsedMemCurrent), 0u);
   EXPECT_EQ(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), 0u)
       << "threshold 0: everything whose free the synchronize proved complete goes back (S9)";
@@ -71,12 +71,12 @@ TEST_F(S9_S12_GpuRelease, ThresholdZeroGivesMemoryBackAtSynchronizeAsCudaMemGetI
 }
 
 TEST_F(S9_S12_GpuRelease, ThresholdMaxKeepsMemoryReservedAcrossSynchronize) {
-  somaMemPool_t pool = default_pool();
+  somaMemPool_t pool = default_pool(0);
   SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
   const std::size_t slack = meminfo_slack_bytes();
   constexpr std::size_t size = 1 * GiB;
   unique_stream stream;
-  const driver_memory before = driver_memory_info();
+  const memory_info before = driver_memory_info();
 
   void* pointer = nullptr;
   SOMA_ASSERT_OK(somaMallocAsync(&pointer, size, stream));
@@ -88,7 +88,7 @@ TEST_F(S9_S12_GpuRelease, ThresholdMaxKeepsMemoryReservedAcrossSynchronize) {
   const std::uint64_t reserved = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
   EXPECT_GE(reserved, size) << "UINT64_MAX: the synchronize must not release (S9)";
   EXPECT_EQ(pool_u64(pool, somaMemPoolAttrUsedMemCurrent), 0u);
-  const driver_memory cached = driver_memory_info();
+  const memory_info cached = driver_memory_info();
   EXPECT_GE(before.free_bytes, cached.free_bytes + size - slack)
       << "the driver says the memory went back although the pool still reserves " << reserved;
 
@@ -107,17 +107,17 @@ TEST_F(S9_S12_GpuRelease, ThresholdMaxKeepsMemoryReservedAcrossSynchronize) {
       << "threshold lowered to 0, then a synchronize: CUDA releases the cached memory here";
   SOMA_ASSERT_OK(somaMemPoolTrimTo(pool, 0));
   EXPECT_EQ(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), 0u);
-  const driver_memory trimmed = driver_memory_info();
+  const memory_info trimmed = driver_memory_info();
   EXPECT_GE(trimmed.free_bytes + slack, before.free_bytes)
       << "after TrimTo(0) the driver still misses " << before.free_bytes - trimmed.free_bytes
       << " bytes";
 }
 
 TEST_F(S9_S12_GpuRelease, TrimToKeepsAtMostTheRequestedBytesAndTheDriverSeesTheRest) {
-  unique_pool pool;
+  unique_pool pool(0);
   SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
   unique_stream stream;
-  const std::size_t granule = granularity_bytes();
+  const std::size_t granule = granularity_bytes(0);
   const std::size_t slack = meminfo_slack_bytes();
   std::vector<void*> pointers(8, nullptr);
   for (void*& pointer : pointers)
@@ -126,13 +126,13 @@ TEST_F(S9_S12_GpuRelease, TrimToKeepsAtMostTheRequestedBytesAndTheDriverSeesTheR
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
   const std::uint64_t cached = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
   ASSERT_GE(cached, 256 * MiB);
-  const driver_memory before = driver_memory_info();
+  const memory_info before = driver_memory_info();
 
   SOMA_ASSERT_OK(somaMemPoolTrimTo(pool, 64 * MiB));
   const std::uint64_t kept = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
   EXPECT_LE(kept, 64 * MiB) << "TrimTo leaves at most minBytesToKeep (S9)";
   EXPECT_EQ(kept % granule, 0u);
-  const driver_memory trimmed = driver_memory_info();
+  const memory_info trimmed = driver_memory_info();
   EXPECT_GE(trimmed.free_bytes + slack, before.free_bytes + (cached - kept))
       << "the pool gave back " << cached - kept << " bytes but the driver's free memory rose by "
       << static_cast<long long>(trimmed.free_bytes) - static_cast<long long>(before.free_bytes);
@@ -142,9 +142,9 @@ TEST_F(S9_S12_GpuRelease, TrimToKeepsAtMostTheRequestedBytesAndTheDriverSeesTheR
 }
 
 TEST_F(S10_GpuStatistics, ReservedAndUsedFollowAllocationsAndFrees) {
-  unique_pool pool;
+  unique_pool pool(0);
   unique_stream stream;
-  const std::size_t granule = granularity_bytes();
+  const std::size_t granule = granularity_bytes(0);
   ASSERT_GT(granule, 0u);
   EXPECT_EQ(read_pool_stats(pool), pool_stats{}) << "a new pool holds nothing";
 
@@ -193,14 +193,14 @@ TEST_F(S10_GpuStatistics, ReservedAndUsedFollowAllocationsAndFrees) {
 }
 
 TEST_F(S10_GpuStatistics, PoolMemoryIsDeviceMemoryTheDriverCounts) {
-  unique_pool pool;
+  unique_pool pool(0);
   unique_stream stream;
   const std::size_t slack = meminfo_slack_bytes();
-  const driver_memory before = driver_memory_info();
+  const memory_info before = driver_memory_info();
   void* pointer = nullptr;
   SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, 512 * MiB, pool, stream));
   const std::uint64_t reserved = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
-  const driver_memory live = driver_memory_info();
+  const memory_info live = driver_memory_info();
   EXPECT_GE(before.free_bytes + slack, live.free_bytes + reserved)
       << "reserved " << reserved << " but the driver's free memory fell by "
       << before.free_bytes - live.free_bytes;
@@ -212,9 +212,9 @@ TEST_F(S10_GpuStatistics, PoolMemoryIsDeviceMemoryTheDriverCounts) {
 }
 
 TEST_F(S1_S10_GpuOutOfMemory, MoreThanTheDeviceHasFailsWithNumbersAndThePoolStaysUsable) {
-  somaMemPool_t pool = default_pool();
+  somaMemPool_t pool = default_pool(0);
   unique_stream stream;
-  const driver_memory device = driver_memory_info();
+  const memory_info device = driver_memory_info();
   ASSERT_GT(device.total_bytes, 0u);
   const pool_stats before = read_pool_stats(pool);
 
@@ -238,7 +238,7 @@ TEST_F(S1_S10_GpuOutOfMemory, MoreThanTheDeviceHasFailsWithNumbersAndThePoolStay
 }
 
 TEST_F(S1_S10_GpuOutOfMemory, PoolMaxSizeIsALimitWithNumbersAndThePoolStaysUsable) {
-  unique_pool pool(64 * MiB);
+  unique_pool pool(0, 64 * MiB);
   unique_stream stream;
   void* first = nullptr;
   SOMA_ASSERT_OK(somaMallocFromPoolAsync(&first, 40 * MiB, pool, stream));
@@ -273,7 +273,7 @@ TEST_F(S14_GpuPointerAttributes, LiveAllocationNamesDevice0AndAgreesWithTheDrive
     SOMA_ASSERT_OK(somaPointerGetAttributes(&attributes, query));
     EXPECT_EQ(attributes.type, somaMemoryTypeDevice);
     EXPECT_EQ(attributes.device, 0);
-    EXPECT_EQ(attributes.pool, default_pool());
+    EXPECT_EQ(attributes.pool, default_pool(0));
     EXPECT_EQ(attributes.base, pointer);
     EXPECT_EQ(attributes.size, size);
     EXPECT_EQ(attributes.isLiveAllocation, 1);
@@ -323,7 +323,7 @@ TEST_F(S8_GpuDevice, DeviceFiguresAgreeWithTheRuntime) {
               static_cast<std::size_t>(total_mib) == properties.totalGlobalMem / MiB)
       << "soma " << total_mib << " MiB, cudaMemGetInfo " << meminfo_total / MiB
       << " MiB, totalGlobalMem " << properties.totalGlobalMem / MiB << " MiB";
-  const std::size_t granule = granularity_bytes();
+  const std::size_t granule = granularity_bytes(0);
   EXPECT_GE(granule, 64 * KiB);
   EXPECT_EQ(granule & (granule - 1), 0u) << "granularity " << granule << " is a power of two";
   std::size_t soma_free = 0;

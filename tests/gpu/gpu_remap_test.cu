@@ -23,7 +23,7 @@ class S9_GpuRemap : public gpu_test {};
 
 TEST_F(S9_GpuRemap, AKernelWritesTheRemappedRangeWhileAnEarlierKernelStillReadsTheOldAddresses) {
   somaMemPool_t pool = nullptr;
-  const somaMemPoolProps props = pool_props();
+  const somaMemPoolProps props = pool_props(0);
   SOMA_ASSERT_OK(somaMemPoolCreate(&pool, &props));
   SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
   // Before growth: the pool then commits a physical allocation per granule (cuMemMap maps
@@ -32,7 +32,7 @@ TEST_F(S9_GpuRemap, AKernelWritesTheRemappedRangeWhileAnEarlierKernelStillReadsT
   unique_stream a;
   unique_stream b;
   unique_event read_done;
-  const std::size_t block_bytes = 2 * granularity_bytes();
+  const std::size_t block_bytes = 2 * granularity_bytes(0);
   const std::size_t block_words = block_bytes / 4;
 
   void* blocks[4] = {};

@@ -53,7 +53,7 @@ TEST_F(S1_S2_GpuCrossStream, KernelWritesOnAEventThenBReadsChecksAndFrees) {
   for (std::size_t i = 0; i < head.size(); ++i) {
     ASSERT_EQ(head[i], pattern_value(i, 0xa11ce)) << "word " << i << " copied back to the host";
   }
-  EXPECT_EQ(pool_u64(default_pool(), somaMemPoolAttrUsedMemCurrent), 0u);
+  EXPECT_EQ(pool_u64(default_pool(0), somaMemPoolAttrUsedMemCurrent), 0u);
 }
 
 TEST_F(S1_S2_GpuCrossStream, ManyRoundsOfAllocWriteOnAReadFreeOnB) {
@@ -106,7 +106,7 @@ TEST_F(S1_S11_GpuSameStream, FreeThenAllocOfTheSameSizeReturnsTheSameAddress) {
 // dependency, on B. Whatever S11 policy serves the request (fresh memory, or reuse with an
 // inserted wait), B's writes must not reach A's reader.
 void expect_no_reuse_before_pending_reads(bool policies_on) {
-  somaMemPool_t pool = default_pool();
+  somaMemPool_t pool = default_pool(0);
   const int flag = policies_on ? 1 : 0;
   SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolReuseFollowEventDependencies, flag));
   SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolReuseAllowOpportunistic, flag));
@@ -151,7 +151,7 @@ TEST_F(S11_GpuReusePolicies, ReuseThroughAnEventDependencyIsOrderedAfterTheFree)
   // B reads slowly and frees; A waits on an event recorded after the free and allocates the
   // same size: soma may hand A the same block (follow event dependencies), and A's writes must
   // come after B's reads.
-  somaMemPool_t pool = default_pool();
+  somaMemPool_t pool = default_pool(0);
   SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
   unique_stream a;
   unique_stream b;

@@ -1,6 +1,8 @@
 // Shared helpers of the GPU-side tests (tests/gpu/*.cu, compiled with nvcc): the gpu_test
 // fixture that skips where the cuda backend is not active, status assertions for soma and the
-// CUDA runtime, small kernels that write, check and wait, and RAII handles.
+// CUDA runtime, small kernels that write, check and wait, and RAII handles. Devices, pools and
+// the handles come from tests/support (devices_and_pools.hpp), shared with the cpu test suites;
+// what stays here needs the CUDA runtime or is the GPU's own check.
 //
 // These tests drive soma's cuda backend with real kernels launched on the native stream behind
 // a soma stream (somaStreamGetNative), and compare what soma says with what the driver says
@@ -32,6 +34,7 @@
 #include <string_view>
 #include <utility>
 
+#include "devices_and_pools.hpp"
 #include "pool_attributes.hpp"
 #include "soma_status.hpp"
 
@@ -166,48 +169,24 @@ inline cudaStream_t native_stream(somaStream_t stream) {
   return static_cast<cudaStream_t>(native);
 }
 
-// ---- pool figures -------------------------------------------------------------------------
+// ---- pools and devices (devices_and_pools.hpp, pool_attributes.hpp) --------------------------
+// The tests name device 0, the device the fixture sets for soma and the CUDA runtime.
 
+using soma_test::default_pool;
+using soma_test::granularity_bytes;
+using soma_test::memory_info;
 using soma_test::pool_int;
+using soma_test::pool_props;
 using soma_test::pool_stats;
 using soma_test::pool_u64;
 using soma_test::read_pool_stats;
 using soma_test::set_pool_int;
 using soma_test::set_pool_u64;
 
-inline somaMemPool_t default_pool() {
-  somaMemPool_t pool = nullptr;
-  const somaError_t status = somaDeviceGetDefaultMemPool(&pool, 0);
-  EXPECT_EQ(status, somaSuccess) << "somaDeviceGetDefaultMemPool: " << last_message();
-  return pool;
-}
-
-inline somaMemPoolProps pool_props(std::size_t max_size_bytes = 0) {
-  somaMemPoolProps props;
-  std::memset(&props, 0, sizeof props);
-  props.allocType = somaMemAllocationTypePinned;
-  props.handleTypes = somaMemHandleTypeNone;
-  props.location.type = somaMemLocationTypeDevice;
-  props.location.id = 0;
-  props.maxSize = max_size_bytes;
-  return props;
-}
-
-inline std::size_t granularity_bytes() {
-  int kib = 0;
-  const somaError_t status = somaDeviceGetAttribute(&kib, somaDevAttrAllocationGranularityKiB, 0);
-  EXPECT_EQ(status, somaSuccess) << last_message();
-  return static_cast<std::size_t>(kib) * KiB;
-}
-
-struct driver_memory {
-  std::size_t free_bytes = 0;
-  std::size_t total_bytes = 0;
-};
-
-/// The driver's view of device 0 (cudaMemGetInfo).
-inline driver_memory driver_memory_info() {
-  driver_memory info;
+/// The driver's view of device 0, current for the CUDA runtime (cudaMemGetInfo);
+/// soma_test::device_memory_info is soma's (somaMemGetInfo).
+inline memory_info driver_memory_info() {
+  memory_info info;
   const cudaError_t status = cudaMemGetInfo(&info.free_bytes, &info.total_bytes);
   EXPECT_EQ(status, cudaSuccess) << "cudaMemGetInfo: " << cudaGetErrorString(status);
   return info;
@@ -217,7 +196,9 @@ inline driver_memory driver_memory_info() {
 
 /// True if `message` states a quantity of bytes within `relative_tolerance` of `bytes`: a
 /// number ("161061273600", "150.0", "1,024") followed by an optional unit (B, bytes, KiB, MiB,
-/// GiB, TiB, KB, MB, GB, TB). soma's messages may print sizes in any of these forms.
+/// GiB, TiB, KB, MB, GB, TB). soma's messages may print sizes in any of these forms. Unlike
+/// soma_test::mentions_size (exact, whole units), it takes figures the driver rounds, such as a
+/// device's total or free memory.
 inline bool mentions_bytes_near(std::string_view message, double bytes, double relative_tolerance) {
   auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
   std::size_t at = 0;
@@ -265,64 +246,30 @@ inline bool mentions_bytes_near(std::string_view message, double bytes, double r
   return false;
 }
 
-// ---- RAII handles -------------------------------------------------------------------------
+// ---- RAII handles (devices_and_pools.hpp) ---------------------------------------------------
 
-class unique_stream {
+using soma_test::unique_pool;
+
+/// soma_test::unique_stream that waits for the stream before destroying it (kernels launched
+/// on it may still run) and gives the CUDA stream behind it.
+class unique_stream : public soma_test::unique_stream {
  public:
-  unique_stream() {
-    const somaError_t status = somaStreamCreate(&stream_);
-    EXPECT_EQ(status, somaSuccess) << "somaStreamCreate: " << last_message();
-  }
+  unique_stream() = default;
   ~unique_stream() {
-    if (stream_ != nullptr) {
-      (void)somaStreamSynchronize(stream_);
-      (void)somaStreamDestroy(stream_);
-    }
+    if (get() != nullptr) (void)somaStreamSynchronize(get());
   }
   unique_stream(const unique_stream&) = delete;
   unique_stream& operator=(const unique_stream&) = delete;
-  somaStream_t get() const { return stream_; }
-  operator somaStream_t() const { return stream_; }  // NOLINT(google-explicit-constructor)
-  cudaStream_t native() const { return native_stream(stream_); }
-
- private:
-  somaStream_t stream_ = nullptr;
+  cudaStream_t native() const { return native_stream(get()); }
 };
 
-class unique_event {
+/// An event without timing data (somaEventDisableTiming): what ordering between streams needs.
+class unique_event : public soma_test::unique_handle<somaEvent_t, somaEventDestroy> {
  public:
   unique_event() {
-    const somaError_t status = somaEventCreateWithFlags(&event_, somaEventDisableTiming);
-    EXPECT_EQ(status, somaSuccess) << "somaEventCreate: " << last_message();
+    soma_test::expect_created(somaEventCreateWithFlags(out(), somaEventDisableTiming),
+                              "somaEventCreateWithFlags");
   }
-  ~unique_event() {
-    if (event_ != nullptr) (void)somaEventDestroy(event_);
-  }
-  unique_event(const unique_event&) = delete;
-  unique_event& operator=(const unique_event&) = delete;
-  operator somaEvent_t() const { return event_; }  // NOLINT(google-explicit-constructor)
-
- private:
-  somaEvent_t event_ = nullptr;
-};
-
-class unique_pool {
- public:
-  explicit unique_pool(std::size_t max_size_bytes = 0) : unique_pool(pool_props(max_size_bytes)) {}
-  explicit unique_pool(const somaMemPoolProps& props) {
-    const somaError_t status = somaMemPoolCreate(&pool_, &props);
-    EXPECT_EQ(status, somaSuccess) << "somaMemPoolCreate: " << last_message();
-  }
-  ~unique_pool() {
-    if (pool_ != nullptr) (void)somaMemPoolDestroy(pool_);
-  }
-  unique_pool(const unique_pool&) = delete;
-  unique_pool& operator=(const unique_pool&) = delete;
-  somaMemPool_t get() const { return pool_; }
-  operator somaMemPool_t() const { return pool_; }  // NOLINT(google-explicit-constructor)
-
- private:
-  somaMemPool_t pool_ = nullptr;
 };
 
 /// Page-locked host memory mapped into the device (a flag a kernel sets and a host function
@@ -388,7 +335,8 @@ inline unsigned long long read_and_free_counter(somaStream_t stream, void* count
 }
 
 /// The pool still works after a refused request: 1 MiB from `pool` on `stream`, written and
-/// checked by kernels, freed; used comes back to what it was.
+/// checked by kernels, freed; used comes back to what it was. (soma_test::expect_pool_usable
+/// checks with memset and memcpy, which every backend has; here the device's own code does.)
 inline void expect_pool_usable(somaMemPool_t pool, somaStream_t stream) {
   constexpr std::size_t words = MiB / 4;
   const std::uint64_t used_before = pool_u64(pool, somaMemPoolAttrUsedMemCurrent);

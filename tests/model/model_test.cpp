@@ -34,8 +34,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <bit>
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -48,7 +46,9 @@
 #include <vector>
 
 #include "host_words.hpp"
+#include "seeded_model.hpp"
 #include "soma_test_util.hpp"
+#include "staging_buffers.hpp"
 
 namespace {
 
@@ -68,27 +68,6 @@ std::size_t round_up(std::size_t value, std::size_t unit) {
   return (value + unit - 1) / unit * unit;
 }
 
-/// SOMA_MODEL_TRACE=1 prints every operation to stderr (to turn a failing seed into a repro).
-bool tracing() {
-  static const bool enabled = std::getenv("SOMA_MODEL_TRACE") != nullptr;
-  return enabled;
-}
-
-int model_steps() {
-  if (const char* text = std::getenv("SOMA_MODEL_STEPS")) {
-    const int steps = std::atoi(text);
-    if (steps > 0) return steps;
-  }
-  return kDefaultSteps;
-}
-
-std::uint64_t mix(std::uint64_t x) {  // splitmix64 finalizer
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 /// Counts pattern mismatches found in read-back copies and remembers the first.
 struct check_state {
   std::uint64_t failures = 0;
@@ -98,27 +77,6 @@ struct check_state {
   void fail(const std::string& what) {
     if (failures++ == 0) first_failure = what;
   }
-};
-
-/// Pinned staging buffers (somaMallocHost) for copies to and from pool memory, recycled by
-/// power-of-two capacity: page-locking memory on cuda is slow, and a buffer is given back only
-/// once the stream that used it is known complete.
-class staging_buffers {
- public:
-  std::unique_ptr<host_buffer> take(std::size_t bytes) {
-    const std::size_t capacity = std::bit_ceil(std::max<std::size_t>(bytes, 4 * KiB));
-    std::vector<std::unique_ptr<host_buffer>>& spare = spare_[capacity];
-    if (spare.empty()) return std::make_unique<host_buffer>(capacity);
-    std::unique_ptr<host_buffer> buffer = std::move(spare.back());
-    spare.pop_back();
-    return buffer;
-  }
-  void give_back(std::unique_ptr<host_buffer> buffer) {
-    spare_[buffer->size()].push_back(std::move(buffer));
-  }
-
- private:
-  std::map<std::size_t, std::vector<std::unique_ptr<host_buffer>>> spare_;
 };
 
 void write_pattern(void* pointer, std::size_t size, std::uint64_t seed) {
@@ -194,9 +152,9 @@ std::uint64_t granule_footprint(std::size_t size, std::size_t granule) {
   return (rounded + granule - 1) / granule * granule + granule;
 }
 
-class model {
+class model : seeded_model {
  public:
-  explicit model(std::uint64_t seed) : random_(seed), seed_(seed) {}
+  explicit model(std::uint64_t seed) : seeded_model(seed, "SOMA_MODEL_TRACE"), random_(seed) {}
   ~model() {
     // After a failed assertion copies may still be in flight: no stream may use a staging
     // buffer when it is freed.
@@ -328,22 +286,6 @@ class model {
     if (bucket < 80) return 1025 + below(64 * KiB - 1024);
     if (bucket < 95) return 64 * KiB + below(1 * MiB - 64 * KiB);
     return 1 * MiB + below(kMaxAllocation - 1 * MiB + 1);
-  }
-
-  void trace(const char* format, ...) const __attribute__((format(printf, 2, 3))) {
-    if (!tracing()) return;
-    std::fprintf(stderr, "[%d] ", step_);
-    va_list arguments;
-    va_start(arguments, format);
-    std::vfprintf(stderr, format, arguments);
-    va_end(arguments);
-    std::fputc('\n', stderr);
-  }
-
-  std::string where() const {
-    std::ostringstream text;
-    text << "seed " << seed_ << " step " << step_;
-    return text.str();
   }
 
   // ---- setup helpers ---------------------------------------------------------------------
@@ -818,8 +760,6 @@ class model {
   }
 
   std::mt19937_64 random_;
-  std::uint64_t seed_;
-  int step_ = 0;
   int device_count_ = 0;
   int retries_ = 0;
   std::uint64_t next_id_ = 0;
@@ -845,7 +785,8 @@ class S1_S2_S4_S5_S9_S10_S14_Model : public capi_test,
 TEST_P(S1_S2_S4_S5_S9_S10_S14_Model, RandomOperationsKeepInvariants) {
   model under_test(GetParam());
   ASSERT_NO_FATAL_FAILURE(under_test.set_up());
-  ASSERT_NO_FATAL_FAILURE(under_test.run(model_steps()));
+  ASSERT_NO_FATAL_FAILURE(
+      under_test.run(steps_from_environment("SOMA_MODEL_STEPS", kDefaultSteps)));
   ASSERT_NO_FATAL_FAILURE(under_test.tear_down());
 }
 

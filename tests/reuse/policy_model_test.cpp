@@ -39,11 +39,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <bit>
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -52,7 +49,9 @@
 #include <vector>
 
 #include "host_words.hpp"
+#include "seeded_model.hpp"
 #include "soma_test_util.hpp"
+#include "staging_buffers.hpp"
 #include "stream_gate.hpp"
 
 namespace {
@@ -65,51 +64,9 @@ constexpr int kEvents = 8;
 constexpr int kPoolGranules = 16;
 constexpr int kLiveBudgetGranules = 13;  // the model frees instead of allocating beyond this
 
-int model_steps() {
-  if (const char* text = std::getenv("SOMA_POLICY_MODEL_STEPS")) {
-    const int steps = std::atoi(text);
-    if (steps > 0) return steps;
-  }
-  return kDefaultSteps;
-}
-
-bool tracing() {
-  static const bool enabled = std::getenv("SOMA_POLICY_MODEL_TRACE") != nullptr;
-  return enabled;
-}
-
-std::uint64_t mix(std::uint64_t x) {  // splitmix64 finalizer
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 std::size_t round_up(std::size_t value, std::size_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
-
-/// somaMallocHost buffers for the pattern copies, reused by size class. A buffer comes back
-/// only once the copy that uses it is known complete; all are freed after the device was
-/// synchronized (freeing page-locked memory may wait for the device, which a held stream
-/// would never let finish).
-class staging_pool {
- public:
-  std::unique_ptr<host_buffer> take(std::size_t bytes) {
-    const std::size_t size = std::bit_ceil(std::max<std::size_t>(bytes, 4096));
-    std::vector<std::unique_ptr<host_buffer>>& free = free_[size];
-    if (free.empty()) return std::make_unique<host_buffer>(size);
-    std::unique_ptr<host_buffer> buffer = std::move(free.back());
-    free.pop_back();
-    return buffer;
-  }
-  void give(std::unique_ptr<host_buffer> buffer) {
-    if (buffer != nullptr) free_[buffer->size()].push_back(std::move(buffer));
-  }
-
- private:
-  std::map<std::size_t, std::vector<std::unique_ptr<host_buffer>>> free_;
-};
 
 /// Copies enqueued on one stream and closed by a progress write: done once the stream's
 /// progress word reached `sequence`.
@@ -189,9 +146,10 @@ struct free_record {
   std::uint64_t position = 0;
 };
 
-class policy_model {
+class policy_model : seeded_model {
  public:
-  policy_model(policies p, std::uint64_t seed) : policy_(p), random_(seed), seed_(seed) {}
+  policy_model(policies p, std::uint64_t seed)
+      : seeded_model(seed, "SOMA_POLICY_MODEL_TRACE"), policy_(p), random_(seed) {}
   policy_model(const policy_model&) = delete;
   policy_model& operator=(const policy_model&) = delete;
   /// After a failed assertion too: no stream may still copy into a staging buffer when the
@@ -253,20 +211,6 @@ class policy_model {
  private:
   std::uint64_t next() { return random_(); }
   std::size_t below(std::size_t bound) { return static_cast<std::size_t>(next() % bound); }
-
-  void trace(const char* format, ...) const __attribute__((format(printf, 2, 3))) {
-    if (!tracing()) return;
-    std::fprintf(stderr, "[%d] ", step_);
-    va_list arguments;
-    va_start(arguments, format);
-    std::vfprintf(stderr, format, arguments);
-    va_end(arguments);
-    std::fputc('\n', stderr);
-  }
-
-  std::string where() const {
-    return "seed " + std::to_string(seed_) + " step " + std::to_string(step_);
-  }
 
   /// Fractions of a granule (under the cpu test configuration: up to 4 KiB, 4 to 48 KiB,
   /// 48 to 160 KiB), so the pool of kPoolGranules fills alike on every backend.
@@ -426,8 +370,8 @@ class policy_model {
                            " while live; check enqueued at " + t.where;
         }
       }
-      staging_.give(std::move(t.pattern_in));
-      staging_.give(std::move(t.seen));
+      staging_.give_back(std::move(t.pattern_in));
+      staging_.give_back(std::move(t.seen));
     }
     tickets_ = std::move(pending);
   }
@@ -726,8 +670,6 @@ class policy_model {
 
   const policies policy_;
   std::mt19937_64 random_;
-  const std::uint64_t seed_;
-  int step_ = 0;
   std::size_t granule_ = 0;
   std::size_t max_size_ = 0;
   somaMemPool_t pool_ = nullptr;
@@ -752,7 +694,7 @@ class policy_model {
   std::uint64_t failures_ = 0;  // of them, patterns found changed
   std::string first_failure_;
   // Destroyed after ~policy_model synchronized the device.
-  staging_pool staging_;
+  staging_buffers staging_;
   std::vector<ticket> tickets_;  // copies not yet known complete
 };
 
@@ -771,7 +713,8 @@ TEST_P(S11_ReusePolicyModel, ProducerConsumerChainsNeverSeeUnorderedReuse) {
   const int mask = GetParam().policy_mask;
   policy_model model(policies{(mask & 1) != 0, (mask & 2) != 0, (mask & 4) != 0}, GetParam().seed);
   ASSERT_NO_FATAL_FAILURE(model.set_up());
-  ASSERT_NO_FATAL_FAILURE(model.run(model_steps()));
+  ASSERT_NO_FATAL_FAILURE(
+      model.run(steps_from_environment("SOMA_POLICY_MODEL_STEPS", kDefaultSteps)));
   ASSERT_NO_FATAL_FAILURE(model.tear_down());
 }
 

@@ -43,6 +43,19 @@ using namespace std::chrono_literals;
 class S11_ReusePolicies : public reuse_fixture, public ::testing::WithParamInterface<int> {
  protected:
   policies policy() const { return decode(GetParam()); }
+
+  /// With A held and the one-granule pool full: a whole granule on A is `block` again (all of
+  /// it was freed on A), without growth. Then frees it, releases A and expects the pool empty.
+  void expect_whole_block_serves_a_again(void* block, const ::testing::Message& why) {
+    void* whole = nullptr;
+    SOMA_ASSERT_OK(allocate(&whole, a_)) << why;
+    EXPECT_EQ(whole, block);
+    EXPECT_EQ(reserved(), granule_) << "never grew";
+    SOMA_ASSERT_OK(somaFreeAsync(whole, a_));
+    gate_.open();
+    SOMA_ASSERT_OK(somaStreamSynchronize(a_));
+    EXPECT_EQ(used(), 0u);
+  }
 };
 
 TEST_P(S11_ReusePolicies, AttributesReadBackAsSet) {
@@ -70,14 +83,8 @@ TEST_P(S11_ReusePolicies, SameStreamReuseIsAlwaysAllowed) {
   EXPECT_EQ(used(), granule_ / 2);
   SOMA_ASSERT_OK(somaFreeAsync(half, a_));
 
-  void* whole = nullptr;
-  SOMA_ASSERT_OK(allocate(&whole, a_)) << "the two halves, both freed on A, merge again";
-  EXPECT_EQ(whole, p);
-  EXPECT_EQ(reserved(), granule_) << "never grew";
-  SOMA_ASSERT_OK(somaFreeAsync(whole, a_));
-  gate_.open();
-  SOMA_ASSERT_OK(somaStreamSynchronize(a_));
-  EXPECT_EQ(used(), 0u);
+  ASSERT_NO_FATAL_FAILURE(expect_whole_block_serves_a_again(
+      p, ::testing::Message() << "the two halves, both freed on A, merge again"));
 }
 
 // S2: a stream reuses its own frees whatever lies between them on the stream. Here work on A
@@ -95,15 +102,9 @@ TEST_P(S11_ReusePolicies, SameStreamReuseMergesItsFreesMadeAtDifferentPoints) {
   ASSERT_EQ(half, p);
   SOMA_ASSERT_OK(somaMemsetAsync(half, 0, granule_ / 2, a_));  // A's work between the frees
   SOMA_ASSERT_OK(somaFreeAsync(half, a_));
-  void* whole = nullptr;
-  SOMA_ASSERT_OK(allocate(&whole, a_)) << "the lower half freed after A's memset, the upper ("
-                                       << upper << ") before it: both are A's";
-  EXPECT_EQ(whole, p);
-  EXPECT_EQ(reserved(), granule_) << "never grew";
-  SOMA_ASSERT_OK(somaFreeAsync(whole, a_));
-  gate_.open();
-  SOMA_ASSERT_OK(somaStreamSynchronize(a_));
-  EXPECT_EQ(used(), 0u);
+  ASSERT_NO_FATAL_FAILURE(expect_whole_block_serves_a_again(
+      p, ::testing::Message() << "the lower half freed after A's memset, the upper (" << upper
+                              << ") before it: both are A's"));
 }
 
 // A's free is pending (A held) and nothing orders B after it: whatever the flags, B gets fresh

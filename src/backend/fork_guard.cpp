@@ -8,9 +8,11 @@
 #include <mutex>
 
 namespace soma::detail::backend {
-namespace {
 
 std::atomic<bool> forked_child{false};
+
+namespace {
+
 // Who started, for the message; atomic only because tests may start backends on two threads.
 std::atomic<const char*> started_backend{nullptr};
 std::atomic<pid_t> started_in_pid{0};
@@ -27,8 +29,6 @@ void note_backend_started(const char* backend_name) {
   started_in_pid.store(::getpid(), std::memory_order_relaxed);
   std::call_once(installed, [] { ::pthread_atfork(nullptr, nullptr, mark_forked_child); });
 }
-
-bool forked_after_start() noexcept { return forked_child.load(std::memory_order_relaxed); }
 
 status forked_child_error() {
   const char* name = started_backend.load(std::memory_order_relaxed);

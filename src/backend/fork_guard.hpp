@@ -5,6 +5,7 @@
 // forked_after_start() before they touch anything and refuse with forked_child_error().
 #pragma once
 
+#include <atomic>
 #include <string>
 
 #include "core/status.hpp"
@@ -15,9 +16,12 @@ namespace soma::detail::backend {
 /// pthread_atfork handler that marks its children. Thread-safe.
 void note_backend_started(const char* backend_name);
 
+/// Set in the child of every fork() after a backend started (fork_guard.cpp).
+extern std::atomic<bool> forked_child;
+
 /// True in a process forked (directly or through its parent) from one in which a backend had
 /// started. One relaxed load: cheap enough for every call.
-bool forked_after_start() noexcept;
+inline bool forked_after_start() noexcept { return forked_child.load(std::memory_order_relaxed); }
 
 /// initialization_error (CUDA's code for this case): which process started which backend, why
 /// this child cannot use it, and what to do instead.

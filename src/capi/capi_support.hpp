@@ -21,6 +21,8 @@ using soma::detail::runtime;
 using soma::detail::status;
 
 inline somaError_t report(const status& outcome) {
+  if (outcome.ok()) [[likely]]
+    return somaSuccess;
   return static_cast<somaError_t>(soma::detail::record_outcome(outcome));
 }
 
@@ -28,6 +30,8 @@ inline somaError_t report(const status& outcome) {
 template <typename Body>
 inline somaError_t with_runtime(Body&& body) noexcept {
   try {
+    if (runtime* ready = runtime::ready()) [[likely]]
+      return report(body(*ready));
     result<runtime*> rt = runtime::instance();
     if (!rt.ok()) return report(rt.error());
     return report(body(*rt.value()));

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/spin_lock.hpp"
 #include "core/stream_timeline.hpp"
 
 namespace soma::detail {
@@ -18,6 +19,7 @@ constexpr std::size_t round_up(std::size_t value, std::size_t multiple) noexcept
 
 enum class block_state : std::uint8_t {
   live,      ///< handed to the application
+  freeing,   ///< live, claimed by a free in progress (runtime::free), briefly
   cached,    ///< freed into a stream cache (fast path); not coalesced
   indexed,   ///< in the pool's free index; coalesced with indexed neighbours
   detached,  ///< taken out of the index under the pool lock (being split, carved, handed out)
@@ -58,6 +60,22 @@ struct block {
 
   std::uintptr_t end() const noexcept { return address + size_bytes; }
   block_state current_state() const noexcept { return state.load(std::memory_order_acquire); }
+  /// Handed to the application and not yet freed (a free in progress still counts).
+  bool is_live() const noexcept {
+    const block_state now = current_state();
+    return now == block_state::live || now == block_state::freeing;
+  }
+  /// Claims a live block for its free: false if it is not live. Two frees of one block never
+  /// both succeed; a free that finds another one in progress waits for it to finish.
+  bool claim_for_free() noexcept {
+    for (;;) {
+      block_state expected = block_state::live;
+      if (state.compare_exchange_strong(expected, block_state::freeing, std::memory_order_acq_rel))
+        return true;
+      if (expected != block_state::freeing) return false;
+      spin_pause();
+    }
+  }
   void set_state(block_state next) noexcept { state.store(next, std::memory_order_release); }
 };
 

@@ -44,7 +44,7 @@ block* free_index::merge_into(block* keep, block* absorbed) {
   if (keep->next_adjacent != nullptr) keep->next_adjacent->previous_adjacent = keep;
   if (absorbed->stamp.position > keep->stamp.position) keep->stamp = absorbed->stamp;
   all_blocks_.erase(absorbed->address);
-  delete absorbed;
+  store_.recycle(absorbed);
   return keep;
 }
 

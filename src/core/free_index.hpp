@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/block.hpp"
+#include "core/block_store.hpp"
 
 namespace soma::detail {
 
@@ -19,8 +20,10 @@ namespace soma::detail {
 /// owning pool's lock guards it.
 class free_index {
  public:
-  /// all_blocks: the pool's map of every block by address; merges keep it current.
-  explicit free_index(std::map<std::uintptr_t, block*>& all_blocks) : all_blocks_(all_blocks) {}
+  /// all_blocks: the pool's map of every block by address; merges keep it current and give
+  /// the blocks they absorb back to store.
+  free_index(std::map<std::uintptr_t, block*>& all_blocks, block_store& store)
+      : all_blocks_(all_blocks), store_(store) {}
   free_index(const free_index&) = delete;
   free_index& operator=(const free_index&) = delete;
   ~free_index();
@@ -101,6 +104,7 @@ class free_index {
   void restamp_if(Restamp&& restamp);
 
   std::map<std::uintptr_t, block*>& all_blocks_;
+  block_store& store_;
   std::set<block*, by_size_then_address> by_size_;
   std::set<block*> stamped_;  // blocks whose free is not yet proven complete
   // Streams with adjacent indexed frees at different points of them (merge_own_runs' work).

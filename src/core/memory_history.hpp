@@ -85,7 +85,9 @@ class memory_history {
   void start(std::size_t capacity);
   /// Stops recording; what was recorded stays readable.
   void stop() noexcept;
-  bool enabled() const noexcept { return enabled_.load(std::memory_order_relaxed); }
+  bool enabled() const noexcept { return recording(); }
+  /// enabled() of the process's history, without reaching it first (one load).
+  static bool recording() noexcept { return enabled_.load(std::memory_order_relaxed); }
   std::size_t capacity() const;
 
   /// Records e, stamped now, if recording is on.
@@ -130,7 +132,7 @@ class memory_history {
   static bool pop_scope() noexcept;
 
  private:
-  std::atomic<bool> enabled_{false};
+  static constinit inline std::atomic<bool> enabled_{false};  // one history per process
   // The ring in use. Rings are kept until exit: a writer that loaded one may still write into
   // it. start() with the same capacity restarts the ring in use instead of making another.
   std::atomic<history_ring*> ring_{nullptr};

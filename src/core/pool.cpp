@@ -52,6 +52,12 @@ pool::~pool() {
   for (auto& segment : cache_segments_) delete segment.load(std::memory_order_relaxed);
 }
 
+void pool::detach_directory() {
+  std::lock_guard lock(mutex_);
+  drain_caches_locked();
+  directory_ = nullptr;
+}
+
 std::string pool::name() const {
   std::lock_guard lock(name_mutex_);
   return name_;
@@ -175,6 +181,7 @@ result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline
   if (!outcome.ok()) return outcome.take_error();
   const slow_path_outcome& found = outcome.value();
   SOMA_ASSERT(found.taken != nullptr, "the slow path hands out a block or fails");
+  if (directory_ != nullptr) directory_->add(found.taken);
   if (found.then == slow_path_outcome::next::wait)
     hooks->order_after(stream, found.wait_stream_id, found.wait_position);
   // The slow path folds every stream's share in, so the high watermark sees the true sum.
@@ -185,7 +192,7 @@ result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline
 }
 
 void pool::free(block* live, const stream_timeline& stream) {
-  SOMA_ASSERT(live->current_state() == block_state::live, "the caller frees a live block");
+  SOMA_ASSERT(live->is_live(), "the caller frees a live block");
   const call_census::scope in_call(calls_);
   const auto bytes = static_cast<std::int64_t>(live->requested_bytes);
   live->stamp = free_stamp{&stream, stream.enqueued_position()};
@@ -194,6 +201,7 @@ void pool::free(block* live, const stream_timeline& stream) {
   if (cache == nullptr) used_published_bytes_.fetch_sub(bytes, std::memory_order_acq_rel);
   if (cache != nullptr && cache->push(live, bytes)) return;
   std::lock_guard lock(mutex_);
+  if (directory_ != nullptr) directory_->forget(live);
   index_.insert(live);
 }
 

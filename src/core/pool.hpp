@@ -15,6 +15,8 @@
 
 #include "core/address_space.hpp"
 #include "core/block.hpp"
+#include "core/block_directory.hpp"
+#include "core/block_store.hpp"
 #include "core/call_census.hpp"
 #include "core/free_index.hpp"
 #include "core/memory_history.hpp"
@@ -194,6 +196,12 @@ class pool {
                     std::uint64_t stream = 0) const noexcept;
 
  protected:
+  /// Where the layer above finds this pool's blocks by address (nullptr: nowhere). Set once,
+  /// before the first allocation.
+  void set_directory(block_directory* directory) noexcept { directory_ = directory; }
+  /// Drains the caches into the index (their blocks leave the directory) and tells the
+  /// directory nothing more: a derived pool that owns its directory calls it when it goes.
+  void detach_directory();
   /// Runs fn under the pool lock: for a derived pool that changes how its memory is committed.
   template <typename Fn>
   void with_lock(Fn&& fn) const {
@@ -242,6 +250,9 @@ class pool {
   void drain_caches_locked();
   /// Moves the blocks of one cache (nullptr: none) into the index.
   void drain_cache_locked(stream_cache* cache);
+  /// Files blocks that leave a cache (or skip it) in the index, after the directory forgets
+  /// them: once indexed they may merge into a neighbour.
+  void index_from_cache_locked(const std::vector<block*>& blocks);
   /// Commits memory for a request of `stream`, extending a free block of the stream's below
   /// unmapped space where one exists.
   status grow_locked(std::size_t size_bytes, const stream_timeline& stream);
@@ -289,10 +300,12 @@ class pool {
   const std::unique_ptr<memory_provider> memory_;
   const std::size_t granularity_bytes_;
   const std::uint32_t serial_;
+  block_directory* directory_ = nullptr;
 
   mutable std::mutex mutex_;  // the pool lock: index, blocks, chunks, address space
+  block_store blocks_;        // before the structures that hold blocks
   std::map<std::uintptr_t, block*> all_blocks_;
-  free_index index_{all_blocks_};
+  free_index index_{all_blocks_, blocks_};
   std::map<std::uintptr_t, chunk> chunks_;
   std::vector<retired_range> retired_;
   address_space address_space_;  // reservations and their unmapped ranges

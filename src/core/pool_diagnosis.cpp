@@ -68,7 +68,7 @@ address_diagnosis pool::diagnose(std::uintptr_t address) const {
     return d;
   }
   d.block_address = b->address;
-  if (b->current_state() == block_state::live) {
+  if (b->is_live()) {
     d.what = address_diagnosis::kind::interior_of_live;
     d.block_bytes = b->requested_bytes;
   } else {
@@ -112,7 +112,7 @@ void pool::check_used_if_quiet() const {
   {
     std::lock_guard lock(mutex_);
     for (const auto& [address, b] : all_blocks_) {
-      if (b->current_state() == block_state::live) live_bytes += b->requested_bytes;
+      if (b->is_live()) live_bytes += b->requested_bytes;
     }
   }
   const std::uint64_t used = used_now();
@@ -135,7 +135,7 @@ pool_snapshot pool::snapshot() const {
     block_view view;
     view.address = address;
     view.size_bytes = b->size_bytes;
-    if (b->current_state() == block_state::live) {
+    if (b->is_live()) {
       view.what = block_view::state::live;
       view.requested_bytes = b->requested_bytes;
       view.scope = b->scope.load(std::memory_order_relaxed);

@@ -112,7 +112,7 @@ status pool::grow_locked(std::size_t size_bytes, const stream_timeline& stream) 
   chunks_.emplace(address, chunk{need_bytes, token.value()});
   raise_reserved(need_bytes);
 
-  auto* fresh = new block();
+  block* fresh = blocks_.make();
   fresh->address = address;
   fresh->size_bytes = need_bytes;
   link_new_block_locked(fresh);

@@ -15,7 +15,7 @@ void pool::carve_locked(block* b, std::uintptr_t from, std::uintptr_t to) {
   const std::uintptr_t b_end = b->end();
   block* after = nullptr;
   if (to < b_end) {
-    after = new block();
+    after = blocks_.make();
     after->address = to;
     after->size_bytes = b_end - to;
     after->stamp = b->stamp;  // still freed where b was (remap carves pending blocks too)
@@ -32,7 +32,7 @@ void pool::carve_locked(block* b, std::uintptr_t from, std::uintptr_t to) {
   } else {
     if (b->previous_adjacent != nullptr) b->previous_adjacent->next_adjacent = nullptr;
     all_blocks_.erase(b->address);
-    delete b;
+    blocks_.recycle(b);
   }
   if (after != nullptr) index_.insert(after);
 }

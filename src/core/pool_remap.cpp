@@ -106,7 +106,7 @@ block* pool::remap_locked(std::size_t size_bytes, const stream_timeline& stream)
   remaps_.fetch_add(1, std::memory_order_relaxed);
   remapped_bytes_.fetch_add(found_bytes, std::memory_order_relaxed);
 
-  auto* fresh = new block();
+  block* fresh = blocks_.make();
   fresh->address = address;
   fresh->size_bytes = need_bytes;
   // What split leaves over serves other streams only after every granule's free. Frees of

@@ -125,7 +125,7 @@ result<slow_path_outcome> pool::allocate_slow(std::size_t size_bytes, const stre
 void pool::split_locked(block* b, std::size_t size_bytes) {
   // Requires: b was taken out of the index; b->size_bytes >= size_bytes.
   if (b->size_bytes - size_bytes < allocation_alignment_bytes) return;
-  auto* rest = new block();
+  block* rest = blocks_.make();
   rest->address = b->address + size_bytes;
   rest->size_bytes = b->size_bytes - size_bytes;
   rest->stamp = b->stamp;
@@ -142,14 +142,21 @@ void pool::drain_caches_locked() {
   // The scratch vector keeps its storage, so this allocates nothing after the first time.
   drained_scratch_.clear();
   for (const auto& cache : cache_storage_) cache->drain(drained_scratch_);
-  for (block* b : drained_scratch_) index_.insert(b);
+  index_from_cache_locked(drained_scratch_);
 }
 
 void pool::drain_cache_locked(stream_cache* cache) {
   if (cache == nullptr) return;
   drained_scratch_.clear();
   cache->drain(drained_scratch_);
-  for (block* b : drained_scratch_) index_.insert(b);
+  index_from_cache_locked(drained_scratch_);
+}
+
+void pool::index_from_cache_locked(const std::vector<block*>& blocks) {
+  for (block* b : blocks) {
+    if (directory_ != nullptr) directory_->forget(b);
+    index_.insert(b);
+  }
 }
 
 stream_cache* pool::existing_cache(const stream_timeline& stream) const {
@@ -168,7 +175,7 @@ void pool::forget_stream(const stream_timeline& stream) {
   cache->drain(drained);
   if (drained.empty()) return;
   std::lock_guard lock(mutex_);
-  for (block* b : drained) index_.insert(b);
+  index_from_cache_locked(drained);
 }
 
 void pool::forget_timeline(const stream_timeline& stream, free_stamp replacement) {

@@ -6,6 +6,16 @@
 
 namespace soma::detail {
 
+/// Tells the processor this thread spins: it yields the core's shared resources to the other
+/// hardware thread and saves power.
+inline void spin_pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 /// Test-and-test-and-set lock; yields the thread after a short spin so an oversubscribed
 /// machine still makes progress. Meets BasicLockable (std::lock_guard works).
 class spin_lock {
@@ -14,6 +24,7 @@ class spin_lock {
     for (unsigned spins = 0;; ++spins) {
       if (!locked_.exchange(true, std::memory_order_acquire)) return;
       while (locked_.load(std::memory_order_relaxed)) {
+        spin_pause();
         if (++spins > 64) {
           std::this_thread::yield();
           spins = 0;

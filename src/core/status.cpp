@@ -4,6 +4,11 @@
 
 namespace soma::detail {
 
+const std::string& status::no_message() noexcept {
+  static const std::string empty;
+  return empty;
+}
+
 std::string format_bytes(std::uint64_t bytes) {
   char text[64];
   constexpr double kib = 1024.0;

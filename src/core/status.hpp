@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -37,17 +38,32 @@ enum class error_code : int {
 class status {
  public:
   status() noexcept = default;
-  status(error_code code, std::string message) : code_(code), message_(std::move(message)) {}
+  status(error_code code, std::string message)
+      : code_(code), message_(std::make_unique<std::string>(std::move(message))) {}
+  status(const status& other)
+      : code_(other.code_),
+        message_(other.message_ ? std::make_unique<std::string>(*other.message_) : nullptr) {}
+  status& operator=(const status& other) {
+    if (this != &other) *this = status(other);
+    return *this;
+  }
+  status(status&&) noexcept = default;
+  status& operator=(status&&) noexcept = default;
+  ~status() = default;
 
   static status success() noexcept { return {}; }
   bool ok() const noexcept { return code_ == error_code::success; }
   explicit operator bool() const noexcept { return ok(); }
   error_code code() const noexcept { return code_; }
-  const std::string& message() const noexcept { return message_; }
+  const std::string& message() const noexcept { return message_ ? *message_ : no_message(); }
 
  private:
+  static const std::string& no_message() noexcept;
+
   error_code code_ = error_code::success;
-  std::string message_;
+  // Apart, so that a success (every call on the fast path returns one) is a code and a null
+  // pointer: made, moved and dropped without touching a string.
+  std::unique_ptr<std::string> message_;
 };
 
 /// A value or a failure status.

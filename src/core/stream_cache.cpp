@@ -38,7 +38,7 @@ block* stream_cache::pop(std::size_t size_bytes, std::int64_t requested_bytes,
   if (publish == nullptr) publish = &ignored;
   *publish = 0;
   std::lock_guard lock(mutex_);
-  bin* b = find_bin(size_bytes, false);
+  bin* b = find_bin_fast(size_bytes, false);
   if (b == nullptr || b->head == nullptr) return nullptr;
   block* taken = b->head;
   b->head = taken->next_in_bin;
@@ -57,7 +57,7 @@ bool stream_cache::push(block* freed, std::int64_t freed_bytes) {
   std::lock_guard lock(mutex_);
   add_used_locked(-freed_bytes);
   if (cached_bytes_ + freed->size_bytes > capacity_bytes_) return false;
-  bin* b = find_bin(freed->size_bytes, true);
+  bin* b = find_bin_fast(freed->size_bytes, true);
   freed->next_in_bin = b->head;
   b->head = freed;
   cached_bytes_ += freed->size_bytes;

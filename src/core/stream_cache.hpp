@@ -55,10 +55,19 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
   };
 
   bin* find_bin(std::size_t size_bytes, bool create);
+  /// find_bin, trying the bin of the last call first (a stream tends to repeat its sizes).
+  bin* find_bin_fast(std::size_t size_bytes, bool create) {
+    bin* last = &bins_[last_bin_];
+    if (last->size_bytes == size_bytes) return last;
+    bin* found = find_bin(size_bytes, create);
+    if (found != nullptr) last_bin_ = static_cast<std::size_t>(found - bins_.data());
+    return found;
+  }
 
   mutable spin_lock mutex_;
   std::vector<bin> bins_;  // open addressing by size; power-of-two capacity
   std::size_t bins_used_ = 0;
+  std::size_t last_bin_ = 0;  // bins_ only grow, so it stays in range
   std::size_t cached_bytes_ = 0;
   std::size_t capacity_bytes_;
   // Written under mutex_ only; atomic so that peek_used may read it without the lock.

@@ -12,7 +12,7 @@
 
 namespace soma::detail::history_notes {
 
-inline bool on() noexcept { return memory_history::process().enabled(); }
+inline bool on() noexcept { return memory_history::recording(); }
 
 /// An event of pool p on a stream (its handle); with the pool's figures now for pool events.
 inline history_event of_pool(history_kind kind, const pool& p, std::uintptr_t stream) {

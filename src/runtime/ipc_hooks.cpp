@@ -47,8 +47,8 @@ result<pointer_export> ipc_hooks::export_pointer(const void* pointer,
                                                  std::uint64_t proposed_pool_id,
                                                  const export_nonce& fresh_nonce) {
   const auto address = reinterpret_cast<std::uintptr_t>(pointer);
-  const live_entry<pool_object> live =
-      address == 0 ? live_entry<pool_object>{} : pointers_.find(address);
+  live_entry<pool_object> live = address == 0 ? live_entry<pool_object>{} : pointers_.find(address);
+  if (live.live != nullptr && (!live.live->is_live() || live.live->address != address)) live = {};
   if (live.live == nullptr)
     return pools_.explain_unknown_pointer(address, "somaMemPoolExportPointer");
   pool_object& owner = *live.owner;

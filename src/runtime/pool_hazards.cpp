@@ -1,5 +1,7 @@
 #include "runtime/pool_hazards.hpp"
 
+#include "backend/process_barrier.hpp"
+
 namespace soma::detail {
 namespace {
 
@@ -24,25 +26,46 @@ hazard_slot* take_slot() {
   return fresh;
 }
 
+// Gives the slot back when its thread exits.
 struct thread_slot {
   hazard_slot* slot = take_slot();
   thread_slot() = default;
   thread_slot(const thread_slot&) = delete;
   thread_slot& operator=(const thread_slot&) = delete;
-  ~thread_slot() {
-    slot->pointer.store(nullptr, std::memory_order_release);
-    slot->taken.store(false, std::memory_order_release);
-  }
+  ~thread_slot();
 };
 
 }  // namespace
 
-std::atomic<const void*>& pool_hazards::mine() {
+constinit thread_local std::atomic<const void*>* pool_hazards::this_thread_slot_ = nullptr;
+
+thread_slot::~thread_slot() {
+  slot->pointer.store(nullptr, std::memory_order_release);
+  slot->taken.store(false, std::memory_order_release);
+}
+
+std::atomic<const void*>& pool_hazards::take_slot_for_this_thread() {
   thread_local thread_slot own;
+  this_thread_slot_ = &own.slot->pointer;
   return own.slot->pointer;
 }
 
+bool pool_hazards::asymmetric() noexcept {
+#if defined(__SANITIZE_THREAD__)
+  return false;  // ThreadSanitizer does not model the process barrier
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  return false;
+#endif
+#endif
+  static const bool available = backend::process_barrier_available();
+  return available;
+}
+
 bool pool_hazards::is_in_use(const void* pool) {
+  // The barrier orders every thread's earlier publish before the scan below, as the fence a
+  // publish leaves out would have. Refused, nothing can be known: the pool counts as in use.
+  if (asymmetric() && !backend::process_barrier()) return true;
   for (hazard_slot* s = first_slot.load(std::memory_order_acquire); s != nullptr; s = s->next) {
     if (s->pointer.load(std::memory_order_seq_cst) == pool) return true;
   }

@@ -9,15 +9,38 @@ namespace soma::detail {
 
 /// One published pointer per thread, in a list that only grows (a slot is reused by a later
 /// thread once its thread exits). Publishing is a store to the thread's own cache line: no
-/// lock and no shared counter on the allocation path. Thread-safe.
+/// lock and no shared counter on the allocation path. Where the system has a process-wide
+/// barrier (backend/process_barrier.hpp) the store needs no fence either: the rare scan
+/// (is_in_use) runs that barrier instead. Thread-safe.
 class pool_hazards {
  public:
-  /// This thread's slot. Protocol: store the pool (seq_cst), load where it came from again,
-  /// and retry if it changed; store nullptr when done.
-  static std::atomic<const void*>& mine();
+  /// Publishes pool as used by this thread. Protocol: publish, load where it came from
+  /// again, and retry if it changed; withdraw when done.
+  static void publish(const void* pool) noexcept {
+    std::atomic<const void*>& slot = mine();
+    if (asymmetric()) {
+      slot.store(pool, std::memory_order_relaxed);
+      std::atomic_signal_fence(std::memory_order_seq_cst);  // the scan's barrier does the rest
+    } else {
+      slot.store(pool, std::memory_order_seq_cst);
+    }
+  }
+  static void withdraw() noexcept { mine().store(nullptr, std::memory_order_release); }
   /// True if some thread has published pool. Requires: the pool can no longer be reached
   /// where threads find pools (handle table, current pool), so no new thread publishes it.
   static bool is_in_use(const void* pool);
+
+ private:
+  static std::atomic<const void*>& mine() noexcept {
+    if (std::atomic<const void*>* slot = this_thread_slot_) [[likely]]
+      return *slot;
+    return take_slot_for_this_thread();
+  }
+  static std::atomic<const void*>& take_slot_for_this_thread();
+  /// Whether publish is a plain store (the process barrier exists), decided once.
+  static bool asymmetric() noexcept;
+
+  static constinit thread_local std::atomic<const void*>* this_thread_slot_;
 };
 
 }  // namespace soma::detail

@@ -44,6 +44,13 @@ pool_object::pool_object(pool_config config, backend_memory_provider* memory,
       exports_(properties.export_handle_types != 0 ? std::make_unique<export_table>() : nullptr),
       imports_(properties.imported ? std::make_unique<import_table>() : nullptr) {}
 
+pool_object::~pool_object() { detach_directory(); }
+
+void pool_object::keep_blocks_in(pointer_table<pool_object>& pointers) {
+  directory_ = std::make_unique<directory>(pointers, *this);
+  set_directory(directory_.get());
+}
+
 backend::access_flags pool_object::access(int device) const { return memory_.access(device); }
 
 status pool_object::set_access(int device, backend::access_flags flags) {

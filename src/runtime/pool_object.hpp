@@ -10,6 +10,8 @@
 #include <optional>
 
 #include "backend/backend.hpp"
+#include "core/block_directory.hpp"
+#include "core/pointer_table.hpp"
 #include "core/pool.hpp"
 #include "runtime/backend_memory_provider.hpp"
 #include "runtime/out_of_memory_advice.hpp"
@@ -31,6 +33,9 @@ class pool_object final : public pool {
  public:
   pool_object(pool_config config, std::unique_ptr<backend_memory_provider> memory,
               pool_properties properties, bool is_default);
+  ~pool_object();
+  pool_object(const pool_object&) = delete;
+  pool_object& operator=(const pool_object&) = delete;
 
   const pool_properties& properties() const noexcept { return properties_; }
   bool is_default() const noexcept { return is_default_; }
@@ -38,6 +43,9 @@ class pool_object final : public pool {
   void mark_destroyed() noexcept { destroyed_.store(true, std::memory_order_release); }
   std::uintptr_t handle() const noexcept { return handle_; }
   void set_handle(std::uintptr_t handle) noexcept { handle_ = handle; }
+  /// From now on this pool's blocks that a free may name have entries in pointers (live
+  /// ones, and those cached on a stream: block_directory). Call once, before any allocation.
+  void keep_blocks_in(pointer_table<pool_object>& pointers);
   /// S7: imported from another process (somaMemPoolImportFromShareableHandle).
   bool is_imported() const noexcept { return properties_.imported; }
   /// Export records of an exportable pool; nullptr for the others.
@@ -81,7 +89,24 @@ class pool_object final : public pool {
   /// commit, and such a pool remaps only commits it made per granule.
   void update_commit_mode();
 
+  // The pool's entries in the table of blocks by address.
+  class directory final : public block_directory {
+   public:
+    directory(pointer_table<pool_object>& pointers, pool_object& owner)
+        : pointers_(pointers), owner_(owner) {}
+    void add(block* live) override { pointers_.insert(live, owner_); }
+    void forget(block* b) override {
+      [[maybe_unused]] const live_entry<pool_object> gone = pointers_.remove(b->address);
+      SOMA_ASSERT(gone.live == b, "a block the pool forgets had its entry");
+    }
+
+   private:
+    pointer_table<pool_object>& pointers_;
+    pool_object& owner_;
+  };
+
   backend_memory_provider& memory_;  // owned by the base class
+  std::unique_ptr<directory> directory_;
   const pool_properties properties_;
   const bool is_default_;
   std::atomic<bool> destroyed_{false};

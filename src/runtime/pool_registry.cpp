@@ -17,8 +17,9 @@ status invalid(const std::string& message) { return status(error_code::invalid_v
 
 }  // namespace
 
-pool_registry::pool_registry(backend::backend& platform, const device_table& devices)
-    : platform_(platform), devices_(devices) {}
+pool_registry::pool_registry(backend::backend& platform, const device_table& devices,
+                             pointer_table<pool_object>& pointers)
+    : platform_(platform), devices_(devices), pointers_(pointers) {}
 
 status pool_registry::start() {
   for (int device = 0; device < devices_.count(); ++device) {
@@ -60,6 +61,7 @@ result<pool_object*> pool_registry::add(const pool_properties& properties, bool 
       std::make_unique<backend_memory_provider>(platform_, where, properties.export_handle_types);
   auto created =
       std::make_unique<pool_object>(std::move(config), std::move(memory), properties, is_default);
+  if (!properties.imported) created->keep_blocks_in(pointers_);
   pool_object* p = created.get();
   const std::uintptr_t handle = handles_.add(p);
   if (handle == 0) return status(error_code::out_of_memory, "too many live pools");
@@ -189,10 +191,9 @@ result<std::uintptr_t> pool_registry::current(int device) const {
 
 pool_object* pool_registry::acquire_current(int device) const {
   const std::atomic<pool_object*>& current = current_of(device);
-  std::atomic<const void*>& hazard = pool_hazards::mine();
   pool_object* pool = current.load(std::memory_order_acquire);
   for (;;) {
-    hazard.store(pool, std::memory_order_seq_cst);
+    pool_hazards::publish(pool);
     pool_object* again = current.load(std::memory_order_seq_cst);
     if (again == pool) return pool;
     pool = again;
@@ -200,17 +201,12 @@ pool_object* pool_registry::acquire_current(int device) const {
 }
 
 result<pool_object*> pool_registry::acquire(std::uintptr_t handle) const {
-  std::atomic<const void*>& hazard = pool_hazards::mine();
   for (;;) {
     result<pool_object*> found = resolve(handle);
     if (!found.ok()) return found;
-    hazard.store(found.value(), std::memory_order_seq_cst);
+    pool_hazards::publish(found.value());
     if (handles_.find(handle) == found.value()) return found;
   }
-}
-
-void pool_registry::release() noexcept {
-  pool_hazards::mine().store(nullptr, std::memory_order_release);
 }
 
 status pool_registry::with_pool(std::uintptr_t handle,

@@ -19,6 +19,7 @@
 #include "runtime/device_table.hpp"
 #include "runtime/handle_table.hpp"
 #include "runtime/pointer_info.hpp"
+#include "runtime/pool_hazards.hpp"
 #include "runtime/pool_object.hpp"
 #include "runtime/stream_registry.hpp"
 
@@ -90,7 +91,10 @@ struct access_request {
 /// frees are complete and no thread uses it (pool_hazards); reap() then deletes it.
 class pool_registry final : public stream_listener {
  public:
-  pool_registry(backend::backend& platform, const device_table& devices);
+  /// pointers: the process's table of blocks by address, which each pool keeps current with
+  /// its blocks (core/block_directory.hpp).
+  pool_registry(backend::backend& platform, const device_table& devices,
+                pointer_table<pool_object>& pointers);
   pool_registry(const pool_registry&) = delete;
   pool_registry& operator=(const pool_registry&) = delete;
 
@@ -130,7 +134,7 @@ class pool_registry final : public stream_listener {
   pool_object* acquire_current(int device) const;
   /// The pool of handle, published as in use by this thread, or an error.
   result<pool_object*> acquire(std::uintptr_t handle) const;
-  static void release() noexcept;
+  static void release() noexcept { pool_hazards::withdraw(); }
   /// Runs fn(pool or nullptr if it is gone) under the registry lock, so the pool is not
   /// deleted meanwhile (S7: export and import work on a pool outside an allocation).
   status with_pool(std::uintptr_t handle, const std::function<status(pool_object*)>& fn) const;
@@ -191,6 +195,7 @@ class pool_registry final : public stream_listener {
 
   backend::backend& platform_;
   const device_table& devices_;
+  pointer_table<pool_object>& pointers_;
   handle_table<pool_object, handle_kind::pool> handles_;
   std::vector<std::unique_ptr<device_pools>> per_device_;
   // Host locations' default and current pools, by (type, NUMA node); under mutex_ while

@@ -9,8 +9,6 @@ namespace {
 
 std::mutex start_mutex;
 backend::cpu_settings configured_cpu_settings;
-// Never destroyed: worker threads may outlive main. Read without the lock once set.
-std::atomic<runtime*> started_runtime{nullptr};
 status start_failure;
 bool start_attempted = false;
 
@@ -33,7 +31,7 @@ status runtime::configure_cpu(const backend::cpu_settings& settings) {
 
 result<runtime*> runtime::instance() {
   // Every API call comes here: after start it is two loads, no lock.
-  if (runtime* ready = started_runtime.load(std::memory_order_acquire)) [[likely]] {
+  if (runtime* ready = started_.load(std::memory_order_acquire)) [[likely]] {
     if (!backend::forked_after_start()) [[likely]]
       return ready;
   }
@@ -41,7 +39,7 @@ result<runtime*> runtime::instance() {
   // usable driver); asked before the lock, which fork may have left held.
   if (backend::forked_after_start()) return backend::forked_child_error();
   std::lock_guard lock(start_mutex);
-  if (runtime* ready = started_runtime.load(std::memory_order_acquire)) return ready;
+  if (runtime* ready = started_.load(std::memory_order_acquire)) return ready;
   if (start_attempted) return start_failure;
   start_attempted = true;
   result<std::unique_ptr<backend::backend>> platform =
@@ -56,14 +54,14 @@ result<runtime*> runtime::instance() {
     start_failure = started;
     return start_failure;  // the half-started runtime is kept alive on purpose
   }
-  started_runtime.store(created, std::memory_order_release);
+  started_.store(created, std::memory_order_release);
   return created;
 }
 
 runtime::runtime(std::unique_ptr<backend::backend> platform)
     : backend_(std::move(platform)),
       devices_(*backend_),
-      pools_(*backend_, devices_),
+      pools_(*backend_, devices_, pointers_),
       streams_(*backend_, devices_, pools_),
       host_memory_(*backend_),
       ipc_(*backend_, pools_, pointers_) {}

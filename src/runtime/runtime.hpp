@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/fork_guard.hpp"
 #include "core/pointer_table.hpp"
 #include "core/status.hpp"
 #include "runtime/device_table.hpp"
@@ -36,6 +37,12 @@ class runtime {
   /// The process's runtime, started on first use; initialization errors are returned on
   /// every call.
   static result<runtime*> instance();
+  /// The runtime if it started and this process may use it, else nullptr (then instance()
+  /// starts it or says why not): the two loads every API call makes.
+  static runtime* ready() noexcept {
+    runtime* started = started_.load(std::memory_order_acquire);
+    return started != nullptr && !backend::forked_after_start() ? started : nullptr;
+  }
 
   // -- the parts -------------------------------------------------------------------------
   device_table& devices() noexcept { return devices_; }
@@ -118,6 +125,9 @@ class runtime {
   static status start_history_from_environment();
 
   result<void*> allocate_in(pool_object& pool, std::size_t bytes, stream_object& stream);
+  /// The live allocation that starts at address, claimed for its free (block::claim_for_free);
+  /// {} if none is live there.
+  live_entry<pool_object> claim_for_free(std::uintptr_t address);
   void name_pending_streams(pool_report& report) const;
   /// What an out-of-memory failure of pool adds to its message (out_of_memory_advice.hpp).
   std::string explain_out_of_memory(pool_object& pool, std::size_t bytes,
@@ -140,12 +150,15 @@ class runtime {
   status check_value_word(std::uint32_t* address, const char* call, int device,
                           backend::access_flags needed) const;
 
+  // Never destroyed: worker threads may outlive main. Read without a lock once set.
+  static inline std::atomic<runtime*> started_{nullptr};
+
   const std::unique_ptr<backend::backend> backend_;
   device_table devices_;
+  pointer_table<pool_object> pointers_;  // before pools_: their blocks have entries here
   pool_registry pools_;
   stream_registry streams_;  // after pools_: it tells them about streams
   host_memory_table host_memory_;
-  pointer_table<pool_object> pointers_;
   ipc_hooks ipc_;
   std::atomic<graph_memory_hooks*> graph_memory_{nullptr};
 };

@@ -36,19 +36,24 @@ result<void*> runtime::allocate_in(pool_object& pool, std::size_t bytes, stream_
     return status(error_code::out_of_memory, std::move(message));
   }
   if (!taken.ok()) return taken.take_error();
+  // The pool put the block in pointers_ (its block_directory) when its slow path handed it out;
+  // a block from the stream's cache kept its entry from before.
   if (history_notes::on()) history_notes::allocated(pool, *taken.value(), stream.handle);
-  pointers_.insert(taken.value(), pool);
   return reinterpret_cast<void*>(taken.value()->address);
 }
 
 result<void*> runtime::allocate(std::size_t bytes, std::uintptr_t stream_handle) {
-  result<stream_object*> s = streams_.resolve(stream_handle);
-  if (!s.ok()) return s.take_error();
+  stream_object* stream = streams_.find(stream_handle);
+  if (stream == nullptr) [[unlikely]] {
+    result<stream_object*> s = streams_.resolve(stream_handle);
+    if (!s.ok()) return s.take_error();
+    stream = s.value();
+  }
   if (bytes == 0) return static_cast<void*>(nullptr);
   // S4, S5: another thread may destroy the current pool meanwhile (the default pool becomes
   // current); the pool this call found stays until the call is done.
-  pool_object* pool = pools_.acquire_current(s.value()->device);
-  result<void*> allocated = allocate_in(*pool, bytes, *s.value());
+  pool_object* pool = pools_.acquire_current(stream->device);
+  result<void*> allocated = allocate_in(*pool, bytes, *stream);
   pool_registry::release();
   return allocated;
 }
@@ -79,19 +84,25 @@ status runtime::refuse_imported_allocation(const pool_object& pool) const {
 
 status runtime::free(void* pointer, std::uintptr_t stream_handle) {
   if (pointer == nullptr) return status::success();
-  result<stream_object*> s = streams_.resolve(stream_handle);
-  if (!s.ok()) return s.take_error();
+  stream_object* stream = streams_.find(stream_handle);
+  if (stream == nullptr) [[unlikely]] {
+    result<stream_object*> s = streams_.resolve(stream_handle);
+    if (!s.ok()) return s.take_error();
+    stream = s.value();
+  }
   const auto address = reinterpret_cast<std::uintptr_t>(pointer);
-  const live_entry<pool_object> live = pointers_.remove(address);
+  const live_entry<pool_object> live = claim_for_free(address);
   if (live.live == nullptr) {
     if (graph_memory_hooks* graphs = graph_memory_.load(); graphs != nullptr) {
-      if (std::optional<status> freed = graphs->free(address, *s.value())) return *freed;
+      if (std::optional<status> freed = graphs->free(address, *stream)) return *freed;
     }
     return pools_.explain_unknown_pointer(address, "somaFreeAsync");
   }
   pool_object& owner = *live.owner;
-  if (owner.imports() != nullptr)
-    return pools_.free_imported(owner, live.live, s.value()->timeline);
+  if (owner.imports() != nullptr) {
+    pointers_.remove(address);  // an imported mapping has no cache: its entry goes now
+    return pools_.free_imported(owner, live.live, stream->timeline);
+  }
   if (owner.exports() != nullptr) owner.exports()->forget(address);  // S7: data goes stale
   // Read before the free: once it is done another thread may tear the pool down.
   const bool owner_destroyed = owner.is_destroyed();
@@ -107,12 +118,24 @@ status runtime::free(void* pointer, std::uintptr_t stream_handle) {
   // position of its own, so it counts as complete only once the backend shows the stream has
   // run past it (a query or a marker recorded after that work), never merely because soma's
   // own operations there have run.
-  if (s.value()->native_queue != nullptr) s.value()->native_queue->note_free();
-  owner.free(live.live, s.value()->timeline);
+  if (stream->native_queue != nullptr) stream->native_queue->note_free();
+  owner.free(live.live, stream->timeline);
   // A destroyed owner may be gone once the free is done; its last frees go unrecorded.
-  if (recording) history_notes::freed(owner, address, bytes, scope, s.value()->handle, stamp);
+  if (recording) history_notes::freed(owner, address, bytes, scope, stream->handle, stamp);
   if (owner_destroyed) pools_.reap();
   return status::success();
+}
+
+live_entry<pool_object> runtime::claim_for_free(std::uintptr_t address) {
+  for (;;) {
+    const live_entry<pool_object> found = pointers_.find(address);
+    // Not live: never allocated, or freed (a cached block keeps its entry: block_directory).
+    if (found.live == nullptr || !found.live->claim_for_free()) return {};
+    if (found.live->address == address) return found;
+    // The lookup took no lock, so the block it found may have been merged away and made anew
+    // at another address since (its memory stays a block: block_store): let it go, look again.
+    found.live->set_state(block_state::live);
+  }
 }
 
 pointer_info runtime::describe_pointer(const void* pointer) const {
@@ -125,7 +148,8 @@ pointer_info runtime::describe_pointer(const void* pointer) const {
     info.requested_bytes = size;
     return info;
   }
-  const live_entry<pool_object> live = pointers_.find(address);
+  live_entry<pool_object> live = pointers_.find(address);
+  if (live.live != nullptr && (!live.live->is_live() || live.live->address != address)) live = {};
   const pool_object* owner = live.owner;
   if (live.live != nullptr) {
     info.base = live.live->address;

@@ -50,6 +50,9 @@ class stream_registry {
   // -- streams -------------------------------------------------------------------------
   /// The stream of handle (0: the current device's default stream) or invalid_handle.
   result<stream_object*> resolve(std::uintptr_t handle) const;
+  /// The stream of a handle somaStreamCreate made (or adopted) and nothing has destroyed;
+  /// nullptr otherwise, where resolve tells why (or finds the default stream for 0). Lock-free.
+  stream_object* find(std::uintptr_t handle) const noexcept { return streams_.find(handle); }
   result<std::uintptr_t> create(unsigned flags);
   /// A soma stream over native (cuda: a CUstream the caller owns). may_end_first: the owner
   /// may destroy native before the soma stream (somaNativeStreamMayEndFirst).

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "c_caller.h"
@@ -173,6 +175,36 @@ TEST_F(S2_BadInput, DoubleFreeOnAnotherStreamIsInvalidValue) {
   EXPECT_EQ(somaFreeAsync(pointer, second), somaErrorInvalidValue);
   expect_unchanged_and_usable(pool, before, first);
   SOMA_ASSERT_OK(somaStreamSynchronize(first));
+}
+
+TEST_F(S2_BadInput, TwoThreadsFreeingOnePointerAtOnceFreeItOnce) {
+  // The free finds the block without a lock (the pointer table's readers take none) and claims
+  // it: of two racing frees exactly one succeeds, the other is a double free.
+  unique_stream first;
+  unique_stream second;
+  const somaMemPool_t pool = default_pool(0);
+  for (int round = 0; round < 200; ++round) {
+    void* pointer = nullptr;
+    SOMA_ASSERT_OK(somaMallocAsync(&pointer, 4096, first));
+    std::atomic<bool> go{false};
+    somaError_t results[2] = {somaSuccess, somaSuccess};
+    auto free_on = [&](somaStream_t stream, somaError_t* result) {
+      while (!go.load()) {
+      }
+      *result = somaFreeAsync(pointer, stream);
+    };
+    std::thread a(free_on, static_cast<somaStream_t>(first), &results[0]);
+    std::thread b(free_on, static_cast<somaStream_t>(second), &results[1]);
+    go.store(true);
+    a.join();
+    b.join();
+    ASSERT_EQ((results[0] == somaSuccess) + (results[1] == somaSuccess), 1) << "round " << round;
+    ASSERT_EQ((results[0] == somaErrorInvalidValue) + (results[1] == somaErrorInvalidValue), 1);
+    ASSERT_EQ(read_pool_stats(pool).used_current, 0u) << "round " << round;
+  }
+  SOMA_ASSERT_OK(somaStreamSynchronize(first));
+  SOMA_ASSERT_OK(somaStreamSynchronize(second));
+  expect_unchanged_and_usable(pool, read_pool_stats(pool), first);
 }
 
 TEST_F(S2_BadInput, FreeOnInvalidStreamKeepsTheAllocation) {

@@ -43,8 +43,9 @@ class FreeIndex : public ::testing::Test {
     return run;
   }
 
+  soma::detail::block_store store_;  // merged blocks go back here (deleted with the fixture)
   std::map<std::uintptr_t, block*> all_blocks_;
-  free_index index_{all_blocks_};
+  free_index index_{all_blocks_, store_};
   stream_timeline a_{0};
   stream_timeline b_{1};
 };

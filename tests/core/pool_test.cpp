@@ -2,6 +2,8 @@
 // S12, S16), over fake_memory_provider (synthetic addresses, nothing mapped).
 #include "core/pool.hpp"
 
+#include "core/block_directory.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -709,6 +712,65 @@ TEST(S2_Pool, FreeMakesTheBlockNoLongerLive) {
   EXPECT_EQ(x->stamp.timeline, &a);
   EXPECT_EQ(x->stamp.position, a.enqueued_position());
   EXPECT_EQ(p.stats().used_bytes, 0u);
+}
+
+// ---- S2: the directory of blocks a free may name (block_directory) ---------------------------
+
+struct recording_directory final : soma::detail::block_directory {
+  void add(block* b) override {
+    EXPECT_TRUE(entries.insert(b).second) << "added twice";
+    ++adds;
+  }
+  void forget(block* b) override {
+    EXPECT_EQ(entries.erase(b), 1u) << "forgot a block it never had";
+    ++forgets;
+  }
+  std::set<block*> entries;
+  int adds = 0;
+  int forgets = 0;
+};
+
+class directed_pool final : public pool {
+ public:
+  directed_pool(pool_config config, std::unique_ptr<fake_memory_provider> memory,
+                soma::detail::block_directory& directory)
+      : pool(std::move(config), std::move(memory)) {
+    set_directory(&directory);
+  }
+};
+
+TEST(S2_Pool, ACachedBlockKeepsItsEntryUntilItLeavesItsCacheForTheIndex) {
+  recording_directory directory;
+  auto memory = std::make_shared<fake_memory_state>();
+  memory->granularity_bytes = kGranule;
+  pool_config config;
+  config.max_size_bytes = 64 * MiB;
+  config.reservation_bytes = 8 * MiB;
+  directed_pool p(config, std::make_unique<fake_memory_provider>(memory), directory);
+  stream_timeline a(0);
+  block* first = p.allocate(1000, a).value();
+  EXPECT_EQ(directory.adds, 1);  // handed out by the slow path
+  EXPECT_EQ(directory.entries.count(first), 1u);
+  p.free(first, a);
+  // The fast path: the free and the reuse change no entry.
+  EXPECT_EQ(directory.forgets, 0);
+  EXPECT_EQ(directory.entries.count(first), 1u);
+  block* again = p.allocate(1000, a).value();
+  EXPECT_EQ(again, first);
+  EXPECT_EQ(directory.adds, 1);
+  p.free(again, a);
+  // A miss drains the stream's cache into the index: the cached block leaves the directory
+  // before it may merge with its neighbour, and the block handed out joins it.
+  block* other = p.allocate(4 * KiB, a).value();
+  EXPECT_EQ(directory.forgets, 1);
+  EXPECT_EQ(directory.adds, 2);
+  EXPECT_EQ(directory.entries, std::set<block*>{other});
+  p.free(other, a);
+  a.note_completed(a.enqueued_position());
+  a.prove_completed(a.enqueued_position());
+  p.trim_to(0);  // drains every cache
+  EXPECT_TRUE(directory.entries.empty());
+  EXPECT_EQ(directory.forgets, 2);
 }
 
 TEST(S3_Pool, ForgetStreamMovesItsCacheToTheIndex) {

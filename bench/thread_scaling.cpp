@@ -38,6 +38,7 @@ void escape(void* p) { asm volatile("" : : "g"(p) : "memory"); }
 template <class Work>
 double rate(int n) {
   std::atomic<bool> stop{false};
+  std::atomic<bool> go{false};
   std::vector<long> done(static_cast<std::size_t>(n) * 16, 0);  // a cache line apart
   std::barrier start(n + 1);
   std::vector<std::thread> threads;
@@ -45,6 +46,7 @@ double rate(int n) {
     threads.emplace_back([&, t] {
       Work work(t);
       start.arrive_and_wait();
+      go.wait(false);
       long k = 0;
       while (!stop.load(std::memory_order_relaxed)) {
         for (int i = 0; i < 16; ++i) work.step();
@@ -53,8 +55,12 @@ double rate(int n) {
       done[static_cast<std::size_t>(t) * 16] = k;
     });
   }
+  // The clock starts before any thread may count (taken after the barrier, it started late
+  // whenever threads outnumbered cores and the main thread waited for one).
   start.arrive_and_wait();
   const auto begin = std::chrono::steady_clock::now();
+  go.store(true);
+  go.notify_all();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   stop = true;
   for (std::thread& thread : threads) thread.join();

@@ -214,6 +214,7 @@ double threaded_ns(const settings& config, const std::vector<Side>& sides, std::
   for (int trial = 0; trial < config.trials; ++trial) {
     for (const Side& side : sides) side.synchronize();
     std::atomic<bool> stop{false};
+    std::atomic<bool> go{false};
     std::vector<long> pairs(static_cast<std::size_t>(thread_count), 0);
     std::barrier start_line(thread_count + 1);
     std::vector<std::thread> threads;
@@ -225,6 +226,7 @@ double threaded_ns(const settings& config, const std::vector<Side>& sides, std::
           for (int i = 0; i < side.warm_pairs(); ++i) side.deallocate(side.allocate(bytes));
         }
         start_line.arrive_and_wait();
+        go.wait(false);
         long done = 0;
         while (!stop.load(std::memory_order_relaxed)) {
           for (int i = 0; i < 16; ++i) {
@@ -237,8 +239,12 @@ double threaded_ns(const settings& config, const std::vector<Side>& sides, std::
         pairs[static_cast<std::size_t>(t)] = done;
       });
     }
+    // The clock starts before any thread may count a pair (taken after the barrier, it started
+    // late whenever threads outnumbered cores and the main thread waited for one).
     start_line.arrive_and_wait();
     const clock_type::time_point start = clock_type::now();
+    go.store(true);
+    go.notify_all();
     std::this_thread::sleep_for(std::chrono::duration<double>(config.trial_seconds));
     stop.store(true);
     for (std::thread& thread : threads) thread.join();

@@ -17,7 +17,8 @@
 #include <cstdint>
 
 #include "core/status.hpp"
-#include "runtime/pool_sharing.hpp"
+#include "runtime/export_table.hpp"
+#include "runtime/import_table.hpp"
 
 namespace soma::detail::ipc {
 

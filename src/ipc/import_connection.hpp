@@ -13,7 +13,8 @@
 #include "ipc/export_data.hpp"
 #include "ipc/socket_messages.hpp"
 #include "ipc/unique_fd.hpp"
-#include "runtime/pool_sharing.hpp"
+#include "runtime/export_table.hpp"
+#include "runtime/import_table.hpp"
 
 namespace soma::detail::ipc {
 

@@ -12,7 +12,8 @@
 #include "core/pointer_table.hpp"
 #include "core/status.hpp"
 #include "runtime/pool_registry.hpp"
-#include "runtime/pool_sharing.hpp"
+#include "runtime/export_table.hpp"
+#include "runtime/import_table.hpp"
 
 namespace soma::detail {
 

@@ -15,7 +15,8 @@
 #include "core/pool.hpp"
 #include "runtime/backend_memory_provider.hpp"
 #include "runtime/out_of_memory_advice.hpp"
-#include "runtime/pool_sharing.hpp"
+#include "runtime/export_table.hpp"
+#include "runtime/import_table.hpp"
 
 namespace soma::detail {
 

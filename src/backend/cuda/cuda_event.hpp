@@ -8,6 +8,7 @@
 #include "backend/backend.hpp"
 #include "backend/cuda/cuda_stream.hpp"
 #include "backend/cuda/driver_api.hpp"
+#include "core/spin_lock.hpp"
 
 namespace soma::detail::backend::cuda {
 
@@ -50,7 +51,9 @@ class cuda_event final : public event {
   result<CUevent> event_in_locked(CUcontext context, int device);
 
   const driver_api& driver_;
-  std::mutex mutex_;
+  // A spin lock: taken on every record and wait (ping-pong), held for a field update or one
+  // driver call (cuEventRecord, cuEventQuery: a fraction of a microsecond), never while blocking.
+  spin_lock mutex_;
   struct per_context {
     CUcontext context = nullptr;
     CUevent event = nullptr;

@@ -159,12 +159,14 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s TRACE [--granularity B] [--growth-step B] [--partial-decommit] "
-                 "[--compact] [--no-remap] [--frees-at-one-point] [--max-ratio R] [--verbose]\n",
+                 "[--compact] [--no-remap] [--frees-at-one-point] [--max-ratio R] [--max-remaps N] "
+                 "[--verbose]\n",
                  argv[0]);
     return 2;
   }
   replay_options o;
-  double max_ratio = 0;  // 0: no check
+  double max_ratio = 0;      // 0: no check
+  long long max_remaps = -1;  // -1: no check
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--granularity") == 0 && i + 1 < argc)
       o.granularity = parse_size(argv[++i]);
@@ -180,6 +182,8 @@ int main(int argc, char** argv) {
       o.remap = false;
     else if (std::strcmp(argv[i], "--frees-at-one-point") == 0)
       o.position_per_free = false;
+    else if (std::strcmp(argv[i], "--max-remaps") == 0 && i + 1 < argc)
+      max_remaps = std::strtoll(argv[++i], nullptr, 10);
     else if (std::strcmp(argv[i], "--max-ratio") == 0 && i + 1 < argc)
       max_ratio = std::strtod(argv[++i], nullptr);
   }
@@ -221,5 +225,16 @@ int main(int argc, char** argv) {
     return 3;
   }
   if (max_ratio > 0) std::printf("reserved/used %.4f is within %.4f\n", ratio, max_ratio);
+  // Remapping costs driver calls per granule on a GPU: a change that makes the pool remap again
+  // and again (every step of a training loop) shows here.
+  if (max_remaps >= 0 && asked.remapped.remaps > static_cast<unsigned long long>(max_remaps)) {
+    std::printf("FAILED: %llu remaps, more than %lld\n",
+                static_cast<unsigned long long>(asked.remapped.remaps), max_remaps);
+    return 3;
+  }
+  if (max_remaps >= 0) {
+    std::printf("%llu remaps, at most %lld\n",
+                static_cast<unsigned long long>(asked.remapped.remaps), max_remaps);
+  }
   return 0;
 }

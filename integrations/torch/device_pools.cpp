@@ -93,13 +93,15 @@ somaError_t device_pools::apply(somaMemPool_t pool, const pool_settings& setting
     status = somaMemPoolSetAttribute(pool, somaMemPoolAttrCompactBeforeGrowth, &on);
   }
   // SOMA_TORCH_REMAP=0|1|2: somaMemPoolAttrRemapFreeMemory (never, before growth, instead of
-  // failing: the pools' default), docs/torch.md.
+  // failing). Unset: before growth, which keeps PyTorch's pools near their floor and, holding
+  // large free blocks for large requests, maps memory again only in a loop's first steps
+  // (docs/torch.md).
   const char* remap = std::getenv("SOMA_TORCH_REMAP");
-  if (status == somaSuccess && remap != nullptr && remap[0] >= '0' && remap[0] <= '2' &&
-      remap[1] == '\0') {
-    int mode = remap[0] - '0';
+  int mode = 1;
+  if (remap != nullptr && remap[0] >= '0' && remap[0] <= '2' && remap[1] == '\0')
+    mode = remap[0] - '0';
+  if (status == somaSuccess)
     status = somaMemPoolSetAttribute(pool, somaMemPoolAttrRemapFreeMemory, &mode);
-  }
   return status;
 }
 

@@ -189,13 +189,13 @@ def enable(
         stream and gives that memory back first. Peak memory then stays near live memory, at
         the price of such synchronizes (sets SOMA_TORCH_COMPACT=1 for the library; takes
         effect for pools created afterwards, so pass it to the first call).
-    remap_free_memory: soma's somaMemPoolAttrRemapFreeMemory on every pool. None keeps the
-        pools' default (remap instead of failing an allocation). True remaps before growth:
-        where a pool would grow while free whole granules hold at least a quarter of the
-        request, soma maps them again as one range and commits only the shortfall, with no
-        synchronize; peak memory then stays near live memory, at a cost where the loop
-        fragments the pool anew every step (docs/torch.md). False never remaps. Sets
-        SOMA_TORCH_REMAP (1, 0) for the library; pass it to the first call.
+    remap_free_memory: soma's somaMemPoolAttrRemapFreeMemory on every pool. None or True
+        remaps before growth (soma_torch's default): where a pool would grow while free whole
+        granules hold at least a quarter of the request, soma maps them again as one range and
+        commits only the shortfall, with no synchronize, and below its peak it keeps large
+        free blocks for large requests, so peak memory stays near live memory and a training
+        loop maps memory again only in its first steps (docs/torch.md). False never remaps.
+        Sets SOMA_TORCH_REMAP (1, 0) for the library; pass it to the first call.
 
     A second call reconfigures the pools (the allocator stays installed).
     """

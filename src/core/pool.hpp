@@ -234,6 +234,19 @@ class pool {
   stream_cache* create_cache(std::uint32_t slot);
   result<slow_path_outcome> allocate_slow(std::size_t size_bytes, const stream_timeline& stream,
                                           slow_path_options options);
+  /// The slow path's search, remapping, growth and waits, under the pool lock; with
+  /// hold_large_holes, large free blocks (is_large_hole_for) serve no request and growth
+  /// commits the request's granules only.
+  result<slow_path_outcome> serve_locked(std::size_t size_bytes, const stream_timeline& stream,
+                                         slow_path_options options, bool hold_large_holes);
+  /// Large free blocks are held for large requests (remapping before growth) while growing by
+  /// size_bytes keeps reserved within peak used plus an allowance (1/512 of it, a granule at
+  /// least).
+  bool growth_within_allowance_locked(std::size_t size_bytes) const;
+  static bool is_large_hole_for(const block* b, std::size_t size_bytes) noexcept;
+  static constexpr std::size_t large_hole_bytes = std::size_t{64} << 20;
+  static constexpr std::size_t large_hole_factor = 8;
+  static constexpr std::uint64_t large_hole_allowance_divisor = 512;
   /// S11: may `stream` use b now without any added ordering?
   bool usable_without_waiting(const block* b, const stream_timeline& stream) const {
     return reuse_rule(b, stream).has_value();
@@ -255,7 +268,8 @@ class pool {
   void index_from_cache_locked(const std::vector<block*>& blocks);
   /// Commits memory for a request of `stream`, extending a free block of the stream's below
   /// unmapped space where one exists.
-  status grow_locked(std::size_t size_bytes, const stream_timeline& stream);
+  /// exact: by the request's granules only, not the growth step.
+  status grow_locked(std::size_t size_bytes, const stream_timeline& stream, bool exact = false);
   /// The unmapped range growth starts at (whole; growth takes its start), reserving one if
   /// needed, and in need_bytes how much growth must commit there; in *extended the free block
   /// that growth extends, if any.

@@ -63,7 +63,7 @@ result<address_range> pool::unmapped_range_locked(std::size_t bytes) {
   return reservation;
 }
 
-status pool::grow_locked(std::size_t size_bytes, const stream_timeline& stream) {
+status pool::grow_locked(std::size_t size_bytes, const stream_timeline& stream, bool exact) {
   const std::size_t bytes = round_up(size_bytes, granularity_bytes_);
   std::size_t need_bytes = bytes;
   const std::uint64_t reserved = reserved_bytes_.load(std::memory_order_relaxed);
@@ -92,7 +92,7 @@ status pool::grow_locked(std::size_t size_bytes, const stream_timeline& stream) 
   const std::size_t room_bytes = std::min<std::uint64_t>(
       where.value().size_bytes,
       (config_.max_size_bytes - reserved) / granularity_bytes_ * granularity_bytes_);
-  need_bytes = std::max(exact_bytes, std::min(config_.growth_step_bytes, room_bytes));
+  if (!exact) need_bytes = std::max(exact_bytes, std::min(config_.growth_step_bytes, room_bytes));
   result<std::uint64_t> token = memory_->commit(address, need_bytes);
   if (!token.ok() && need_bytes > exact_bytes) {
     need_bytes = exact_bytes;

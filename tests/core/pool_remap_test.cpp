@@ -349,4 +349,90 @@ TEST(S9_Remap, ForgottenStreamsRetiredAddressesGoAtTheNextSynchronize) {
   EXPECT_EQ(p.the_pool->remap_counts().retired_bytes, 0u);
 }
 
+// ---- holding large holes for large requests (pool_slow_path.cpp) ------------------------------
+
+// A pool whose peak used was 161 MiB and which holds 97 MiB, 96 of them a free hole: room to
+// grow below the peak, and a hole that only a large request should take.
+struct pool_below_its_peak : remap_pool {
+  explicit pool_below_its_peak(std::size_t max_size) : remap_pool(max_size) {
+    hole = allocate(96 * MiB, a);
+    block* top = allocate(64 * MiB, a);
+    kept = allocate(1 * MiB, a);
+    hole_address = hole->address;
+    free_pending(top, a);
+    a.note_completed(a.enqueued_position());
+    a.prove_completed(a.enqueued_position());
+    the_pool->trim_to(0);  // the proven top goes back; the 96 MiB and the live 1 MiB stay
+    free_pending(hole, a);
+  }
+  stream_timeline a{0};
+  block* hole = nullptr;
+  block* kept = nullptr;
+  std::uintptr_t hole_address = 0;
+};
+
+TEST(S9_Remap, BelowThePeakASmallRequestGrowsRatherThanSplitALargeHole) {
+  pool_below_its_peak p(1024 * MiB);
+  ASSERT_EQ(p.the_pool->statistics().used_high_bytes, 161 * MiB);
+  const std::uint64_t reserved = p.the_pool->statistics().reserved_bytes;
+  block* small = p.allocate(4 * MiB, p.a);
+  ASSERT_NE(small, nullptr);
+  EXPECT_TRUE(small->address < p.hole_address || small->address >= p.hole_address + 96 * MiB)
+      << "the small request split the large hole";
+  EXPECT_EQ(p.the_pool->statistics().reserved_bytes, reserved + 4 * MiB)
+      << "growth commits the request's granules only";
+  // The large request then finds its hole whole: no remap, no growth.
+  const std::size_t commits = p.memory->commit_calls;
+  block* large = p.allocate(96 * MiB, p.a);
+  ASSERT_NE(large, nullptr);
+  EXPECT_EQ(large->address, p.hole_address);
+  EXPECT_EQ(p.memory->commit_calls, commits);
+  EXPECT_EQ(p.the_pool->remap_counts().remaps, 0u);
+  p.the_pool->free(large, p.a);
+  p.the_pool->free(small, p.a);
+  p.the_pool->free(p.kept, p.a);
+}
+
+TEST(S9_Remap, AtItsPeakTheLargeHoleServesSmallRequests) {
+  // Growing would take reserved past peak used and its allowance: the hole is split as usual.
+  remap_pool p(1024 * MiB);
+  stream_timeline a(0);
+  block* hole = p.allocate(96 * MiB, a);
+  block* kept = p.allocate(1 * MiB, a);
+  const std::uintptr_t hole_address = hole->address;
+  p.free_pending(hole, a);
+  const std::size_t commits = p.memory->commit_calls;
+  block* small = p.allocate(4 * MiB, a);
+  ASSERT_NE(small, nullptr);
+  EXPECT_GE(small->address, hole_address);
+  EXPECT_LT(small->address, hole_address + 96 * MiB);
+  EXPECT_EQ(p.memory->commit_calls, commits);
+  p.the_pool->free(small, a);
+  p.the_pool->free(kept, a);
+}
+
+TEST(S9_Remap, AHeldHoleServesWhereThePoolCannotGrow) {
+  // Below the peak, within the allowance, but at the pool's max size: the small request takes
+  // part of the hole rather than fail.
+  remap_pool p(512 * MiB);
+  stream_timeline a(0);
+  block* hole = p.allocate(96 * MiB, a);
+  block* kept = p.allocate(1 * MiB, a);
+  block* top = p.allocate(415 * MiB, a);  // reserved and peak used: the max size
+  const std::uintptr_t hole_address = hole->address;
+  p.free_pending(top, a);
+  a.note_completed(a.enqueued_position());
+  a.prove_completed(a.enqueued_position());
+  p.the_pool->trim_to(510 * MiB);  // 2 MiB of the top go back
+  ASSERT_EQ(p.the_pool->statistics().reserved_bytes, 510 * MiB);
+  p.free_pending(hole, a);
+  block* small = p.allocate(3 * MiB, a);  // 513 MiB would pass the max size
+  ASSERT_NE(small, nullptr);
+  EXPECT_GE(small->address, hole_address);
+  EXPECT_LT(small->address, hole_address + 96 * MiB);
+  EXPECT_EQ(p.the_pool->statistics().reserved_bytes, 510 * MiB);
+  p.the_pool->free(small, a);
+  p.the_pool->free(kept, a);
+}
+
 }  // namespace

@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   replay_options o;
-  double max_ratio = 0;      // 0: no check
+  double max_ratio = 0;       // 0: no check
   long long max_remaps = -1;  // -1: no check
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--granularity") == 0 && i + 1 < argc)

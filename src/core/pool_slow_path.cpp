@@ -124,7 +124,11 @@ result<slow_path_outcome> pool::serve_locked(std::size_t size_bytes, const strea
   if (b == nullptr) {
     // Growing beats waiting: new memory serializes no stream. Only when the pool cannot grow
     // does it order this stream after another stream's pending free (internal dependencies).
-    status grown = grow_locked(size_bytes, stream, /*exact=*/hold_large_holes);
+    // A pool that remaps before growth grows by the request's granules, not the growth step:
+    // memory committed ahead of need is reserved above used (a 32 MiB step is 1.2 % of a
+    // 2.6 GiB pool), and such a pool makes physical memory a granule at a time anyway.
+    status grown = grow_locked(size_bytes, stream,
+                               /*exact=*/remap_free_memory() == remap_mode::before_growth);
     if (grown.ok()) {
       // The new memory may have merged with a free block below it into a large one.
       b = index_.take_best_fit(size_bytes,

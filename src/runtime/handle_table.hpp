@@ -28,7 +28,7 @@ class handle_table {
   static constexpr std::uint32_t segment_count = 1024;
   static constexpr std::uint32_t no_slot = UINT32_MAX;
 
-  handle_table() : salt_(random_salt()) {}
+  handle_table() : salt_(random_salt()), serial_(next_serial()) {}
   handle_table(const handle_table&) = delete;
   handle_table& operator=(const handle_table&) = delete;
   ~handle_table() {
@@ -58,6 +58,19 @@ class handle_table {
   /// The object, or nullptr for a handle that was never issued, was invalidated, or names
   /// another kind.
   T* find(std::uintptr_t handle) const noexcept {
+    // A thread tends to name the same handle again and again (its stream): the slot and
+    // generation of its last successful lookup are kept, so a repeat is a compare and the
+    // slot's generation check, not a decode.
+    recent_lookup& recent = recent_;
+    if (recent.handle == handle && recent.table == serial_) [[likely]] {
+      if (recent.at->generation.load(std::memory_order_acquire) == recent.generation)
+        return recent.at->object.load(std::memory_order_acquire);
+    }
+    return find_and_remember(handle);
+  }
+
+  /// find without the thread's memory of its last lookup.
+  T* find_and_remember(std::uintptr_t handle) const noexcept {
     std::uint32_t index = 0;
     std::uint32_t generation = 0;
     if (!decode(handle, &index, &generation)) return nullptr;
@@ -66,7 +79,9 @@ class handle_table {
     if (segment == nullptr) return nullptr;
     const slot& s = (*segment)[index % slots_per_segment];
     if (s.generation.load(std::memory_order_acquire) != generation) return nullptr;
-    return s.object.load(std::memory_order_acquire);
+    T* object = s.object.load(std::memory_order_acquire);
+    if (object != nullptr) recent_ = recent_lookup{serial_, handle, &s, generation};
+    return object;
   }
 
   /// find, or invalid_handle saying "<noun> 0x... is not a live <noun> (destroyed, or never
@@ -113,6 +128,15 @@ class handle_table {
     std::atomic<std::uint32_t> generation{0};
   };
   using segment_type = std::array<slot, slots_per_segment>;
+  // A thread's last successful lookup in a table of this kind. Slots live as long as their
+  // table, and a handle is valid only while its slot has its generation.
+  struct recent_lookup {
+    std::uint64_t table = 0;  // the table's serial: a table made later at the same address differs
+    std::uintptr_t handle = 0;
+    const slot* at = nullptr;
+    std::uint32_t generation = 0;
+  };
+  static constinit inline thread_local recent_lookup recent_{};
   static constexpr std::uint64_t low_bits = (std::uint64_t{1} << 56) - 1;
   static constexpr std::uint32_t generation_mask = 0xffffff;
 
@@ -162,7 +186,13 @@ class handle_table {
     return *index < slots_per_segment * segment_count;
   }
 
+  static std::uint64_t next_serial() noexcept {
+    static std::atomic<std::uint64_t> serials{0};
+    return serials.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+
   const std::uint64_t salt_;
+  const std::uint64_t serial_;  // never 0, so no table matches a thread's empty recent_lookup
   std::mutex mutex_;
   std::array<std::atomic<segment_type*>, segment_count> segments_{};
   std::vector<std::uint32_t> free_slots_;

@@ -38,6 +38,7 @@ struct thread_slot {
 }  // namespace
 
 constinit thread_local std::atomic<const void*>* pool_hazards::this_thread_slot_ = nullptr;
+constinit thread_local bool pool_hazards::this_thread_asymmetric_ = false;
 
 thread_slot::~thread_slot() {
   slot->pointer.store(nullptr, std::memory_order_release);
@@ -46,6 +47,7 @@ thread_slot::~thread_slot() {
 
 std::atomic<const void*>& pool_hazards::take_slot_for_this_thread() {
   thread_local thread_slot own;
+  this_thread_asymmetric_ = asymmetric();
   this_thread_slot_ = &own.slot->pointer;
   return own.slot->pointer;
 }

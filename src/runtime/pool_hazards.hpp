@@ -18,7 +18,7 @@ class pool_hazards {
   /// again, and retry if it changed; withdraw when done.
   static void publish(const void* pool) noexcept {
     std::atomic<const void*>& slot = mine();
-    if (asymmetric()) {
+    if (this_thread_asymmetric_) {
       slot.store(pool, std::memory_order_relaxed);
       std::atomic_signal_fence(std::memory_order_seq_cst);  // the scan's barrier does the rest
     } else {
@@ -41,6 +41,7 @@ class pool_hazards {
   static bool asymmetric() noexcept;
 
   static constinit thread_local std::atomic<const void*>* this_thread_slot_;
+  static constinit thread_local bool this_thread_asymmetric_;  // asymmetric(), set with the slot
 };
 
 }  // namespace soma::detail

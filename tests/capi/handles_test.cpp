@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "soma_test_util.hpp"
@@ -132,6 +133,27 @@ TEST_F(S5_Handles, ADestroyedHandleStaysInvalidWhenItsSlotIsReused) {
   EXPECT_EQ(somaStreamDestroy(first), somaErrorInvalidResourceHandle);
   EXPECT_EQ(somaStreamSynchronize(first), somaErrorInvalidResourceHandle);
   SOMA_EXPECT_OK(somaStreamSynchronize(second));
+}
+
+// A thread remembers its last lookup of a handle (handle_table::find): the memory must not
+// outlive the handle, whether the stream was destroyed on this thread or on another one.
+TEST_F(S5_Handles, AStreamUsedAMomentAgoIsRefusedOnceDestroyed) {
+  somaStream_t stream = nullptr;
+  SOMA_ASSERT_OK(somaStreamCreate(&stream));
+  void* pointer = nullptr;
+  SOMA_ASSERT_OK(somaMallocAsync(&pointer, 4096, stream));  // this thread looked it up
+  SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
+  SOMA_ASSERT_OK(somaStreamDestroy(stream));
+  EXPECT_EQ(somaMallocAsync(&pointer, 4096, stream), somaErrorInvalidResourceHandle);
+  EXPECT_EQ(somaFreeAsync(pointer, stream), somaErrorInvalidResourceHandle);
+
+  SOMA_ASSERT_OK(somaStreamCreate(&stream));
+  SOMA_ASSERT_OK(somaMallocAsync(&pointer, 4096, stream));
+  SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
+  std::thread([&] { SOMA_EXPECT_OK(somaStreamDestroy(stream)); }).join();
+  unique_stream reusing;  // may take the destroyed stream's slot
+  EXPECT_EQ(somaMallocAsync(&pointer, 4096, stream), somaErrorInvalidResourceHandle);
+  SOMA_EXPECT_OK(somaStreamSynchronize(reusing));
 }
 
 // CUDA returns cudaErrorInvalidValue for a NULL pool; so does soma, and the message says so.

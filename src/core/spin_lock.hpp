@@ -17,7 +17,7 @@ inline void spin_pause() noexcept {
 }
 
 /// Test-and-test-and-set lock; yields the thread after a short spin so an oversubscribed
-/// machine still makes progress. Meets BasicLockable (std::lock_guard works).
+/// machine still makes progress. Meets Lockable (std::lock_guard and std::scoped_lock work).
 class spin_lock {
  public:
   void lock() noexcept {
@@ -31,6 +31,10 @@ class spin_lock {
         }
       }
     }
+  }
+  bool try_lock() noexcept {
+    return !locked_.load(std::memory_order_relaxed) &&
+           !locked_.exchange(true, std::memory_order_acquire);
   }
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
 

@@ -48,7 +48,7 @@ class completion_tracker final : public completion_poller {
 
   /// Held while issuing work to the stream and while recording on it, so positions and
   /// what the driver captured agree.
-  std::mutex& issue_mutex() noexcept { return mutex_; }
+  spin_lock& issue_mutex() noexcept { return mutex_; }
 
   /// A marker that completes once position has run: the newest pending one if it covers
   /// position, else one recorded now. Requires: issue_mutex() held, position <= enqueued.
@@ -117,7 +117,10 @@ class completion_tracker final : public completion_poller {
   const driver_api& driver_;
   const CUcontext context_;
   const int device_;
-  mutable std::mutex mutex_;
+  // A spin lock: taken for every operation issued to the stream (a record, a wait, a free on
+  // a stream that covers every position) and held for the driver call that issues it, which is
+  // short; a thread that waits for longer yields (spin_lock).
+  mutable spin_lock mutex_;
   CUstream stream_ = nullptr;            // null once retired
   stream_timeline* timeline_ = nullptr;  // null when detached
   std::uint64_t final_position_ = 0;     // enqueued position at retirement

@@ -79,7 +79,7 @@ class cuda_stream final : public stream {
   CUcontext context() const noexcept { return context_; }
   CUstream native() const noexcept { return native_; }
   /// The lock under which work is issued; held by events recording on this stream.
-  std::mutex& issue_mutex() noexcept { return tracker_.issue_mutex(); }
+  spin_lock& issue_mutex() noexcept { return tracker_.issue_mutex(); }
   const std::shared_ptr<sticky_state>& sticky() const noexcept { return sticky_; }
   std::uint64_t enqueued_position() const noexcept { return timeline_.enqueued_position(); }
 

@@ -351,6 +351,10 @@ class backend {
   /// also waits for every other stream of the context) and says so. Every other destroyed
   /// stream's timeline learns as it is polled. cpu: the workers report as they run; nothing to do.
   virtual status settle_unmarked_streams(int device) = 0;
+  /// Lets go of what the backend still holds of destroyed streams whose work has run (cuda:
+  /// their completion trackers, which poll the streams' timelines until released), so that the
+  /// runtime can forget those streams; called at a device synchronize. cpu: nothing is held.
+  virtual void release_finished_streams() {}
   virtual result<std::unique_ptr<event>> create_event() = 0;
 
   // -- graphs (S15) ------------------------------------------------------------------------

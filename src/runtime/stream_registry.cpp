@@ -234,7 +234,9 @@ status stream_registry::synchronize_device(int device) {
       first_failure = status(done.code(), describe(*s) + ": " + done.message());
     }
   }
-  // Streams destroyed before this call have run: once forgotten, their frees are proven.
+  // Streams destroyed before this call have run: the backend lets go of them, and once
+  // forgotten their frees are proven.
+  platform_.release_finished_streams();
   forget_finished();
   stream_timeline& forgotten = *per_device_[static_cast<std::size_t>(device)].forgotten_frees;
   forgotten.prove_completed(forgotten.enqueued_position());

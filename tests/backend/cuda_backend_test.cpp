@@ -427,6 +427,26 @@ TEST_F(cuda_fake_driver, MarkersInFlightAreBounded) {
   EXPECT_TRUE(timeline.has_completed(100));
 }
 
+TEST_F(cuda_fake_driver, ReleasingFinishedStreamsLetsGoOfTheirTimelines) {
+  // A destroyed stream's tracker polls its timeline until released; released only when a new
+  // stream took a tracker, a program that stops making streams kept every one of them (and the
+  // runtime their records) however long ago their work ran.
+  auto backend = open();
+  stream_timeline line(0);
+  auto s = stream_on(*backend, 0, line);
+  int x = 0;
+  ASSERT_TRUE(s->enqueue_memset(&x, 0, sizeof x).ok());
+  s.reset();
+  backend->release_finished_streams();  // the work is still queued: nothing to let go
+  EXPECT_TRUE(line.has_poller());
+  EXPECT_EQ(backend->busy_trackers(), 1u);
+  gpu_.run_all();
+  backend->release_finished_streams();
+  EXPECT_FALSE(line.has_poller());
+  EXPECT_EQ(backend->busy_trackers(), 0u);
+  EXPECT_TRUE(line.has_completed(1));
+}
+
 TEST_F(cuda_fake_driver, DestroyedStreamKeepsItsTimelineLearning) {
   auto backend = open();
   stream_timeline old_line(0), new_line(1);

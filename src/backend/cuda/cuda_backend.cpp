@@ -185,9 +185,7 @@ bool cuda_backend::can_access_peer(int device, int peer) const {
 
 // ---- streams and events -----------------------------------------------------------------
 
-result<completion_tracker*> cuda_backend::take_tracker(int device) {
-  std::lock_guard lock(trackers_mutex_);
-  // Recycle the trackers of destroyed streams whose work has finished meanwhile.
+void cuda_backend::recycle_drained_trackers_locked() {
   for (auto it = retired_.begin(); it != retired_.end();) {
     if ((*it)->finish_if_drained()) {
       spare_.push_back(*it);
@@ -196,6 +194,17 @@ result<completion_tracker*> cuda_backend::take_tracker(int device) {
       ++it;
     }
   }
+}
+
+void cuda_backend::release_finished_streams() {
+  std::lock_guard lock(trackers_mutex_);
+  recycle_drained_trackers_locked();
+}
+
+result<completion_tracker*> cuda_backend::take_tracker(int device) {
+  std::lock_guard lock(trackers_mutex_);
+  // Recycle the trackers of destroyed streams whose work has finished meanwhile.
+  recycle_drained_trackers_locked();
   for (auto it = spare_.begin(); it != spare_.end(); ++it) {
     if ((*it)->device() != device) continue;  // its pooled events belong to its context
     completion_tracker* reused = *it;

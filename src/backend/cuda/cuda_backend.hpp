@@ -61,6 +61,7 @@ class cuda_backend final : public backend {
   status map_parts(std::uintptr_t address, std::span<const mapping_part> parts,
                    memory_location owner) override;
   status settle_unmarked_streams(int device) override;
+  void release_finished_streams() override;
 #include "backend/platform_overrides.inc"
 
   /// Called by a stream's destructor: the tracker keeps serving its timeline until drained.
@@ -103,6 +104,9 @@ class cuda_backend final : public backend {
   /// find_reservation, or invalid_value naming the range when no reservation holds it.
   result<reservation*> reservation_of(std::uintptr_t address, std::size_t bytes);
   result<completion_tracker*> take_tracker(int device);
+  /// Moves the trackers of destroyed streams whose work has run to the spares (each lets go
+  /// of its stream's timeline). Requires: trackers_mutex_.
+  void recycle_drained_trackers_locked();
   std::string explain_out_of_memory(int device, std::size_t bytes, CUresult created) const;
 
   const driver_api& driver_;

@@ -235,8 +235,8 @@ class pool {
   result<slow_path_outcome> allocate_slow(std::size_t size_bytes, const stream_timeline& stream,
                                           slow_path_options options);
   /// The slow path's search, remapping, growth and waits, under the pool lock; with
-  /// hold_large_holes, large free blocks (is_large_hole_for) serve no request and growth
-  /// commits the request's granules only.
+  /// hold_large_holes, large free blocks (is_large_hole_for) serve no request. A pool that
+  /// remaps before growth grows by the request's granules only.
   result<slow_path_outcome> serve_locked(std::size_t size_bytes, const stream_timeline& stream,
                                          slow_path_options options, bool hold_large_holes);
   /// Large free blocks are held for large requests (remapping before growth) while growing by

@@ -5,7 +5,7 @@
 namespace soma::detail {
 
 stream_cache::stream_cache(std::size_t capacity_bytes)
-    : bins_(32), capacity_bytes_(capacity_bytes) {}
+    : bins_(initial_bin_slots), capacity_bytes_(capacity_bytes) {}
 
 stream_cache::bin* stream_cache::find_bin(std::size_t size_bytes, bool create) {
   for (;;) {
@@ -20,7 +20,7 @@ stream_cache::bin* stream_cache::find_bin(std::size_t size_bytes, bool create) {
       ++bins_used_;
       return &bins_[i];
     }
-    // Grow; bins stay once created (a size seen once tends to come back).
+    // Grow; bins stay until the next drain (a size seen once tends to come back soon).
     std::vector<bin> old(bins_.size() * 2);
     old.swap(bins_);
     bins_used_ = 0;
@@ -75,6 +75,13 @@ void stream_cache::drain(std::vector<block*>& out) {
     }
   }
   cached_bytes_ = 0;
+  // Every bin is empty now. A table grown by many sizes goes back to its first size, so the
+  // next drain walks only the sizes freed after this one: a drain runs on every miss, and a
+  // stream whose shapes keep changing (PyTorch's variable-shape loop) frees thousands of sizes.
+  if (bins_.size() > initial_bin_slots) std::vector<bin>(initial_bin_slots).swap(bins_);
+  bins_used_ = 0;
+  for (bin& b : bins_) b.size_bytes = 0;
+  last_bin_ = 0;
 }
 
 std::int64_t stream_cache::take_used() noexcept {
@@ -82,6 +89,11 @@ std::int64_t stream_cache::take_used() noexcept {
   const std::int64_t share = used_delta_bytes_.load(std::memory_order_relaxed);
   used_delta_bytes_.store(0, std::memory_order_release);
   return share;
+}
+
+std::size_t stream_cache::bin_slots() const {
+  std::lock_guard lock(mutex_);
+  return bins_.size();
 }
 
 std::size_t stream_cache::cached_bytes() const {

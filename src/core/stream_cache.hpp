@@ -36,6 +36,8 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
   /// Takes every cached block out, appending them to `out`.
   void drain(std::vector<block*>& out);
   std::size_t cached_bytes() const;
+  /// Slots of the bin table (tests: what a drain walks).
+  std::size_t bin_slots() const;
 
   /// This stream's share of the pool's used bytes not yet published pool-wide (S10). Kept here
   /// so the fast path touches no cache line shared with other streams, and changed only under
@@ -64,10 +66,12 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
     return found;
   }
 
+  static constexpr std::size_t initial_bin_slots = 32;
+
   mutable spin_lock mutex_;
   std::vector<bin> bins_;  // open addressing by size; power-of-two capacity
   std::size_t bins_used_ = 0;
-  std::size_t last_bin_ = 0;  // bins_ only grow, so it stays in range
+  std::size_t last_bin_ = 0;  // reset with bins_ by drain, so it stays in range
   std::size_t cached_bytes_ = 0;
   std::size_t capacity_bytes_;
   // Written under mutex_ only; atomic so that peek_used may read it without the lock.

@@ -21,13 +21,14 @@
 #   4 bench        integrations/torch/bench/train_bench.py: four workloads (the transformer
 #                  training loop with fixed and variable shapes, an inference loop of changing
 #                  batch and length, a convolutional network) under PyTorch's native allocator,
-#                  expandable segments, the cudaMallocAsync backend, soma and soma remapping
-#                  before growth, each in its own process; TORCH_BENCH_WORKLOADS and
-#                  TORCH_BENCH_ALLOCATORS (comma-separated) pick others. Writes
-#                  $OUT/torch-bench.json, $OUT/torch-bench.md (the table for docs/benchmarks.md)
-#                  and $OUT/bench-<allocator>-<workload>.log. --quick: about 5 minutes on one
-#                  H200 (16 runs took 230 s); without it, pick two workloads to stay within a
-#                  10-minute command.
+#                  expandable segments, the cudaMallocAsync backend and soma (its defaults:
+#                  remapping before growth), each in its own process, every timed shape warmed
+#                  up first; TORCH_BENCH_WORKLOADS and TORCH_BENCH_ALLOCATORS (comma-separated)
+#                  pick others, TORCH_BENCH_ROUNDS=N runs each N times, interleaved (the best
+#                  step time and the worst memory ratio count). Writes $OUT/torch-bench.json,
+#                  $OUT/torch-bench.md (the table for docs/benchmarks.md) and
+#                  $OUT/bench-<allocator>-<workload>.log. --quick: about 5 minutes a round on
+#                  one H200; without it, pick two workloads to stay within a 10-minute command.
 # $OUT/summary.txt gathers the verdicts and the table.
 #
 # Exit status: 0 everything passed; 1 a test failed; 2 tests passed but a benchmark run
@@ -137,9 +138,11 @@ else
   bench_args=(--library "$library" --out "$OUT")
   [[ -n "${TORCH_BENCH_WORKLOADS:-}" ]] && bench_args+=(--workloads "$TORCH_BENCH_WORKLOADS")
   [[ -n "${TORCH_BENCH_ALLOCATORS:-}" ]] && bench_args+=(--allocators "$TORCH_BENCH_ALLOCATORS")
+  rounds="${TORCH_BENCH_ROUNDS:-1}"
+  bench_args+=(--rounds "$rounds")
   say "benchmark: train_bench.py ${bench_args[*]:2}"
   ((quick == 1)) && bench_args+=(--quick)
-  timeout 540 python3 integrations/torch/bench/train_bench.py "${bench_args[@]}" \
+  timeout $((540 * rounds)) python3 integrations/torch/bench/train_bench.py "${bench_args[@]}" \
     >"$OUT/bench.log" 2>&1
   status=$?
   if ((status == 0)); then

@@ -66,6 +66,10 @@ bool stream_cache::push(block* freed, std::int64_t freed_bytes) {
 
 void stream_cache::drain(std::vector<block*>& out) {
   std::lock_guard lock(mutex_);
+  // Every bin is emptied and forgotten, and a table grown by many sizes goes back to its first
+  // size, so the next drain walks only the sizes freed after this one: a drain runs on every
+  // miss, and a stream whose shapes keep changing (PyTorch's variable-shape loop) frees
+  // thousands of sizes.
   for (bin& b : bins_) {
     while (b.head != nullptr) {
       block* taken = b.head;
@@ -73,14 +77,11 @@ void stream_cache::drain(std::vector<block*>& out) {
       taken->next_in_bin = nullptr;
       out.push_back(taken);
     }
+    b.size_bytes = 0;
   }
-  cached_bytes_ = 0;
-  // Every bin is empty now. A table grown by many sizes goes back to its first size, so the
-  // next drain walks only the sizes freed after this one: a drain runs on every miss, and a
-  // stream whose shapes keep changing (PyTorch's variable-shape loop) frees thousands of sizes.
   if (bins_.size() > initial_bin_slots) std::vector<bin>(initial_bin_slots).swap(bins_);
+  cached_bytes_ = 0;
   bins_used_ = 0;
-  for (bin& b : bins_) b.size_bytes = 0;
   last_bin_ = 0;
 }
 

@@ -63,6 +63,8 @@ struct replay_figures {
   remap_statistics remapped;
   std::size_t compactions = 0;
   std::size_t commits = 0;
+  std::size_t alias_unmaps = 0;          // calls that unmapped remapped memory's old addresses
+  std::size_t alias_unmapped_bytes = 0;  // over them all
   bool ok = true;
 };
 
@@ -140,6 +142,10 @@ replay_figures replay(const char* path, const replay_options& o) {
   const std::uint64_t position = stream.note_enqueued();
   stream.note_completed(position);
   stream.prove_completed(position);
+  // Every free is complete now: the old addresses of remapped memory go (trim keeps the rest).
+  replayed.trim_to(SIZE_MAX);
+  out.alias_unmaps = observed->alias_unmaps();
+  out.alias_unmapped_bytes = observed->alias_unmapped_bytes();
   return out;
 }
 
@@ -210,10 +216,13 @@ int main(int argc, char** argv) {
   print("compaction alone:", compacted);
   if (o.remap && !o.compact) {
     std::printf(
-        "remapping: %llu remaps, %.3f GiB remapped, %zu synchronizes avoided (compaction's)"
-        "\n",
+        "remapping: %llu remaps, %.3f GiB remapped, %zu synchronizes avoided (compaction's); "
+        "old addresses: %zu granules in %llu ranges, unmapped in %zu calls once every free "
+        "completed\n",
         static_cast<unsigned long long>(asked.remapped.remaps),
-        static_cast<double>(asked.remapped.remapped_bytes) / (1 << 30), compacted.compactions);
+        static_cast<double>(asked.remapped.remapped_bytes) / (1 << 30), compacted.compactions,
+        asked.alias_unmapped_bytes / o.granularity,
+        static_cast<unsigned long long>(asked.remapped.retired_ranges), asked.alias_unmaps);
   }
   if (!(asked.ok && plain.ok && compacted.ok)) return 1;
   // A memory check (CTest bench.trace_replay.*): the replay is deterministic, so peak reserved

@@ -322,7 +322,9 @@ class backend {
     }
     return status::success();
   }
-  /// Unmaps; the address range stays reserved.
+  /// Unmaps every mapping in the range: whole mappings, end to end, as many as it holds (one
+  /// driver call where the platform allows: release and remap unmap in batches). The address
+  /// range stays reserved.
   virtual void unmap(std::uintptr_t address, std::size_t bytes) = 0;
   /// Grants a device access to a mapped range (S6); for host memory, any device may be granted
   /// or revoked (no device owns it).

@@ -55,11 +55,10 @@ class memory_provider {
   virtual status map_again(std::span<const physical_piece> /*pieces*/) {
     return status(error_code::not_supported, "this memory cannot be mapped at a second address");
   }
-  /// Unmaps [address, address + bytes), where the memory committed under token from
-  /// offset_bytes is also mapped at another address: the physical memory stays, and the
-  /// addresses stay reserved.
-  virtual void unmap_alias(std::uintptr_t /*address*/, std::size_t /*bytes*/,
-                           std::uint64_t /*token*/, std::size_t /*offset_bytes*/) {}
+  /// Unmaps the pieces, one after another in one range, whose physical memory is also mapped
+  /// at another address: the physical memory stays, and the addresses stay reserved. One call
+  /// for the range, since an unmap is a driver call of tens of microseconds on cuda.
+  virtual void unmap_alias(std::span<const physical_piece> /*pieces*/) {}
 };
 
 }  // namespace soma::detail

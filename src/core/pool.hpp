@@ -59,6 +59,8 @@ struct remap_statistics {
   std::uint64_t remaps = 0;          ///< allocations served by mapping free granules again
   std::uint64_t remapped_bytes = 0;  ///< physical bytes those mappings covered
   std::uint64_t retired_bytes = 0;   ///< old addresses still mapped, waiting for their frees
+  std::uint64_t retired_ranges = 0;  ///< old address ranges retired so far (a part each)
+  std::uint64_t unmap_calls = 0;     ///< calls that unmapped them (ranges end to end: one)
 };
 
 /// What the pool knows about an address it does not have as a live allocation start.
@@ -338,6 +340,8 @@ class pool {
   std::atomic<std::uint64_t> remaps_{0};
   std::atomic<std::uint64_t> remapped_bytes_{0};
   std::atomic<std::uint64_t> retired_bytes_{0};
+  std::atomic<std::uint64_t> retired_ranges_{0};
+  std::atomic<std::uint64_t> unmap_calls_{0};
   call_census calls_;                    // allocate and free calls, for check_used_if_quiet
   std::vector<block*> drained_scratch_;  // drain_caches_locked's, under the pool lock
   mutable std::mutex name_mutex_;        // apart from the pool lock: messages are built under it

@@ -4,6 +4,8 @@
 // shortfall only (design §3 "Remapping"). The old addresses stay mapped, and are handed to
 // nothing, until the frees that let them go have completed.
 #include <algorithm>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "core/pool.hpp"
@@ -12,7 +14,9 @@ namespace soma::detail {
 
 remap_statistics pool::remap_counts() const noexcept {
   return {remaps_.load(std::memory_order_relaxed), remapped_bytes_.load(std::memory_order_relaxed),
-          retired_bytes_.load(std::memory_order_relaxed)};
+          retired_bytes_.load(std::memory_order_relaxed),
+          retired_ranges_.load(std::memory_order_relaxed),
+          unmap_calls_.load(std::memory_order_relaxed)};
 }
 
 block* pool::remap_locked(std::size_t size_bytes, const stream_timeline& stream) {
@@ -103,6 +107,7 @@ block* pool::remap_locked(std::size_t size_bytes, const stream_timeline& stream)
     note_history(history_kind::grow, address + found_bytes, shortfall_bytes);
   }
   retired_bytes_.fetch_add(found_bytes, std::memory_order_relaxed);
+  retired_ranges_.fetch_add(parts.size(), std::memory_order_relaxed);
   remaps_.fetch_add(1, std::memory_order_relaxed);
   remapped_bytes_.fetch_add(found_bytes, std::memory_order_relaxed);
 
@@ -121,15 +126,34 @@ block* pool::remap_locked(std::size_t size_bytes, const stream_timeline& stream)
 }
 
 void pool::unmap_retired_locked(bool all) {
-  auto done = std::remove_if(retired_.begin(), retired_.end(), [&](const retired_range& r) {
+  std::vector<physical_piece> done;
+  auto kept = std::remove_if(retired_.begin(), retired_.end(), [&](const retired_range& r) {
     if (!all && !r.stamp.is_complete()) return false;
-    const physical_piece& p = r.piece;
-    memory_->unmap_alias(p.address, p.size_bytes, p.token, p.offset_bytes);
-    address_space_.give_back(p.address, p.size_bytes);
-    retired_bytes_.fetch_sub(p.size_bytes, std::memory_order_relaxed);
+    done.push_back(r.piece);
     return true;
   });
-  retired_.erase(done, retired_.end());
+  retired_.erase(kept, retired_.end());
+  // Old addresses that lie end to end in one reservation (the parts of one free block that
+  // spanned several commits) go in one unmap: on cuda a call costs tens of microseconds
+  // whatever it covers.
+  std::sort(done.begin(), done.end(),
+            [](const physical_piece& a, const physical_piece& b) { return a.address < b.address; });
+  for (std::size_t first = 0; first < done.size();) {
+    const std::optional<address_range> reservation =
+        address_space_.reservation_containing(done[first].address);
+    std::size_t last = first + 1;
+    while (last < done.size() &&
+           done[last].address == done[last - 1].address + done[last - 1].size_bytes &&
+           reservation && done[last].address < reservation->end())
+      ++last;
+    memory_->unmap_alias(std::span(done).subspan(first, last - first));
+    unmap_calls_.fetch_add(1, std::memory_order_relaxed);
+    first = last;
+  }
+  for (const physical_piece& p : done) {
+    address_space_.give_back(p.address, p.size_bytes);
+    retired_bytes_.fetch_sub(p.size_bytes, std::memory_order_relaxed);
+  }
 }
 
 bool pool::is_aliased_locked(std::uint64_t token, std::size_t offset_bytes,

@@ -43,8 +43,8 @@ class backend_memory_provider final : public memory_provider {
     return split_commits_.count(token) != 0 || maps_at_offset_;
   }
   status map_again(std::span<const physical_piece> pieces) override;
-  void unmap_alias(std::uintptr_t address, std::size_t bytes, std::uint64_t token,
-                   std::size_t offset_bytes) override;
+  /// One platform unmap over the pieces' range, whatever mappings it holds.
+  void unmap_alias(std::span<const physical_piece> pieces) override;
   /// From now on, where the platform gives back physical allocations whole only (cuda), make
   /// each commit of a granule-sized physical allocation per granule, so that free granules
   /// inside a commit can go back (compaction, S9) or be mapped again elsewhere (remap). Not

@@ -400,4 +400,34 @@ TEST_F(cuda_gpu, OnePhysicalAllocationMapsAtTwoAddressesButOnlyFromItsStart) {
   backend_->free_address(second.value(), 2 * g);
 }
 
+// Release and remap unmap in batches: the driver takes one cuMemUnmap over several mappings end
+// to end (the backend falls back to a call a mapping where it would not, and counts that).
+TEST_F(cuda_gpu, SeveralMappingsUnmapInOneDriverCall) {
+  const std::size_t g = granule_bytes_;
+  auto base = backend_->reserve_address(0, 4 * g);
+  ASSERT_TRUE(base.ok()) << base.error().message();
+  std::vector<be::backend::mapping_part> parts;
+  for (int i = 0; i < 4; ++i) {
+    auto handle = backend_->create_physical(0, g, 0);
+    ASSERT_TRUE(handle.ok()) << handle.error().message();
+    parts.push_back({handle.value(), 0, g});
+  }
+  stream_timeline timeline(0);
+  auto s = backend_->create_stream(0, timeline);
+  ASSERT_TRUE(s.ok());
+  for (unsigned char fill : {0x11, 0x22}) {  // mapped, written and read twice: unmapped between
+    ASSERT_TRUE(backend_->map_parts(base.value(), parts, 0).ok());
+    ASSERT_TRUE(s.value()->enqueue_memset(reinterpret_cast<void*>(base.value()), fill, 4 * g).ok());
+    std::vector<unsigned char> seen = read_back(*s.value(), base.value(), 4 * g);
+    EXPECT_EQ(seen.front(), fill);
+    EXPECT_EQ(seen.back(), fill);
+    backend_->unmap(base.value(), 4 * g);
+  }
+  auto* cuda_backend = dynamic_cast<cuda::cuda_backend*>(backend_.get());
+  ASSERT_NE(cuda_backend, nullptr);
+  EXPECT_EQ(cuda_backend->unmap_fallbacks(), 0u) << "the driver refused a range of mappings";
+  for (const auto& part : parts) backend_->release_physical(part.handle);
+  backend_->free_address(base.value(), 4 * g);
+}
+
 }  // namespace

@@ -9,9 +9,12 @@
 
 #include <cstdlib>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/completion_tracker.hpp"
+#include "runtime/backend_memory_provider.hpp"
 #include "fake_cuda_driver.hpp"
 #include "run_in_child.hpp"
 #include "work_nodes.hpp"
@@ -226,6 +229,101 @@ TEST_F(cuda_fake_driver, ReserveCommitMapAndReleaseKeepTheBooks) {
   backend->free_address(base.value(), 3 * MiB);  // the caller's size; the backend knows 4 MiB
   EXPECT_TRUE(gpu_.reservations.empty());
   EXPECT_FALSE(backend->can_discard_physical_part());
+}
+
+// Release and remap unmap in batches (shared/targets.md: cuMemUnmap costs 16-27 us a call):
+// a range of several mappings, end to end, goes in one driver call.
+TEST_F(cuda_fake_driver, UnmapOfSeveralMappingsIsOneDriverCall) {
+  auto backend = open();
+  auto base = backend->reserve_address(0, 8 * MiB);
+  ASSERT_TRUE(base.ok()) << base.error().message();
+  std::vector<be::backend::mapping_part> parts;
+  for (int i = 0; i < 4; ++i) {
+    auto handle = backend->create_physical(0, 2 * MiB, 0);
+    ASSERT_TRUE(handle.ok()) << handle.error().message();
+    parts.push_back({handle.value(), 0, 2 * MiB});
+  }
+  ASSERT_TRUE(backend->map_parts(base.value(), parts, 0).ok());
+  ASSERT_EQ(gpu_.mappings.size(), 4u);
+  gpu_.unmap_calls = 0;
+  backend->unmap(base.value(), 8 * MiB);
+  EXPECT_EQ(gpu_.unmap_calls, 1);
+  EXPECT_TRUE(gpu_.mappings.empty());
+  EXPECT_EQ(backend->unmap_fallbacks(), 0u);
+  // The range is a reservation again: the same memory maps there anew.
+  ASSERT_TRUE(backend->map_parts(base.value(), parts, 0).ok());
+  backend->unmap(base.value(), 8 * MiB);
+  for (const auto& part : parts) backend->release_physical(part.handle);
+  backend->free_address(base.value(), 8 * MiB);
+  EXPECT_TRUE(gpu_.allocations.empty());
+}
+
+TEST_F(cuda_fake_driver, UnmapTakesACallAMappingWhereTheDriverRefusesARangeOfSeveral) {
+  gpu_.unmap_one_mapping_only = true;
+  auto backend = open();
+  auto base = backend->reserve_address(0, 6 * MiB);
+  ASSERT_TRUE(base.ok()) << base.error().message();
+  std::vector<be::backend::mapping_part> parts;
+  for (int i = 0; i < 3; ++i) {
+    auto handle = backend->create_physical(0, 2 * MiB, 0);
+    ASSERT_TRUE(handle.ok()) << handle.error().message();
+    parts.push_back({handle.value(), 0, 2 * MiB});
+  }
+  ASSERT_TRUE(backend->map_parts(base.value(), parts, 0).ok());
+  gpu_.unmap_calls = 0;
+  backend->unmap(base.value(), 6 * MiB);
+  EXPECT_EQ(gpu_.unmap_calls, 1 + 3);  // the range refused, then each mapping
+  EXPECT_TRUE(gpu_.mappings.empty());
+  EXPECT_EQ(backend->unmap_fallbacks(), 1u);
+  // One mapping is one call, as before.
+  ASSERT_TRUE(backend->map_parts(base.value(), std::span(parts).first(1), 0).ok());
+  gpu_.unmap_calls = 0;
+  backend->unmap(base.value(), 2 * MiB);
+  EXPECT_EQ(gpu_.unmap_calls, 1);
+  EXPECT_EQ(backend->unmap_fallbacks(), 1u);
+  for (const auto& part : parts) backend->release_physical(part.handle);
+  backend->free_address(base.value(), 6 * MiB);
+}
+
+// A pool's memory on cuda with granule commits (remap, compaction): the old addresses of
+// remapped granules, and granules given back, are unmapped a range at a time, not a granule at
+// a time (design §3 "Remapping").
+TEST_F(cuda_fake_driver, PoolMemoryUnmapsRemappedAndReleasedGranulesARangeAtATime) {
+  auto backend = open();
+  soma::detail::backend_memory_provider memory(*backend, 0, 0);
+  memory.set_granule_commits(true);
+  auto base = memory.reserve(32 * MiB);
+  ASSERT_TRUE(base.ok()) << base.error().message();
+  auto token = memory.commit(base.value(), 8 * MiB);  // four granules, four allocations
+  ASSERT_TRUE(token.ok()) << token.error().message();
+  EXPECT_EQ(gpu_.allocations.size(), 4u);
+  ASSERT_TRUE(memory.can_map_again(token.value()));
+  // Granules 1-3 mapped again at base + 16 MiB, then their old addresses go.
+  const std::uintptr_t alias = base.value() + 16 * MiB;
+  const soma::detail::physical_piece piece{alias, 6 * MiB, token.value(), 2 * MiB};
+  ASSERT_TRUE(memory.map_again(std::span(&piece, 1)).ok());
+  EXPECT_EQ(gpu_.mappings.size(), 4u + 3u);
+  gpu_.unmap_calls = 0;
+  // The old addresses as the pool retires them: a piece per commit part, end to end.
+  const soma::detail::physical_piece old_pieces[] = {
+      {base.value() + 2 * MiB, 2 * MiB, token.value(), 2 * MiB},
+      {base.value() + 4 * MiB, 4 * MiB, token.value(), 4 * MiB}};
+  memory.unmap_alias(old_pieces);
+  EXPECT_EQ(gpu_.unmap_calls, 1);
+  EXPECT_EQ(gpu_.mappings.size(), 1u + 3u);
+  EXPECT_EQ(gpu_.allocations.size(), 4u);  // the memory stays, mapped at its new address
+  // Given back: each run of granules still committed is one unmap, then each allocation goes.
+  gpu_.unmap_calls = 0;
+  memory.decommit(alias, 6 * MiB, token.value(), 2 * MiB);
+  EXPECT_EQ(gpu_.unmap_calls, 1);
+  EXPECT_EQ(gpu_.allocations.size(), 1u);
+  gpu_.unmap_calls = 0;
+  memory.decommit(base.value(), 8 * MiB, token.value(), 0);  // granules 1-3 went already
+  EXPECT_EQ(gpu_.unmap_calls, 1);
+  EXPECT_TRUE(gpu_.allocations.empty());
+  EXPECT_TRUE(gpu_.mappings.empty());
+  memory.free_reservation(base.value(), 32 * MiB);
+  EXPECT_EQ(backend->unmap_fallbacks(), 0u);
 }
 
 TEST_F(cuda_fake_driver, OutOfMemoryNamesTheDevicesFigures) {

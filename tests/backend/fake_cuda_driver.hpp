@@ -105,6 +105,8 @@ struct driver_state {
     std::map<int, int> access;  // device -> CU_MEM_ACCESS_FLAGS_*
   };
   std::map<cu::CUdeviceptr, mapping> mappings;
+  int unmap_calls = 0;
+  bool unmap_one_mapping_only = false;  // a driver that refuses a range of several mappings
   std::map<int, cu::CUmemGenericAllocationHandle> exported;  // fd -> handle
 
   std::vector<std::unique_ptr<stream_state>> streams;
@@ -295,10 +297,20 @@ inline cu::CUresult map(cu::CUdeviceptr address, std::size_t bytes, std::size_t 
   state->mappings[address] = {bytes, handle, {}};
   return cu::CUDA_SUCCESS;
 }
+// As the driver: the range may span several mappings, end to end, and must unmap them whole
+// (NVIDIA's vectorAddMMAP sample unmaps its per-device stripes in one call).
 inline cu::CUresult unmap(cu::CUdeviceptr address, std::size_t bytes) {
-  auto it = state->mappings.find(address);
-  if (it == state->mappings.end() || it->second.bytes != bytes) return cu::CUDA_ERROR_INVALID_VALUE;
-  state->mappings.erase(it);
+  ++state->unmap_calls;
+  std::size_t spanned = 0;
+  for (cu::CUdeviceptr at = address; at < address + bytes; ++spanned) {
+    auto it = state->mappings.find(at);
+    if (it == state->mappings.end() || at + it->second.bytes > address + bytes)
+      return cu::CUDA_ERROR_INVALID_VALUE;
+    at += it->second.bytes;
+  }
+  if (spanned > 1 && state->unmap_one_mapping_only) return cu::CUDA_ERROR_INVALID_VALUE;
+  state->mappings.erase(state->mappings.lower_bound(address),
+                        state->mappings.lower_bound(address + bytes));
   return cu::CUDA_SUCCESS;
 }
 // As the driver: the range may span several mappings, end to end, and must be mapped whole.

@@ -280,15 +280,19 @@ class fake_memory_provider final : public soma::detail::memory_provider {
     return soma::detail::status::success();
   }
 
-  void unmap_alias(std::uintptr_t address, std::size_t bytes, std::uint64_t token,
-                   std::size_t offset_bytes) override {
+  void unmap_alias(std::span<const soma::detail::physical_piece> pieces) override {
     fake_memory_state& s = *state_;
     ++s.unmap_alias_calls;
-    const auto [mapped_token, mapped_offset] = s.unmap_range(address, bytes);
-    EXPECT_EQ(mapped_token, token) << "unmap_alias of a range that does not map that commit";
-    EXPECT_EQ(mapped_offset, offset_bytes) << "unmap_alias offset does not match the mapping";
-    EXPECT_TRUE(s.is_mapped_anywhere(token, offset_bytes, bytes))
-        << "unmap_alias of the last mapping of physical memory";
+    std::uintptr_t expected = pieces.empty() ? 0 : pieces.front().address;
+    for (const soma::detail::physical_piece& p : pieces) {
+      EXPECT_EQ(p.address, expected) << "unmap_alias pieces are not one after another";
+      expected = p.address + p.size_bytes;
+      const auto [mapped_token, mapped_offset] = s.unmap_range(p.address, p.size_bytes);
+      EXPECT_EQ(mapped_token, p.token) << "unmap_alias of a range that does not map that commit";
+      EXPECT_EQ(mapped_offset, p.offset_bytes) << "unmap_alias offset does not match the mapping";
+      EXPECT_TRUE(s.is_mapped_anywhere(p.token, p.offset_bytes, p.size_bytes))
+          << "unmap_alias of the last mapping of physical memory";
+    }
   }
 
  private:

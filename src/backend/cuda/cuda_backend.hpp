@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -68,6 +69,11 @@ class cuda_backend final : public backend {
   void retire_tracker(completion_tracker& tracker);
   /// Trackers in use or retired and not yet drained (for tests).
   std::size_t busy_trackers() const;
+  /// Unmaps of several mappings that the driver refused as one call, so that each mapping took
+  /// a call of its own (tests and gpu-check: 0 where the driver takes ranges, as it does).
+  std::size_t unmap_fallbacks() const noexcept {
+    return unmap_fallbacks_.load(std::memory_order_relaxed);
+  }
 
  private:
   struct device_state {
@@ -108,6 +114,9 @@ class cuda_backend final : public backend {
   /// of its stream's timeline). Requires: trackers_mutex_.
   void recycle_drained_trackers_locked();
   std::string explain_out_of_memory(int device, std::size_t bytes, CUresult created) const;
+  /// Unmaps the mappings of the given sizes, end to end from address: one cuMemUnmap over them
+  /// all, or one each where the driver refuses that. Requires: the context is current.
+  void unmap_mappings(std::uintptr_t address, std::span<const std::size_t> sizes);
 
   const driver_api& driver_;
   std::vector<std::unique_ptr<device_state>> devices_;
@@ -120,6 +129,7 @@ class cuda_backend final : public backend {
   std::vector<std::unique_ptr<completion_tracker>> trackers_;  // all, for their lifetime
   std::vector<completion_tracker*> retired_;                   // streams destroyed, markers pending
   std::vector<completion_tracker*> spare_;                     // drained, ready for a new stream
+  std::atomic<std::size_t> unmap_fallbacks_{0};
 };
 
 }  // namespace soma::detail::backend::cuda

@@ -265,7 +265,10 @@ status cuda_backend::map_parts(std::uintptr_t address, std::span<const mapping_p
             driver_.check(driver_.cuMemMap(base + mapped_bytes, part.bytes, 0, part.handle, 0),
                           "cuMemMap", range_text(address + mapped_bytes, part.bytes));
         !s.ok()) {
-      if (mapped_bytes != 0) driver_.cuMemUnmap(base, mapped_bytes);
+      std::vector<std::size_t> mapped;
+      for (const mapping_part& p : parts.first(static_cast<std::size_t>(&part - parts.data())))
+        mapped.push_back(p.bytes);
+      unmap_mappings(address, mapped);
       return s;
     }
     mapped_bytes += part.bytes;
@@ -286,7 +289,9 @@ status cuda_backend::map_parts(std::uintptr_t address, std::span<const mapping_p
     granted = driver_.cuMemSetAccess(base, total_bytes, access.data(), access.size());
   }
   if (granted != CUDA_SUCCESS) {
-    driver_.cuMemUnmap(base, total_bytes);
+    std::vector<std::size_t> mapped;
+    for (const mapping_part& part : parts) mapped.push_back(part.bytes);
+    unmap_mappings(address, mapped);
     return driver_.check(
         granted, "cuMemSetAccess",
         range_text(address, total_bytes) + " for " + std::to_string(access.size()) + " device(s)");
@@ -305,9 +310,37 @@ void cuda_backend::unmap(std::uintptr_t address, std::size_t bytes) {
   std::lock_guard lock(r->mutex);
   context_scope scope(driver_, devices_[static_cast<std::size_t>(r->device)]->context);
   // Not stream ordered: the caller unmaps only memory no pending work uses.
-  if (scope.entered().ok()) driver_.cuMemUnmap(static_cast<CUdeviceptr>(address), bytes);
-  r->mapped_bytes.erase(r->mapped_bytes.lower_bound(address),
-                        r->mapped_bytes.lower_bound(address + bytes));
+  const auto first = r->mapped_bytes.lower_bound(address);
+  const auto last = r->mapped_bytes.lower_bound(address + bytes);
+  if (scope.entered().ok()) {
+    std::vector<std::size_t> mapped;
+    std::size_t recorded_bytes = 0;
+    for (auto it = first; it != last; ++it) {
+      mapped.push_back(it->second);
+      recorded_bytes += it->second;
+    }
+    if (recorded_bytes != bytes) mapped.assign(1, bytes);  // not as recorded: the caller's range
+    unmap_mappings(address, mapped);
+  }
+  r->mapped_bytes.erase(first, last);
+}
+
+void cuda_backend::unmap_mappings(std::uintptr_t address, std::span<const std::size_t> sizes) {
+  std::size_t total_bytes = 0;
+  for (std::size_t bytes : sizes) total_bytes += bytes;
+  if (total_bytes == 0) return;
+  // cuMemUnmap takes a range of whole mappings end to end (NVIDIA's vectorAddMMAP sample unmaps
+  // its per-device stripes so), and costs 16-27 us a call whatever it covers: one call for the
+  // range. A driver that refuses it gets one call a mapping.
+  if (driver_.cuMemUnmap(static_cast<CUdeviceptr>(address), total_bytes) == CUDA_SUCCESS ||
+      sizes.size() == 1)
+    return;
+  unmap_fallbacks_.fetch_add(1, std::memory_order_relaxed);
+  std::uintptr_t at = address;
+  for (std::size_t bytes : sizes) {
+    driver_.cuMemUnmap(static_cast<CUdeviceptr>(at), bytes);
+    at += bytes;
+  }
 }
 
 status cuda_backend::set_access(std::uintptr_t address, std::size_t bytes, int device,

@@ -96,20 +96,31 @@ class memory_history {
   }
   /// Records e with a stamp from cheap_stamp().
   void record(history_event e, std::uint64_t stamp) noexcept {
+    record(e, stamp, this_thread_history);
+  }
+  /// The same for the thread whose history_thread t is (this_thread_history, reached once by a
+  /// caller that records and stamps: each reach of a thread_local is a call in a shared library).
+  void record(history_event e, std::uint64_t stamp, history_thread& t) noexcept {
     if (!enabled()) return;
     history_ring* r = ring_.load(std::memory_order_acquire);
     if (r == nullptr) return;
     e.time_ns = stamp;
-    r->write(this_thread_history.cursor, encode(e));
+    r->write(t.cursor, encode(e));
   }
   /// A stamp for an allocation or a free (history_clock::cheap): never before floor + 1, the
   /// block's previous stamp, so that one block's events keep their order across threads.
   std::uint64_t cheap_stamp(std::uint64_t floor) noexcept {
-    return clock_.cheap(this_thread_history.clock, floor);
+    return cheap_stamp(floor, this_thread_history);
+  }
+  std::uint64_t cheap_stamp(std::uint64_t floor, history_thread& t) noexcept {
+    return clock_.cheap(t.clock, floor);
   }
   /// A stamp read now, raised above floor (history_clock::exact).
   static std::uint64_t exact_stamp(std::uint64_t floor) noexcept {
-    return history_clock::exact(this_thread_history.clock, floor);
+    return exact_stamp(floor, this_thread_history);
+  }
+  static std::uint64_t exact_stamp(std::uint64_t floor, history_thread& t) noexcept {
+    return history_clock::exact(t.clock, floor);
   }
 
   /// The recorded events (at most capacity, the newest), oldest first, with their times in

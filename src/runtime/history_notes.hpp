@@ -80,34 +80,38 @@ inline void settings(const pool_object& p) { record_settings(settings_of(p)); }
 /// Cheap (history_clock) for frees and for the stream cache's reuse of the same block; an
 /// allocation carved from the free index reads the clock, so that it comes after the frees of
 /// every block whose memory it takes.
-inline std::uint64_t block_stamp(block& b, bool exact = false) noexcept {
+inline std::uint64_t block_stamp(block& b, memory_history& history, history_thread& t,
+                                 bool exact = false) noexcept {
   const std::uint64_t floor = b.history_stamp.load(std::memory_order_relaxed);
   const std::uint64_t stamp =
-      exact ? memory_history::exact_stamp(floor) : memory_history::process().cheap_stamp(floor);
+      exact ? memory_history::exact_stamp(floor, t) : history.cheap_stamp(floor, t);
   b.history_stamp.store(stamp, std::memory_order_relaxed);
   return stamp;
 }
 
 /// Records an allocation and stamps the block with the thread's scope label.
 inline void allocated(const pool& p, block& b, std::uintptr_t stream) {
-  const std::uint32_t scope = memory_history::current_scope();
+  memory_history& history = memory_history::process();
+  history_thread& t = this_thread_history;
+  const std::uint32_t scope = t.scope;
   b.scope.store(scope, std::memory_order_relaxed);
   history_event e = of_pool(history_kind::allocate, p, stream);
   e.address = b.address;
   e.bytes = b.requested_bytes;
   e.how = static_cast<std::uint8_t>(b.how);
   e.label = scope;
-  memory_history::process().record(e, block_stamp(b, b.how != served_by::stream_cache));
+  history.record(e, block_stamp(b, history, t, b.how != served_by::stream_cache), t);
 }
 
 /// Records a free stamped (block_stamp) before the block went back to the pool.
 inline void freed(const pool& p, std::uintptr_t address, std::size_t bytes, std::uint32_t scope,
-                  std::uintptr_t stream, std::uint64_t stamp) {
+                  std::uintptr_t stream, std::uint64_t stamp, memory_history& history,
+                  history_thread& t) {
   history_event e = of_pool(history_kind::free, p, stream);
   e.address = address;
   e.bytes = bytes;
   e.label = scope;
-  memory_history::process().record(e, stamp);
+  history.record(e, stamp, t);
 }
 
 inline void out_of_memory(const pool& p, std::size_t bytes, std::uintptr_t stream,

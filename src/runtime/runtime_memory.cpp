@@ -112,7 +112,14 @@ status runtime::free(void* pointer, std::uintptr_t stream_handle) {
   const std::uint32_t scope = live.live->scope.load(std::memory_order_relaxed);
   if (scope != 0) live.live->scope.store(0, std::memory_order_relaxed);
   const bool recording = history_notes::on() && !owner_destroyed;
-  const std::uint64_t stamp = recording ? history_notes::block_stamp(*live.live) : 0;
+  memory_history* history = nullptr;
+  history_thread* thread = nullptr;  // this_thread_history, reached once
+  std::uint64_t stamp = 0;
+  if (recording) {
+    history = &memory_history::process();
+    thread = &this_thread_history;
+    stamp = history_notes::block_stamp(*live.live, *history, *thread);
+  }
   // S2 on a native stream (cuda): work soma never saw may precede this free (a framework's
   // kernels on an adopted stream, the application's on somaStreamGetNative's). The free takes a
   // position of its own, so it counts as complete only once the backend shows the stream has
@@ -121,7 +128,8 @@ status runtime::free(void* pointer, std::uintptr_t stream_handle) {
   if (stream->native_queue != nullptr) stream->native_queue->note_free();
   owner.free(live.live, stream->timeline);
   // A destroyed owner may be gone once the free is done; its last frees go unrecorded.
-  if (recording) history_notes::freed(owner, address, bytes, scope, stream->handle, stamp);
+  if (recording)
+    history_notes::freed(owner, address, bytes, scope, stream->handle, stamp, *history, *thread);
   if (owner_destroyed) pools_.reap();
   return status::success();
 }

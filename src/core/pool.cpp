@@ -80,19 +80,6 @@ void pool::set_name(std::string name) {
 
 // ---- fast path -------------------------------------------------------------------------
 
-stream_cache* pool::cache_for(const stream_timeline& stream) {
-  const std::uint32_t slot = stream.cache_slot();
-  if (slot >= caches_per_segment * cache_segment_count) return nullptr;
-  cache_segment* segment =
-      cache_segments_[slot / caches_per_segment].load(std::memory_order_acquire);
-  if (segment != nullptr) {
-    stream_cache* cache =
-        segment->caches[slot % caches_per_segment].load(std::memory_order_acquire);
-    if (cache != nullptr) return cache;
-  }
-  return create_cache(slot);
-}
-
 stream_cache* pool::create_cache(std::uint32_t slot) {
   std::lock_guard lock(mutex_);
   auto& segment_slot = cache_segments_[slot / caches_per_segment];
@@ -111,13 +98,6 @@ stream_cache* pool::create_cache(std::uint32_t slot) {
     cache_slot.store(cache, std::memory_order_release);
   }
   return cache;
-}
-
-void pool::make_live(block* b, std::size_t requested_bytes) {
-  SOMA_ASSERT(b->current_state() != block_state::live && b->current_state() != block_state::indexed,
-              "a block handed out is taken out of its cache or the index first");
-  b->requested_bytes = requested_bytes;
-  b->set_state(block_state::live);
 }
 
 void pool::publish_used(std::int64_t bytes) noexcept {
@@ -147,8 +127,8 @@ std::uint64_t pool::used_now() const noexcept {
   return used > 0 ? static_cast<std::uint64_t>(used) : 0;
 }
 
-result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline& stream,
-                              stream_hooks* hooks) {
+result<block*> pool::allocate_missed(std::size_t requested_bytes, const stream_timeline& stream,
+                                     stream_hooks* hooks) {
   if (requested_bytes > config_.max_size_bytes) {  // also keeps the roundings below from wrapping
     return status(error_code::out_of_memory,
                   describe() + ": out of memory allocating " + format_bytes(requested_bytes) +
@@ -156,16 +136,6 @@ result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline
   }
   const call_census::scope in_call(calls_);
   const std::size_t size_bytes = round_up(requested_bytes, allocation_alignment_bytes);
-  stream_cache* cache = cache_for(stream);
-  if (cache != nullptr) {
-    std::int64_t publish = 0;
-    if (block* hit = cache->pop(size_bytes, static_cast<std::int64_t>(requested_bytes), &publish)) {
-      hit->how = served_by::stream_cache;
-      make_live(hit, requested_bytes);
-      if (publish != 0) publish_used(publish);
-      return hit;
-    }
-  }
   const bool hooked = hooks != nullptr;
   result<slow_path_outcome> outcome =
       allocate_slow(size_bytes, stream, {.may_wait = hooked, .may_compact = hooked});
@@ -191,15 +161,9 @@ result<block*> pool::allocate(std::size_t requested_bytes, const stream_timeline
   return found.taken;
 }
 
-void pool::free(block* live, const stream_timeline& stream) {
-  SOMA_ASSERT(live->is_live(), "the caller frees a live block");
+void pool::free_to_index(block* live, std::int64_t unpublish) {
   const call_census::scope in_call(calls_);
-  const auto bytes = static_cast<std::int64_t>(live->requested_bytes);
-  live->stamp = free_stamp{&stream, stream.enqueued_position()};
-  live->set_state(block_state::cached);
-  stream_cache* cache = cache_for(stream);
-  if (cache == nullptr) used_published_bytes_.fetch_sub(bytes, std::memory_order_acq_rel);
-  if (cache != nullptr && cache->push(live, bytes)) return;
+  if (unpublish != 0) used_published_bytes_.fetch_sub(unpublish, std::memory_order_acq_rel);
   std::lock_guard lock(mutex_);
   if (directory_ != nullptr) directory_->forget(live);
   index_.insert(live);

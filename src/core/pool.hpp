@@ -110,12 +110,38 @@ class pool {
   /// pending on another stream, ordering the stream after it (internal dependencies, S11), and
   /// with compaction on it synchronizes the stream and gives free memory back before growing
   /// (S9); without hooks it does neither.
+  /// Inline, the fast path (a hit in the stream's cache, S11); the rest out of line.
   result<block*> allocate(std::size_t requested_bytes, const stream_timeline& stream,
-                          stream_hooks* hooks = nullptr);
+                          stream_hooks* hooks = nullptr) {
+    if (requested_bytes <= config_.max_size_bytes) [[likely]] {
+      const call_census::scope in_call(calls_);
+      if (stream_cache* cache = cache_for(stream)) [[likely]] {
+        std::int64_t publish = 0;
+        if (block* hit = cache->pop(round_up(requested_bytes, allocation_alignment_bytes),
+                                    static_cast<std::int64_t>(requested_bytes), &publish)) {
+          hit->how = served_by::stream_cache;
+          make_live(hit, requested_bytes);
+          if (publish != 0) publish_used(publish);
+          return hit;
+        }
+      }
+    }
+    return allocate_missed(requested_bytes, stream, hooks);
+  }
   /// Frees a live block on stream (S2): reusable at once by stream, by other streams once
   /// the free is proven complete. Requires: the block is live and was removed from the
-  /// pointer table by the caller.
-  void free(block* live, const stream_timeline& stream);
+  /// pointer table by the caller. Inline, the fast path (into the stream's cache).
+  void free(block* live, const stream_timeline& stream) {
+    SOMA_ASSERT(live->is_live(), "the caller frees a live block");
+    const call_census::scope in_call(calls_);
+    const auto bytes = static_cast<std::int64_t>(live->requested_bytes);
+    live->stamp = free_stamp{&stream, stream.enqueued_position()};
+    live->set_state(block_state::cached);
+    stream_cache* cache = cache_for(stream);
+    if (cache != nullptr && cache->push(live, bytes)) [[likely]]
+      return;
+    free_to_index(live, cache == nullptr ? bytes : 0);
+  }
 
   /// Moves every cached block of stream into the index; called when a stream is destroyed
   /// so its cache slot can serve another stream.
@@ -230,10 +256,26 @@ class pool {
     free_stamp stamp;
   };
 
-  stream_cache* cache_for(const stream_timeline& stream);
+  /// The stream's cache, made on first use; nullptr for a stream past the slots. Inline: it runs
+  /// twice a pair, and out of line its frame (saving registers for create_cache) cost more than
+  /// its loads.
+  stream_cache* cache_for(const stream_timeline& stream) {
+    const std::uint32_t slot = stream.cache_slot();
+    if (slot >= caches_per_segment * cache_segment_count) [[unlikely]]
+      return nullptr;
+    if (const cache_segment* segment =
+            cache_segments_[slot / caches_per_segment].load(std::memory_order_acquire);
+        segment != nullptr) [[likely]] {
+      stream_cache* cache =
+          segment->caches[slot % caches_per_segment].load(std::memory_order_acquire);
+      if (cache != nullptr) [[likely]]
+        return cache;
+    }
+    return create_cache(slot);
+  }
   /// The stream's cache in this pool if it has one (cache_for makes one).
   stream_cache* existing_cache(const stream_timeline& stream) const;
-  stream_cache* create_cache(std::uint32_t slot);
+  [[gnu::noinline]] stream_cache* create_cache(std::uint32_t slot);
   result<slow_path_outcome> allocate_slow(std::size_t size_bytes, const stream_timeline& stream,
                                           slow_path_options options);
   /// The slow path's search, remapping, growth and waits, under the pool lock; with
@@ -255,7 +297,20 @@ class pool {
   }
   /// The rule of S11 that lets `stream` use b now without added ordering; nullopt if none.
   std::optional<served_by> reuse_rule(const block* b, const stream_timeline& stream) const;
-  void make_live(block* b, std::size_t requested_bytes);
+  void make_live(block* b, std::size_t requested_bytes) {
+    SOMA_ASSERT(
+        b->current_state() != block_state::live && b->current_state() != block_state::indexed,
+        "a block handed out is taken out of its cache or the index first");
+    b->requested_bytes = requested_bytes;
+    b->set_state(block_state::live);
+  }
+  /// allocate() past its fast path: a request above the max size, or a miss in the cache.
+  [[gnu::noinline]] result<block*> allocate_missed(std::size_t requested_bytes,
+                                                   const stream_timeline& stream,
+                                                   stream_hooks* hooks);
+  /// free() past its fast path: no cache for the stream (unpublish `unpublish` bytes first), or
+  /// the cache is full; the block goes to the index.
+  [[gnu::noinline]] void free_to_index(block* live, std::int64_t unpublish);
   // Used bytes (S10) = published + the unpublished shares of the stream caches. A cache's share
   // is published when it turns positive, and every share is folded in on the slow path, so
   // published never falls below the true figure and the high watermark follows it.

@@ -20,17 +20,12 @@ inline void spin_pause() noexcept {
 /// machine still makes progress. Meets Lockable (std::lock_guard and std::scoped_lock work).
 class spin_lock {
  public:
+  /// Inline, the uncontended take; the spin out of line, so that callers on the fast path keep
+  /// a small frame.
   void lock() noexcept {
-    for (unsigned spins = 0;; ++spins) {
-      if (!locked_.exchange(true, std::memory_order_acquire)) return;
-      while (locked_.load(std::memory_order_relaxed)) {
-        spin_pause();
-        if (++spins > 64) {
-          std::this_thread::yield();
-          spins = 0;
-        }
-      }
-    }
+    if (!locked_.exchange(true, std::memory_order_acquire)) [[likely]]
+      return;
+    lock_contended();
   }
   bool try_lock() noexcept {
     return !locked_.load(std::memory_order_relaxed) &&
@@ -39,6 +34,19 @@ class spin_lock {
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
 
  private:
+  [[gnu::noinline]] void lock_contended() noexcept {
+    for (unsigned spins = 0;; ++spins) {
+      while (locked_.load(std::memory_order_relaxed)) {
+        spin_pause();
+        if (++spins > 64) {
+          std::this_thread::yield();
+          spins = 0;
+        }
+      }
+      if (!locked_.exchange(true, std::memory_order_acquire)) return;
+    }
+  }
+
   std::atomic<bool> locked_{false};
 };
 

@@ -32,38 +32,6 @@ stream_cache::bin* stream_cache::find_bin(std::size_t size_bytes, bool create) {
   }
 }
 
-block* stream_cache::pop(std::size_t size_bytes, std::int64_t requested_bytes,
-                         std::int64_t* publish) {
-  std::int64_t ignored = 0;
-  if (publish == nullptr) publish = &ignored;
-  *publish = 0;
-  std::lock_guard lock(mutex_);
-  bin* b = find_bin_fast(size_bytes, false);
-  if (b == nullptr || b->head == nullptr) return nullptr;
-  block* taken = b->head;
-  b->head = taken->next_in_bin;
-  taken->next_in_bin = nullptr;
-  cached_bytes_ -= taken->size_bytes;
-  // A re-use of this stream's frees keeps the share at or below 0: nothing to publish.
-  const std::int64_t share = used_delta_bytes_.load(std::memory_order_relaxed) + requested_bytes;
-  if (share > 0) *publish = share;
-  used_delta_bytes_.store(share > 0 ? 0 : share, std::memory_order_release);
-  return taken;
-}
-
-bool stream_cache::push(block* freed, std::int64_t freed_bytes) {
-  SOMA_ASSERT(freed->next_in_bin == nullptr && freed->size_bytes != 0,
-              "a block is in one bin at most, and has a size");
-  std::lock_guard lock(mutex_);
-  add_used_locked(-freed_bytes);
-  if (cached_bytes_ + freed->size_bytes > capacity_bytes_) return false;
-  bin* b = find_bin_fast(freed->size_bytes, true);
-  freed->next_in_bin = b->head;
-  b->head = freed;
-  cached_bytes_ += freed->size_bytes;
-  return true;
-}
-
 void stream_cache::drain(std::vector<block*>& out) {
   std::lock_guard lock(mutex_);
   // Every bin is emptied and forgotten, and a table grown by many sizes goes back to its first

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/block.hpp"
+#include "core/check.hpp"
 #include "core/spin_lock.hpp"
 
 namespace soma::detail {
@@ -28,11 +29,39 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
   /// A cached block of exactly size_bytes, or nullptr. On a hit, requested_bytes join this
   /// stream's used share; if the share turns positive it is taken out into *publish (else 0)
   /// for the caller to publish pool-wide.
+  /// Inline with push: they are the pool's fast path.
   block* pop(std::size_t size_bytes, std::int64_t requested_bytes = 0,
-             std::int64_t* publish = nullptr);
+             std::int64_t* publish = nullptr) {
+    std::int64_t ignored = 0;
+    if (publish == nullptr) publish = &ignored;
+    *publish = 0;
+    std::lock_guard lock(mutex_);
+    bin* b = find_bin_fast(size_bytes, false);
+    if (b == nullptr || b->head == nullptr) return nullptr;
+    block* taken = b->head;
+    b->head = taken->next_in_bin;
+    taken->next_in_bin = nullptr;
+    cached_bytes_ -= taken->size_bytes;
+    // A re-use of this stream's frees keeps the share at or below 0: nothing to publish.
+    const std::int64_t share = used_delta_bytes_.load(std::memory_order_relaxed) + requested_bytes;
+    if (share > 0) *publish = share;
+    used_delta_bytes_.store(share > 0 ? 0 : share, std::memory_order_release);
+    return taken;
+  }
   /// Takes freed_bytes off this stream's used share and caches the block; false if over
   /// capacity (the caller sends it to the index; the share is taken off either way).
-  bool push(block* freed, std::int64_t freed_bytes = 0);
+  bool push(block* freed, std::int64_t freed_bytes = 0) {
+    SOMA_ASSERT(freed->next_in_bin == nullptr && freed->size_bytes != 0,
+                "a block is in one bin at most, and has a size");
+    std::lock_guard lock(mutex_);
+    add_used_locked(-freed_bytes);
+    if (cached_bytes_ + freed->size_bytes > capacity_bytes_) return false;
+    bin* b = find_bin_fast(freed->size_bytes, true);
+    freed->next_in_bin = b->head;
+    b->head = freed;
+    cached_bytes_ += freed->size_bytes;
+    return true;
+  }
   /// Takes every cached block out, appending them to `out`.
   void drain(std::vector<block*>& out);
   std::size_t cached_bytes() const;

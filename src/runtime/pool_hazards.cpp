@@ -37,19 +37,17 @@ struct thread_slot {
 
 }  // namespace
 
-constinit thread_local std::atomic<const void*>* pool_hazards::this_thread_slot_ = nullptr;
-constinit thread_local bool pool_hazards::this_thread_asymmetric_ = false;
+constinit thread_local pool_hazards::thread_state pool_hazards::this_thread_{};
 
 thread_slot::~thread_slot() {
   slot->pointer.store(nullptr, std::memory_order_release);
   slot->taken.store(false, std::memory_order_release);
 }
 
-std::atomic<const void*>& pool_hazards::take_slot_for_this_thread() {
+void pool_hazards::take_slot_for_this_thread(thread_state& t) {
   thread_local thread_slot own;
-  this_thread_asymmetric_ = asymmetric();
-  this_thread_slot_ = &own.slot->pointer;
-  return own.slot->pointer;
+  t.asymmetric = asymmetric();
+  t.slot = &own.slot->pointer;
 }
 
 bool pool_hazards::asymmetric() noexcept {

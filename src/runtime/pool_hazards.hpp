@@ -17,31 +17,34 @@ class pool_hazards {
   /// Publishes pool as used by this thread. Protocol: publish, load where it came from
   /// again, and retry if it changed; withdraw when done.
   static void publish(const void* pool) noexcept {
-    std::atomic<const void*>& slot = mine();
-    if (this_thread_asymmetric_) {
-      slot.store(pool, std::memory_order_relaxed);
+    thread_state& t = this_thread_;  // one reach of the thread_local: a call in a shared library
+    if (t.slot == nullptr) [[unlikely]]
+      take_slot_for_this_thread(t);
+    if (t.asymmetric) {
+      t.slot->store(pool, std::memory_order_relaxed);
       std::atomic_signal_fence(std::memory_order_seq_cst);  // the scan's barrier does the rest
     } else {
-      slot.store(pool, std::memory_order_seq_cst);
+      t.slot->store(pool, std::memory_order_seq_cst);
     }
   }
-  static void withdraw() noexcept { mine().store(nullptr, std::memory_order_release); }
+  static void withdraw() noexcept {
+    if (std::atomic<const void*>* slot = this_thread_.slot) [[likely]]
+      slot->store(nullptr, std::memory_order_release);
+  }
   /// True if some thread has published pool. Requires: the pool can no longer be reached
   /// where threads find pools (handle table, current pool), so no new thread publishes it.
   static bool is_in_use(const void* pool);
 
  private:
-  static std::atomic<const void*>& mine() noexcept {
-    if (std::atomic<const void*>* slot = this_thread_slot_) [[likely]]
-      return *slot;
-    return take_slot_for_this_thread();
-  }
-  static std::atomic<const void*>& take_slot_for_this_thread();
+  struct thread_state {
+    std::atomic<const void*>* slot = nullptr;
+    bool asymmetric = false;  // asymmetric(), set with the slot
+  };
+  static void take_slot_for_this_thread(thread_state& t);
   /// Whether publish is a plain store (the process barrier exists), decided once.
   static bool asymmetric() noexcept;
 
-  static constinit thread_local std::atomic<const void*>* this_thread_slot_;
-  static constinit thread_local bool this_thread_asymmetric_;  // asymmetric(), set with the slot
+  static constinit thread_local thread_state this_thread_;
 };
 
 }  // namespace soma::detail

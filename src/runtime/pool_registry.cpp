@@ -189,17 +189,6 @@ result<std::uintptr_t> pool_registry::current(int device) const {
 
 // ---- use by allocations ---------------------------------------------------------------------
 
-pool_object* pool_registry::acquire_current(int device) const {
-  const std::atomic<pool_object*>& current = current_of(device);
-  pool_object* pool = current.load(std::memory_order_acquire);
-  for (;;) {
-    pool_hazards::publish(pool);
-    pool_object* again = current.load(std::memory_order_seq_cst);
-    if (again == pool) return pool;
-    pool = again;
-  }
-}
-
 result<pool_object*> pool_registry::acquire(std::uintptr_t handle) const {
   for (;;) {
     result<pool_object*> found = resolve(handle);

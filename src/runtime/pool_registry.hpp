@@ -131,7 +131,16 @@ class pool_registry final : public stream_listener {
   // -- use by allocations: a pool found here is not deleted until release() ------------
   /// The device's current pool, published as in use by this thread (pool_hazards) so that a
   /// concurrent destroy does not delete it under the caller; release() ends the use.
-  pool_object* acquire_current(int device) const;
+  pool_object* acquire_current(int device) const {
+    const std::atomic<pool_object*>& current = current_of(device);
+    pool_object* pool = current.load(std::memory_order_acquire);
+    for (;;) {
+      pool_hazards::publish(pool);
+      pool_object* again = current.load(std::memory_order_seq_cst);
+      if (again == pool) return pool;
+      pool = again;
+    }
+  }
   /// The pool of handle, published as in use by this thread, or an error.
   result<pool_object*> acquire(std::uintptr_t handle) const;
   static void release() noexcept { pool_hazards::withdraw(); }

@@ -25,7 +25,8 @@
 #   5 bench         bench/vs_driver (soma vs cudaMallocAsync vs cudaMalloc), bench/graph_vs_driver
 #                   (soma's graph memory nodes vs the driver's), and
 #                   bench/alloc_pairs_bench with SOMA_BACKEND=cpu (and, for information only, cuda),
-#                   and bench/thread_scaling on cuda (soma's threads beside the host's own scaling)
+#                   and bench/thread_scaling on cuda (soma's threads beside the host's own scaling),
+#                   and bench/vmm_costs (the driver's VMM calls; for information)
 # The conformance suites run here on cuda (CI runs them on cpu); tests that hold on the cpu
 # backend only report SKIPPED with their reason. GPU tests run with SOMA_BACKEND=cuda and SOMA_GPU_TESTS_REQUIRE_CUDA=1, so a
 # test that cannot reach the cuda backend FAILS instead of skipping.
@@ -255,6 +256,9 @@ else
   run_bench_program alloc_pairs_bench-cpu yes cpu "$build_abs/bench/alloc_pairs_bench"
   run_bench_program alloc_pairs_bench-cuda info cuda "$build_abs/bench/alloc_pairs_bench"
   run_bench_program thread_scaling-cuda info cuda "$build_abs/bench/thread_scaling"
+  if [[ -x "$build_abs/bench/vmm_costs" ]]; then
+    run_bench_program vmm_costs info cuda "$build_abs/bench/vmm_costs"
+  fi
 fi
 
 # ---- summary ----------------------------------------------------------------------------------
@@ -268,6 +272,11 @@ fi
     echo
     echo "== bench/graph_vs_driver"
     cat "$OUT/graph_vs_driver.txt"
+  fi
+  if [[ -s "$OUT/vmm_costs.txt" ]]; then
+    echo
+    echo "== bench/vmm_costs"
+    cat "$OUT/vmm_costs.txt"
   fi
   if [[ -s "$OUT/alloc_pairs_bench-cpu.txt" ]]; then
     echo

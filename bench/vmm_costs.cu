@@ -230,21 +230,20 @@ int main(int argc, char** argv) {
   cudaEvent_t begin = nullptr, end = nullptr;
   cudaEventCreate(&begin);
   cudaEventCreate(&end);
+  auto kernel_ms_of = [&](long long spin_cycles) {
+    cudaEventRecord(begin);
+    spin<<<1, 1>>>(spin_cycles);
+    cudaEventRecord(end);
+    cudaEventSynchronize(end);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, begin, end);
+    return ms;
+  };
   const long long probe_cycles = 10'000'000;
-  cudaEventRecord(begin);
-  spin<<<1, 1>>>(probe_cycles);
-  cudaEventRecord(end);
-  cudaEventSynchronize(end);
-  float probe_ms = 0;
-  cudaEventElapsedTime(&probe_ms, begin, end);
+  const float probe_ms = kernel_ms_of(probe_cycles);
   const long long cycles =
       static_cast<long long>(static_cast<double>(probe_cycles) * 20.0 / std::max(probe_ms, 0.01f));
-  cudaEventRecord(begin);
-  spin<<<1, 1>>>(cycles);
-  cudaEventRecord(end);
-  cudaEventSynchronize(end);
-  float kernel_ms = 0;
-  cudaEventElapsedTime(&kernel_ms, begin, end);
+  const float kernel_ms = kernel_ms_of(cycles);
   while_busy(s, cycles, kernel_ms);
   return 0;
 }

@@ -151,6 +151,16 @@ class cuda_fake_driver : public ::testing::Test {
     fake_cuda::current_context = nullptr;
     return native;
   }
+  /// n physical allocations of one 2 MiB granule each on device 0, as parts to map end to end.
+  static std::vector<be::backend::mapping_part> granules(cuda::cuda_backend& backend, int n) {
+    std::vector<be::backend::mapping_part> parts;
+    for (int i = 0; i < n; ++i) {
+      auto handle = backend.create_physical(0, 2 * MiB, 0);
+      EXPECT_TRUE(handle.ok()) << handle.error().message();
+      if (handle.ok()) parts.push_back({handle.value(), 0, 2 * MiB});
+    }
+    return parts;
+  }
   fake_cuda::stream_state* fake_stream(const be::stream& s) const {
     return fake_cuda::as_stream(static_cast<cuda::CUstream>(s.native_handle()));
   }
@@ -237,12 +247,7 @@ TEST_F(cuda_fake_driver, UnmapOfSeveralMappingsIsOneDriverCall) {
   auto backend = open();
   auto base = backend->reserve_address(0, 8 * MiB);
   ASSERT_TRUE(base.ok()) << base.error().message();
-  std::vector<be::backend::mapping_part> parts;
-  for (int i = 0; i < 4; ++i) {
-    auto handle = backend->create_physical(0, 2 * MiB, 0);
-    ASSERT_TRUE(handle.ok()) << handle.error().message();
-    parts.push_back({handle.value(), 0, 2 * MiB});
-  }
+  const std::vector<be::backend::mapping_part> parts = granules(*backend, 4);
   ASSERT_TRUE(backend->map_parts(base.value(), parts, 0).ok());
   ASSERT_EQ(gpu_.mappings.size(), 4u);
   gpu_.unmap_calls = 0;
@@ -263,12 +268,7 @@ TEST_F(cuda_fake_driver, UnmapTakesACallAMappingWhereTheDriverRefusesARangeOfSev
   auto backend = open();
   auto base = backend->reserve_address(0, 6 * MiB);
   ASSERT_TRUE(base.ok()) << base.error().message();
-  std::vector<be::backend::mapping_part> parts;
-  for (int i = 0; i < 3; ++i) {
-    auto handle = backend->create_physical(0, 2 * MiB, 0);
-    ASSERT_TRUE(handle.ok()) << handle.error().message();
-    parts.push_back({handle.value(), 0, 2 * MiB});
-  }
+  const std::vector<be::backend::mapping_part> parts = granules(*backend, 3);
   ASSERT_TRUE(backend->map_parts(base.value(), parts, 0).ok());
   gpu_.unmap_calls = 0;
   backend->unmap(base.value(), 6 * MiB);

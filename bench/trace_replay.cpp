@@ -63,8 +63,6 @@ struct replay_figures {
   remap_statistics remapped;
   std::size_t compactions = 0;
   std::size_t commits = 0;
-  std::size_t alias_unmaps = 0;          // calls that unmapped remapped memory's old addresses
-  std::size_t alias_unmapped_bytes = 0;  // over them all
   bool ok = true;
 };
 
@@ -135,17 +133,16 @@ replay_figures replay(const char* path, const replay_options& o) {
     }
   }
   out.stats = replayed.statistics();
-  out.remapped = replayed.remap_counts();
   out.compactions = hooks.compactions;
   out.commits = observed->commits();
   for (auto& [unused, b] : live) replayed.free(b, stream);
   const std::uint64_t position = stream.note_enqueued();
   stream.note_completed(position);
   stream.prove_completed(position);
-  // Every free is complete now: the old addresses of remapped memory go (trim keeps the rest).
+  // Every free is complete now: the old addresses of remapped memory go (trim keeps the rest),
+  // and the pool's counts include their unmaps.
   replayed.trim_to(SIZE_MAX);
-  out.alias_unmaps = observed->alias_unmaps();
-  out.alias_unmapped_bytes = observed->alias_unmapped_bytes();
+  out.remapped = replayed.remap_counts();
   return out;
 }
 
@@ -217,12 +214,13 @@ int main(int argc, char** argv) {
   if (o.remap && !o.compact) {
     std::printf(
         "remapping: %llu remaps, %.3f GiB remapped, %zu synchronizes avoided (compaction's); "
-        "old addresses: %zu granules in %llu ranges, unmapped in %zu calls once every free "
+        "old addresses: %zu granules in %llu ranges, unmapped in %llu calls once every free "
         "completed\n",
         static_cast<unsigned long long>(asked.remapped.remaps),
         static_cast<double>(asked.remapped.remapped_bytes) / (1 << 30), compacted.compactions,
-        asked.alias_unmapped_bytes / o.granularity,
-        static_cast<unsigned long long>(asked.remapped.retired_ranges), asked.alias_unmaps);
+        static_cast<std::size_t>(asked.remapped.remapped_bytes / o.granularity),
+        static_cast<unsigned long long>(asked.remapped.retired_ranges),
+        static_cast<unsigned long long>(asked.remapped.unmap_calls));
   }
   if (!(asked.ok && plain.ok && compacted.ok)) return 1;
   // A memory check (CTest bench.trace_replay.*): the replay is deterministic, so peak reserved

@@ -37,17 +37,10 @@ class synthetic_memory final : public memory_provider {
   /// Memory that goes back granule by granule can also be mapped again granule by granule.
   bool can_map_again(std::uint64_t) const override { return partial_; }
   status map_again(std::span<const physical_piece>) override { return status::success(); }
-  void unmap_alias(std::span<const physical_piece> pieces) override {
-    ++alias_unmaps_;
-    for (const physical_piece& p : pieces) alias_unmapped_bytes_ += p.size_bytes;
-  }
 
   std::size_t commits() const noexcept { return commits_; }
   std::size_t decommits() const noexcept { return decommits_; }
   std::size_t committed_bytes() const noexcept { return committed_bytes_; }
-  /// Old addresses of remapped memory unmapped: calls, and bytes over them all.
-  std::size_t alias_unmaps() const noexcept { return alias_unmaps_; }
-  std::size_t alias_unmapped_bytes() const noexcept { return alias_unmapped_bytes_; }
 
  private:
   const std::size_t granularity_;
@@ -57,8 +50,6 @@ class synthetic_memory final : public memory_provider {
   std::size_t committed_bytes_ = 0;
   std::size_t commits_ = 0;
   std::size_t decommits_ = 0;
-  std::size_t alias_unmaps_ = 0;
-  std::size_t alias_unmapped_bytes_ = 0;
 };
 
 }  // namespace soma::detail

@@ -114,9 +114,9 @@ class cuda_backend final : public backend {
   /// of its stream's timeline). Requires: trackers_mutex_.
   void recycle_drained_trackers_locked();
   std::string explain_out_of_memory(int device, std::size_t bytes, CUresult created) const;
-  /// Unmaps the mappings of the given sizes, end to end from address: one cuMemUnmap over them
-  /// all, or one each where the driver refuses that. Requires: the context is current.
-  void unmap_mappings(std::uintptr_t address, std::span<const std::size_t> sizes);
+  /// Unmaps the mappings of parts (their sizes count), end to end from address: one cuMemUnmap
+  /// over them all, or one each where the driver refuses that. Requires: the context is current.
+  void unmap_mappings(std::uintptr_t address, std::span<const mapping_part> parts);
 
   const driver_api& driver_;
   std::vector<std::unique_ptr<device_state>> devices_;

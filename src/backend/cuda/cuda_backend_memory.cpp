@@ -265,10 +265,7 @@ status cuda_backend::map_parts(std::uintptr_t address, std::span<const mapping_p
             driver_.check(driver_.cuMemMap(base + mapped_bytes, part.bytes, 0, part.handle, 0),
                           "cuMemMap", range_text(address + mapped_bytes, part.bytes));
         !s.ok()) {
-      std::vector<std::size_t> mapped;
-      for (const mapping_part& p : parts.first(static_cast<std::size_t>(&part - parts.data())))
-        mapped.push_back(p.bytes);
-      unmap_mappings(address, mapped);
+      unmap_mappings(address, parts.first(static_cast<std::size_t>(&part - parts.data())));
       return s;
     }
     mapped_bytes += part.bytes;
@@ -289,9 +286,7 @@ status cuda_backend::map_parts(std::uintptr_t address, std::span<const mapping_p
     granted = driver_.cuMemSetAccess(base, total_bytes, access.data(), access.size());
   }
   if (granted != CUDA_SUCCESS) {
-    std::vector<std::size_t> mapped;
-    for (const mapping_part& part : parts) mapped.push_back(part.bytes);
-    unmap_mappings(address, mapped);
+    unmap_mappings(address, parts);
     return driver_.check(
         granted, "cuMemSetAccess",
         range_text(address, total_bytes) + " for " + std::to_string(access.size()) + " device(s)");
@@ -313,33 +308,33 @@ void cuda_backend::unmap(std::uintptr_t address, std::size_t bytes) {
   const auto first = r->mapped_bytes.lower_bound(address);
   const auto last = r->mapped_bytes.lower_bound(address + bytes);
   if (scope.entered().ok()) {
-    std::vector<std::size_t> mapped;
+    std::vector<mapping_part> mapped;
     std::size_t recorded_bytes = 0;
     for (auto it = first; it != last; ++it) {
-      mapped.push_back(it->second);
+      mapped.push_back({0, 0, it->second});
       recorded_bytes += it->second;
     }
-    if (recorded_bytes != bytes) mapped.assign(1, bytes);  // not as recorded: the caller's range
+    if (recorded_bytes != bytes) mapped.assign(1, {0, 0, bytes});  // not as recorded: as asked
     unmap_mappings(address, mapped);
   }
   r->mapped_bytes.erase(first, last);
 }
 
-void cuda_backend::unmap_mappings(std::uintptr_t address, std::span<const std::size_t> sizes) {
+void cuda_backend::unmap_mappings(std::uintptr_t address, std::span<const mapping_part> parts) {
   std::size_t total_bytes = 0;
-  for (std::size_t bytes : sizes) total_bytes += bytes;
+  for (const mapping_part& part : parts) total_bytes += part.bytes;
   if (total_bytes == 0) return;
   // cuMemUnmap takes a range of whole mappings end to end (NVIDIA's vectorAddMMAP sample unmaps
   // its per-device stripes so), and costs 16-27 us a call whatever it covers: one call for the
   // range. A driver that refuses it gets one call a mapping.
   if (driver_.cuMemUnmap(static_cast<CUdeviceptr>(address), total_bytes) == CUDA_SUCCESS ||
-      sizes.size() == 1)
+      parts.size() == 1)
     return;
   unmap_fallbacks_.fetch_add(1, std::memory_order_relaxed);
   std::uintptr_t at = address;
-  for (std::size_t bytes : sizes) {
-    driver_.cuMemUnmap(static_cast<CUdeviceptr>(at), bytes);
-    at += bytes;
+  for (const mapping_part& part : parts) {
+    driver_.cuMemUnmap(static_cast<CUdeviceptr>(at), part.bytes);
+    at += part.bytes;
   }
 }
 

@@ -213,11 +213,13 @@ int main(int argc, char** argv) {
   print("compaction alone:", compacted);
   if (o.remap && !o.compact) {
     std::printf(
-        "remapping: %llu remaps, %.3f GiB remapped, %zu synchronizes avoided (compaction's); "
+        "remapping: %llu remaps, %.3f GiB remapped, %.3f GiB kept in place (top blocks "
+        "extended), %zu synchronizes avoided (compaction's); "
         "old addresses: %zu granules in %llu ranges, unmapped in %llu calls once every free "
         "completed\n",
         static_cast<unsigned long long>(asked.remapped.remaps),
-        static_cast<double>(asked.remapped.remapped_bytes) / (1 << 30), compacted.compactions,
+        static_cast<double>(asked.remapped.remapped_bytes) / (1 << 30),
+        static_cast<double>(asked.remapped.kept_in_place_bytes) / (1 << 30), compacted.compactions,
         static_cast<std::size_t>(asked.remapped.remapped_bytes / o.granularity),
         static_cast<unsigned long long>(asked.remapped.retired_ranges),
         static_cast<unsigned long long>(asked.remapped.unmap_calls));

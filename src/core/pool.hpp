@@ -61,6 +61,9 @@ struct remap_statistics {
   std::uint64_t retired_bytes = 0;   ///< old addresses still mapped, waiting for their frees
   std::uint64_t retired_ranges = 0;  ///< old address ranges retired so far (a part each)
   std::uint64_t unmap_calls = 0;     ///< calls that unmapped them (ranges end to end: one)
+  /// Bytes of remapped blocks that a free block ending at unmapped address space gave where it
+  /// lies: the rest was mapped after it, so these needed no mapping call (and no unmap later).
+  std::uint64_t kept_in_place_bytes = 0;
 };
 
 /// What the pool knows about an address it does not have as a live allocation start.
@@ -342,6 +345,11 @@ class pool {
   /// stream may use now, mapped again at fresh addresses; nullptr when they do not add up (or
   /// the memory cannot be mapped twice).
   block* remap_locked(std::size_t size_bytes, const stream_timeline& stream);
+  /// The free block whose whole granules the remap path keeps where they lie, mapping the rest
+  /// after it: the largest one stream may use now that ends where unmapped address space of its
+  /// own reservation begins, with room there for need_bytes past its first whole granule.
+  /// nullptr if none.
+  block* remap_anchor_locked(std::size_t need_bytes, const stream_timeline& stream) const;
   /// Unmaps the retired ranges whose frees have completed (all: every one, at teardown).
   void unmap_retired_locked(bool all);
   /// True if part of [offset, offset + bytes) of the commit under token is still mapped at a
@@ -397,6 +405,7 @@ class pool {
   std::atomic<std::uint64_t> retired_bytes_{0};
   std::atomic<std::uint64_t> retired_ranges_{0};
   std::atomic<std::uint64_t> unmap_calls_{0};
+  std::atomic<std::uint64_t> kept_in_place_bytes_{0};
   call_census calls_;                    // allocate and free calls, for check_used_if_quiet
   std::vector<block*> drained_scratch_;  // drain_caches_locked's, under the pool lock
   mutable std::mutex name_mutex_;        // apart from the pool lock: messages are built under it

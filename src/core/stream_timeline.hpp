@@ -155,6 +155,7 @@ struct free_stamp {
     return timeline == nullptr || timeline->proven_position() >= position;
   }
   bool is_complete() const { return timeline == nullptr || timeline->has_completed(position); }
+  bool operator==(const free_stamp&) const = default;
 };
 
 }  // namespace soma::detail

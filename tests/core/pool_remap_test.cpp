@@ -143,6 +143,7 @@ TEST(S9_Remap, OldAddressesEndToEndAreUnmappedInOneCall) {
   stream_timeline a(0);
   std::vector<block*> blocks;
   for (int i = 0; i < 4; ++i) blocks.push_back(p.allocate(2 * kGranule, a));
+  block* top = p.allocate(kGranule, a);  // live: no free block ends at unmapped space
   ASSERT_EQ(blocks[1]->address, blocks[0]->end());
   ASSERT_NE(p.memory->backing.at(blocks[0]->address).first,
             p.memory->backing.at(blocks[1]->address).first)
@@ -175,6 +176,71 @@ TEST(S9_Remap, OldAddressesEndToEndAreUnmappedInOneCall) {
 
   p.the_pool->free(big, a);
   p.the_pool->free(blocks[2], a);
+  p.the_pool->free(top, a);
+}
+
+// A free block that ends where unmapped address space begins keeps its whole granules where
+// they lie, and only the other free granules are mapped again, right after it: on cuda each
+// granule mapped is a driver call, and each old address an unmap later.
+TEST(S9_Remap, AFreeBlockAtTheTopKeepsItsGranulesAndTheRestIsMappedAfterIt) {
+  remap_pool p;
+  stream_timeline a(0);
+  std::vector<block*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(p.allocate(2 * kGranule, a));
+  const std::uintptr_t low_hole = blocks[0]->address;
+  const std::uintptr_t top_hole = blocks[3]->address;
+  const auto live_b = p.memory->backing.at(blocks[1]->address);
+  const auto top_backing = p.memory->backing.at(top_hole);
+  p.free_pending(blocks[0], a);
+  p.free_pending(blocks[3], a);
+  const std::uint64_t free_position = a.enqueued_position();
+  const std::size_t commits = p.memory->commit_calls;
+  const std::uint64_t reserved = p.the_pool->statistics().reserved_bytes;
+
+  block* big = p.allocate(4 * kGranule, a);
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(big->how, served_by::remap);
+  EXPECT_EQ(big->address, top_hole) << "the top free block moved";
+  EXPECT_EQ(p.memory->backing.at(top_hole), top_backing);
+  EXPECT_EQ(p.memory->commit_calls, commits) << "the pool grew";
+  EXPECT_EQ(p.memory->map_again_calls, 1u);
+  EXPECT_EQ(p.the_pool->statistics().reserved_bytes, reserved) << "physical memory counted twice";
+  EXPECT_EQ(p.memory->physical_bytes(), reserved);
+  EXPECT_TRUE(p.memory->is_committed(big->address, big->size_bytes));
+  EXPECT_EQ(p.memory->backing.at(blocks[1]->address), live_b) << "a live block's memory moved";
+  const auto counts = p.the_pool->remap_counts();
+  EXPECT_EQ(counts.remaps, 1u);
+  EXPECT_EQ(counts.remapped_bytes, 2 * kGranule) << "only the low hole is mapped again";
+  EXPECT_EQ(counts.kept_in_place_bytes, 2 * kGranule);
+  EXPECT_EQ(counts.retired_bytes, 2 * kGranule);
+  EXPECT_TRUE(p.memory->is_committed(low_hole, 2 * kGranule)) << "unmapped before its free ran";
+
+  a.note_completed(free_position);
+  p.the_pool->on_synchronize();
+  EXPECT_EQ(p.memory->unmap_alias_calls, 1u);
+  EXPECT_FALSE(p.memory->is_committed(low_hole, kGranule));
+  EXPECT_TRUE(p.memory->is_committed(big->address, big->size_bytes));
+  for (block* x : {big, blocks[1], blocks[2]}) p.the_pool->free(x, a);
+}
+
+// S11: a top block that another stream's free still holds stays where it is; the stream's own
+// free granules serve, with the shortfall committed after them, elsewhere.
+TEST(S9_Remap, ATopBlockPendingOnAnotherStreamIsNotKept) {
+  remap_pool p;
+  for (int policy = 1; policy <= 3; ++policy) p.the_pool->set_reuse_policy(policy, false);
+  stream_timeline a(0), b(1);
+  std::vector<block*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(p.allocate(2 * kGranule, a));
+  const std::uintptr_t top_hole = blocks[3]->address;
+  p.free_pending(blocks[3], a);  // a's work may still use it
+  p.free_pending(blocks[0], b);
+  block* big = p.allocate(4 * kGranule, b);
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(big->how, served_by::remap);
+  EXPECT_FALSE(overlaps(big, top_hole, 2 * kGranule)) << "b took memory a's work may still use";
+  EXPECT_EQ(p.the_pool->remap_counts().kept_in_place_bytes, 0u);
+  EXPECT_EQ(p.the_pool->remap_counts().remapped_bytes, 2 * kGranule);
+  for (block* x : {big, blocks[1], blocks[2]}) p.the_pool->free(x, b);
 }
 
 // S11: a granule serves another stream by remapping only where it would serve it as a block.
@@ -278,6 +344,7 @@ TEST(S9_Remap, OnlyWholeGranulesOfAHoleAreTaken) {
   block* middle = p.allocate(2 * kGranule - 256, a);
   block* tail = p.allocate(kGranule, a);
   block* other = p.allocate(kGranule, a);
+  block* top = p.allocate(kGranule, a);  // live: no free block ends at unmapped space
   ASSERT_EQ(middle->address, head->address + 256);
   const std::uintptr_t base = head->address;
   p.free_pending(middle, a);
@@ -291,7 +358,7 @@ TEST(S9_Remap, OnlyWholeGranulesOfAHoleAreTaken) {
   EXPECT_TRUE(p.memory->is_committed(base, kGranule));
   block* rest = p.allocate(kGranule - 512, a);
   EXPECT_EQ(rest->address, base + 256) << "the free rest of a shared granule was lost";
-  for (block* x : {head, tail, two, rest}) p.the_pool->free(x, a);
+  for (block* x : {head, tail, two, rest, top}) p.the_pool->free(x, a);
 }
 
 // The default, instead of failing: while the pool can grow it grows; where growth fails (the

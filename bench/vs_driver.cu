@@ -21,6 +21,7 @@
 
 #include "bench_support.hpp"
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -445,6 +446,26 @@ double soma_ping_pong_ns(const settings& config, bool allocate) {
   return ns;
 }
 
+// The context check soma makes on each event call (backend/cuda context_scope): four
+// cuCtxGetCurrent alone, to split (d)'s gap between the driver's calls and soma's own work
+// (bench/event_calls measures the latter without a GPU).
+double context_queries_ns(const settings& config) {
+  using get_current_fn = CUresult (*)(CUcontext*);
+  void* pointer = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &pointer, 12000, cudaEnableDefault,
+                                       &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess)
+    return kNone;
+  const auto get_current = reinterpret_cast<get_current_fn>(pointer);
+  CUcontext current = nullptr;
+  return time_iterations(
+      config, [] {},
+      [&] {
+        for (int i = 0; i < 4; ++i) (void)get_current(&current);
+      });
+}
+
 double driver_ping_pong_ns(const settings& config, bool allocate) {
   const cudaStream_t a = driver_side::new_stream();
   const cudaStream_t b = driver_side::new_stream();
@@ -576,6 +597,8 @@ int main(int argc, char** argv) {
     const double soma_events_ns = soma_ping_pong_ns(config, false);
     const double driver_events_ns = driver_ping_pong_ns(config, false);
     print_time_row("(d) the same 2 records + 2 waits alone", soma_events_ns, driver_events_ns,
+                   kNone, kNone);
+    print_time_row("(d) 4 cuCtxGetCurrent alone (driver column)", kNone, context_queries_ns(config),
                    kNone, kNone);
   }
 

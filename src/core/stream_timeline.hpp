@@ -80,8 +80,7 @@ class stream_timeline {
   /// again (ping-pong) then allocates nothing.
   void capture_clock_into(vector_clock& captured) const {
     std::lock_guard lock(clock_mutex_);
-    captured = clock_;
-    captured.raise(id_, enqueued_position());
+    captured.assign_raised(clock_, id_, enqueued_position());
   }
   /// Later work on this stream is ordered after everything `happened_before` covers.
   void merge_clock(const vector_clock& happened_before) {

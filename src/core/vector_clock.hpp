@@ -41,7 +41,37 @@ class vector_clock {
       entries_ = other.entries_;
       return;
     }
-    for (const entry& e : other.entries_) raise(e.stream_id, e.position);
+    // Both sorted: one walk raises every entry, when this clock knows every stream of other
+    // (streams that wait on each other again and again); otherwise the rest is inserted.
+    auto it = entries_.begin();
+    for (const entry& e : other.entries_) {
+      while (it != entries_.end() && it->stream_id < e.stream_id) ++it;
+      if (it == entries_.end() || it->stream_id != e.stream_id) {
+        for (const entry& rest : other.entries_) raise(rest.stream_id, rest.position);
+        return;
+      }
+      it->position = std::max(it->position, e.position);
+    }
+  }
+
+  /// Becomes from, with the entry of stream_id raised to at least position (an event's record:
+  /// the stream's clock and its own position), in one pass over storage it keeps.
+  void assign_raised(const vector_clock& from, std::uint64_t stream_id, std::uint64_t position) {
+    entries_.clear();
+    entries_.reserve(from.entries_.size() + 1);
+    bool placed = false;
+    for (const entry& e : from.entries_) {
+      if (!placed && e.stream_id >= stream_id) {
+        placed = true;
+        if (e.stream_id == stream_id) {
+          entries_.push_back({stream_id, std::max(e.position, position)});
+          continue;
+        }
+        entries_.push_back({stream_id, position});
+      }
+      entries_.push_back(e);
+    }
+    if (!placed) entries_.push_back({stream_id, position});
   }
 
   /// Drops the entries whose stream `keep` rejects (streams that are gone for good).

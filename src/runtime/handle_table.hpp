@@ -61,10 +61,14 @@ class handle_table {
     // A thread tends to name the same handle again and again (its stream): the slot and
     // generation of its last successful lookup are kept, so a repeat is a compare and the
     // slot's generation check, not a decode.
-    recent_lookup& recent = recent_;
-    if (recent.handle == handle && recent.table == serial_) [[likely]] {
-      if (recent.at->generation.load(std::memory_order_acquire) == recent.generation)
-        return recent.at->object.load(std::memory_order_acquire);
+    recent_lookup* recent = recent_;
+    if (recent[0].handle == handle && recent[0].table == serial_) [[likely]] {
+      if (recent[0].at->generation.load(std::memory_order_acquire) == recent[0].generation)
+        return recent[0].at->object.load(std::memory_order_acquire);
+    } else if (recent[1].handle == handle && recent[1].table == serial_) {
+      // The one before (a ping-pong between two streams or two events names two in turn).
+      if (recent[1].at->generation.load(std::memory_order_acquire) == recent[1].generation)
+        return recent[1].at->object.load(std::memory_order_acquire);
     }
     return find_and_remember(handle);
   }
@@ -80,7 +84,11 @@ class handle_table {
     const slot& s = (*segment)[index % slots_per_segment];
     if (s.generation.load(std::memory_order_acquire) != generation) return nullptr;
     T* object = s.object.load(std::memory_order_acquire);
-    if (object != nullptr) recent_ = recent_lookup{serial_, handle, &s, generation};
+    if (object != nullptr) {
+      recent_lookup* recent = recent_;
+      recent[1] = recent[0];
+      recent[0] = recent_lookup{serial_, handle, &s, generation};
+    }
     return object;
   }
 
@@ -128,15 +136,15 @@ class handle_table {
     std::atomic<std::uint32_t> generation{0};
   };
   using segment_type = std::array<slot, slots_per_segment>;
-  // A thread's last successful lookup in a table of this kind. Slots live as long as their
-  // table, and a handle is valid only while its slot has its generation.
+  // A thread's last two successful lookups in tables of this kind, the newest first. Slots live
+  // as long as their table, and a handle is valid only while its slot has its generation.
   struct recent_lookup {
     std::uint64_t table = 0;  // the table's serial: a table made later at the same address differs
     std::uintptr_t handle = 0;
     const slot* at = nullptr;
     std::uint32_t generation = 0;
   };
-  static constinit inline thread_local recent_lookup recent_{};
+  static constinit inline thread_local recent_lookup recent_[2]{};
   static constexpr std::uint64_t low_bits = (std::uint64_t{1} << 56) - 1;
   static constexpr std::uint32_t generation_mask = 0xffffff;
 

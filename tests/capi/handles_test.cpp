@@ -156,6 +156,23 @@ TEST_F(S5_Handles, AStreamUsedAMomentAgoIsRefusedOnceDestroyed) {
   SOMA_EXPECT_OK(somaStreamSynchronize(reusing));
 }
 
+// A thread remembers its last two lookups (a ping-pong names two streams in turn): the older
+// one must not outlive its handle either.
+TEST_F(S5_Handles, TheStreamUsedBeforeTheLastIsRefusedOnceDestroyed) {
+  somaStream_t older = nullptr;
+  SOMA_ASSERT_OK(somaStreamCreate(&older));
+  unique_stream newer;
+  void* pointer = nullptr;
+  SOMA_ASSERT_OK(somaMallocAsync(&pointer, 4096, older));
+  SOMA_ASSERT_OK(somaFreeAsync(pointer, newer));  // the lookup of older is now the second
+  SOMA_ASSERT_OK(somaStreamDestroy(older));
+  EXPECT_EQ(somaMallocAsync(&pointer, 4096, older), somaErrorInvalidResourceHandle);
+  unique_stream reusing;  // may take the destroyed stream's slot
+  EXPECT_EQ(somaStreamSynchronize(older), somaErrorInvalidResourceHandle);
+  SOMA_EXPECT_OK(somaStreamSynchronize(reusing));
+  SOMA_EXPECT_OK(somaStreamSynchronize(newer));
+}
+
 // CUDA returns cudaErrorInvalidValue for a NULL pool; so does soma, and the message says so.
 TEST_F(S5_Handles, ANullPoolIsInvalidValueInEveryPoolCall) {
   void* pointer = nullptr;

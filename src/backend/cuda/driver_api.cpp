@@ -175,8 +175,7 @@ std::string driver_api::describe(CUresult result) const {
   return out;
 }
 
-status driver_api::check(CUresult result, const char* call, const std::string& detail) const {
-  if (result == CUDA_SUCCESS) return status::success();
+status driver_api::failure(CUresult result, const char* call, const std::string& detail) const {
   std::string message = std::string(call) + " failed (" + describe(result) + ")";
   if (!detail.empty()) message += ": " + detail;
   return status(translate(result), std::move(message));
@@ -263,25 +262,13 @@ result<const driver_api*> process_driver() {
   return static_cast<const driver_api*>(loaded);
 }
 
-context_scope::context_scope(const driver_api& driver, CUcontext context) noexcept
-    : driver_(driver) {
-  // The driver cannot serve a child forked after CUDA started: say so instead of calling it.
-  if (forked_after_start()) {
-    entered_ = forked_child_error();
-    return;
-  }
-  if (driver_.cuCtxGetCurrent(&previous_) != CUDA_SUCCESS) previous_ = nullptr;
-  if (previous_ == context) return;
+void context_scope::enter(CUcontext context) noexcept {
   const CUresult made = driver_.cuCtxSetCurrent(context);
   if (made != CUDA_SUCCESS) {
     entered_ = driver_.check(made, "cuCtxSetCurrent");
     return;
   }
   switched_ = true;
-}
-
-context_scope::~context_scope() {
-  if (switched_) driver_.cuCtxSetCurrent(previous_);
 }
 
 }  // namespace soma::detail::backend::cuda

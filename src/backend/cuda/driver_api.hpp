@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend/cuda/driver_types.hpp"
+#include "backend/fork_guard.hpp"
 #include "core/status.hpp"
 
 namespace soma::detail::backend::cuda {
@@ -120,8 +121,21 @@ struct driver_api {
   /// where the driver cannot say (the toolkit's stub library answers nothing).
   std::string describe(CUresult result) const;
   /// success for CUDA_SUCCESS, else translate(result) with "<call> failed (<describe>)",
-  /// followed by ": <detail>" when detail is not empty.
-  status check(CUresult result, const char* call, const std::string& detail = {}) const;
+  /// followed by ": <detail>" when detail is not empty. Inline: every driver call on a fast path
+  /// (event record, stream wait) checks a success.
+  status check(CUresult result, const char* call) const {
+    if (result == CUDA_SUCCESS) [[likely]]
+      return status::success();
+    return failure(result, call, std::string());
+  }
+  status check(CUresult result, const char* call, const std::string& detail) const {
+    if (result == CUDA_SUCCESS) [[likely]]
+      return status::success();
+    return failure(result, call, detail);
+  }
+
+ private:
+  status failure(CUresult result, const char* call, const std::string& detail) const;
 };
 
 /// The soma code for a driver result (CUDA_ERROR_NOT_READY -> not_ready, kernel faults ->
@@ -144,14 +158,29 @@ result<const driver_api*> process_driver();
 /// calls go to. Costs one cuCtxGetCurrent when the context is already current.
 class context_scope {
  public:
-  context_scope(const driver_api& driver, CUcontext context) noexcept;
-  ~context_scope();
+  // Inline: record and wait enter one on every call, and the context is nearly always current.
+  context_scope(const driver_api& driver, CUcontext context) noexcept : driver_(driver) {
+    // The driver cannot serve a child forked after CUDA started: say so instead of calling it.
+    if (forked_after_start()) [[unlikely]] {
+      entered_ = forked_child_error();
+      return;
+    }
+    if (driver_.cuCtxGetCurrent(&previous_) != CUDA_SUCCESS) previous_ = nullptr;
+    if (previous_ != context) [[unlikely]]
+      enter(context);
+  }
+  ~context_scope() {
+    if (switched_) [[unlikely]]
+      driver_.cuCtxSetCurrent(previous_);
+  }
   context_scope(const context_scope&) = delete;
   context_scope& operator=(const context_scope&) = delete;
   /// The result of making the context current (a broken driver, a destroyed context).
   const status& entered() const noexcept { return entered_; }
 
  private:
+  void enter(CUcontext context) noexcept;
+
   const driver_api& driver_;
   CUcontext previous_ = nullptr;
   bool switched_ = false;

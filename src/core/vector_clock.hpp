@@ -57,6 +57,10 @@ class vector_clock {
   /// Becomes from, with the entry of stream_id raised to at least position (an event's record:
   /// the stream's clock and its own position), in one pass over storage it keeps.
   void assign_raised(const vector_clock& from, std::uint64_t stream_id, std::uint64_t position) {
+    if (&from == this) {
+      raise(stream_id, position);
+      return;
+    }
     entries_.clear();
     entries_.reserve(from.entries_.size() + 1);
     bool placed = false;

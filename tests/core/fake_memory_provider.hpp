@@ -111,14 +111,28 @@ struct fake_memory_state {
     }
     return {token, offset + (address - start)};
   }
-  /// Whether [offset, offset + bytes) of token is mapped at some address.
-  bool is_mapped_anywhere(std::uint64_t token, std::size_t offset, std::size_t bytes) const {
+  /// How many bytes of [offset, offset + bytes) of token are mapped at some address. A range
+  /// may lie in several mappings (remaps and unmaps split them), and a byte in two counts once.
+  std::size_t mapped_bytes_of(std::uint64_t token, std::size_t offset, std::size_t bytes) const {
+    std::map<std::size_t, std::size_t> spans;  // offset in the commit -> end, merged below
     for (const auto& [address, b] : backing) {
-      const std::size_t length = committed.at(address);
-      if (b.first == token && b.second <= offset && offset + bytes <= b.second + length)
-        return true;
+      if (b.first != token) continue;
+      const std::size_t from = std::max(offset, b.second);
+      const std::size_t to = std::min(offset + bytes, b.second + committed.at(address));
+      if (from < to) spans[from] = std::max(spans[from], to);
     }
-    return false;
+    std::size_t mapped = 0;
+    std::size_t covered = offset;
+    for (const auto& [from, to] : spans) {
+      const std::size_t start = std::max(from, covered);
+      if (to > start) mapped += to - start;
+      covered = std::max(covered, to);
+    }
+    return mapped;
+  }
+  /// Whether every byte of [offset, offset + bytes) of token is mapped at some address.
+  bool is_mapped_anywhere(std::uint64_t token, std::size_t offset, std::size_t bytes) const {
+    return mapped_bytes_of(token, offset, bytes) == bytes;
   }
   /// True if [address, address + bytes) lies inside one committed range.
   bool is_committed(std::uintptr_t address, std::size_t bytes) const {
@@ -244,7 +258,7 @@ class fake_memory_provider final : public soma::detail::memory_provider {
     }
     EXPECT_EQ(mapped_token, token) << "decommit names another commit than the one mapped";
     EXPECT_EQ(mapped_offset, offset_bytes) << "offset does not match the mapping";
-    EXPECT_FALSE(s.is_mapped_anywhere(token, offset_bytes, bytes))
+    EXPECT_EQ(s.mapped_bytes_of(token, offset_bytes, bytes), 0u)
         << "physical memory given back while still mapped at another address";
     s.token_decommitted[token] += bytes;
     if (s.token_decommitted[token] >= whole.bytes) {

@@ -66,6 +66,8 @@ TEST(S11_VectorClock, ARecordCopiesTheClockWithItsOwnStreamRaised) {
             (std::map<std::uint64_t, std::uint64_t>{{1, 1}, {3, 3}, {4, 1}}));
   captured.assign_raised(vector_clock(), 5, 2);
   EXPECT_EQ(positions_of(captured), (std::map<std::uint64_t, std::uint64_t>{{5, 2}}));
+  captured.assign_raised(captured, 1, 4);  // from itself: a raise
+  EXPECT_EQ(positions_of(captured), (std::map<std::uint64_t, std::uint64_t>{{1, 4}, {5, 2}}));
 }
 
 TEST(S11_VectorClock, MergeAndRecordAgreeWithTheMaximumOfEveryStream) {

@@ -8,9 +8,13 @@
 //   access      cuMemSetAccess over n granules in one call
 //   unmap       cuMemUnmap a granule at a time (per call), and of all n mappings in one call
 //   release     cuMemRelease of one granule, per call
-// Then each call again while a kernel of about 20 ms runs on another stream, memory unrelated
-// to it: a call that takes about as long as the kernel waits for the device (the driver says
-// cuMemUnmap is "synchronous for most use cases").
+// Then cuMemSetAccess over 16 and 256 granules by how the range is backed: one allocation, an
+// allocation a granule, and those same allocations mapped at a second address (what a remap
+// pays): is its cost per byte or per allocation, and is it paid again? Then a kernel's random reads
+// over 4 GiB from cudaMalloc, from one allocation and from a granule per allocation (does the
+// backing change what the device pays, e.g. in TLB misses?). Then each call again while a kernel of
+// about 20 ms runs on another stream, memory unrelated to it: a call that takes about as long as
+// the kernel waits for the device (the driver says cuMemUnmap is "synchronous for most use cases").
 // Each figure is the median of several rounds.
 //
 // Usage: vmm_costs [--quick]
@@ -179,6 +183,133 @@ void while_busy(const setup& s, long long cycles, double kernel_ms) {
   std::printf("  (a call near %.0f us waits for the device)\n", kernel_ms * 1000);
 }
 
+/// cuMemSetAccess over n granules, us, for three backings of the same range.
+struct access_shapes {
+  double one_allocation = 0, allocation_per_granule = 0, mapped_again = 0;
+};
+
+access_shapes access_by_shape(const setup& s, int n) {
+  const driver& d = s.d;
+  const std::size_t bytes = s.granule * static_cast<std::size_t>(n);
+  access_shapes a;
+  CUdeviceptr base = 0, second = 0;
+  check(d.reserve(&base, bytes, s.granule, 0, 0), "cuMemAddressReserve");
+  check(d.reserve(&second, bytes, s.granule, 0, 0), "cuMemAddressReserve");
+  auto timed_access = [&](CUdeviceptr at) {
+    const auto start = clock_type::now();
+    check(d.set_access(at, bytes, &s.access, 1), "cuMemSetAccess");
+    return us_since(start);
+  };
+  // cuMemMap maps whole allocations only (its offset "must be zero"), so a range is one
+  // allocation or an allocation per granule.
+  CUmemGenericAllocationHandle whole = 0;
+  check(d.create(&whole, bytes, &s.prop, 0), "cuMemCreate (whole)");
+  check(d.map(base, bytes, 0, whole, 0), "cuMemMap (whole)");
+  a.one_allocation = timed_access(base);
+  check(d.unmap(base, bytes), "cuMemUnmap");
+  check(d.release(whole), "cuMemRelease");
+  std::vector<CUmemGenericAllocationHandle> handles(static_cast<std::size_t>(n));
+  auto map_each_at = [&](CUdeviceptr at) {
+    for (int i = 0; i < n; ++i)
+      check(d.map(at + s.granule * i, s.granule, 0, handles[static_cast<std::size_t>(i)], 0),
+            "cuMemMap");
+  };
+  for (auto& h : handles) check(d.create(&h, s.granule, &s.prop, 0), "cuMemCreate");
+  map_each_at(base);
+  a.allocation_per_granule = timed_access(base);
+  // What a remap pays: the same allocations, still mapped and accessible at base, mapped at a
+  // second address.
+  map_each_at(second);
+  a.mapped_again = timed_access(second);
+  check(d.unmap(second, bytes), "cuMemUnmap");
+  check(d.unmap(base, bytes), "cuMemUnmap");
+  for (auto h : handles) check(d.release(h), "cuMemRelease");
+  check(d.address_free(second, bytes), "cuMemAddressFree");
+  check(d.address_free(base, bytes), "cuMemAddressFree");
+  return a;
+}
+
+/// Reads of 16 bytes at pseudo-random places across the buffer; the sum keeps them.
+__global__ void gather(const uint4* data, std::size_t count, std::size_t reads, unsigned* out) {
+  std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  unsigned long long x = i * 0x9E3779B97F4A7C15ull + 1;
+  unsigned sum = 0;
+  for (std::size_t r = 0; r < reads; ++r) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    const uint4 v = data[x % count];
+    sum += v.x ^ v.w;
+  }
+  if (sum == 0xFFFFFFFFu) *out = sum;
+}
+
+/// Milliseconds for the gather over bytes at base (median of rounds).
+double gather_ms(CUdeviceptr base, std::size_t bytes, unsigned* out, int rounds) {
+  cudaEvent_t begin = nullptr, end = nullptr;
+  cudaEventCreate(&begin);
+  cudaEventCreate(&end);
+  std::vector<double> times;
+  for (int r = 0; r < rounds + 1; ++r) {
+    cudaEventRecord(begin);
+    gather<<<1024, 256>>>(reinterpret_cast<const uint4*>(base), bytes / sizeof(uint4), 256, out);
+    cudaEventRecord(end);
+    cudaEventSynchronize(end);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, begin, end);
+    if (r > 0) times.push_back(ms);  // the first round warms up
+  }
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  return median(times);
+}
+
+/// The gather over 4 GiB from cudaMalloc, from one VMM allocation, from a granule per allocation.
+void gather_by_backing(const setup& s, int rounds) {
+  const driver& d = s.d;
+  const std::size_t bytes = std::size_t{4} << 30;
+  const int n = static_cast<int>(bytes / s.granule);
+  unsigned* out = nullptr;
+  cudaMalloc(&out, sizeof(unsigned));
+  void* plain = nullptr;
+  if (cudaMalloc(&plain, bytes) != cudaSuccess) {
+    std::printf("\nrandom reads: cudaMalloc of 4 GiB failed, skipped\n");
+    return;
+  }
+  cudaMemset(plain, 1, bytes);
+  const double plain_ms = gather_ms(reinterpret_cast<CUdeviceptr>(plain), bytes, out, rounds);
+  cudaFree(plain);
+
+  CUdeviceptr base = 0;
+  check(d.reserve(&base, bytes, s.granule, 0, 0), "cuMemAddressReserve");
+  CUmemGenericAllocationHandle whole = 0;
+  check(d.create(&whole, bytes, &s.prop, 0), "cuMemCreate (whole)");
+  check(d.map(base, bytes, 0, whole, 0), "cuMemMap (whole)");
+  check(d.set_access(base, bytes, &s.access, 1), "cuMemSetAccess");
+  cudaMemset(reinterpret_cast<void*>(base), 1, bytes);
+  const double whole_ms = gather_ms(base, bytes, out, rounds);
+  check(d.unmap(base, bytes), "cuMemUnmap");
+  check(d.release(whole), "cuMemRelease");
+
+  std::vector<CUmemGenericAllocationHandle> handles(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    check(d.create(&handles[static_cast<std::size_t>(i)], s.granule, &s.prop, 0), "cuMemCreate");
+    check(d.map(base + s.granule * i, s.granule, 0, handles[static_cast<std::size_t>(i)], 0),
+          "cuMemMap");
+  }
+  check(d.set_access(base, bytes, &s.access, 1), "cuMemSetAccess");
+  cudaMemset(reinterpret_cast<void*>(base), 1, bytes);
+  const double granules_ms = gather_ms(base, bytes, out, rounds);
+  check(d.unmap(base, bytes), "cuMemUnmap");
+  for (auto h : handles) check(d.release(h), "cuMemRelease");
+  check(d.address_free(base, bytes), "cuMemAddressFree");
+  cudaFree(out);
+  std::printf(
+      "\nrandom 16-byte reads over 4 GiB (262144 threads x 256 reads, ms, median of %d):\n"
+      "  cudaMalloc %.3f   one VMM allocation %.3f   a VMM allocation per granule %.3f\n",
+      rounds, plain_ms, whole_ms, granules_ms);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -225,6 +356,22 @@ int main(int argc, char** argv) {
                 med(&round_figures::unmap_each), med(&round_figures::unmap_all),
                 med(&round_figures::release_each));
   }
+
+  std::printf("\ncuMemSetAccess by backing (us, median of %d rounds):\n", quick ? 3 : 7);
+  std::printf("%-10s %16s %22s %28s\n", "granules", "one allocation", "an allocation a granule",
+              "the same, mapped a 2nd time");
+  for (int n : {16, 256}) {
+    std::vector<access_shapes> rounds;
+    for (int r = 0; r < (quick ? 3 : 7); ++r) rounds.push_back(access_by_shape(s, n));
+    auto med = [&](double access_shapes::*field) {
+      std::vector<double> v;
+      for (const auto& a : rounds) v.push_back(a.*field);
+      return median(v);
+    };
+    std::printf("%-10d %16.1f %22.1f %28.1f\n", n, med(&access_shapes::one_allocation),
+                med(&access_shapes::allocation_per_granule), med(&access_shapes::mapped_again));
+  }
+  gather_by_backing(s, quick ? 3 : 7);
 
   // A kernel of about 20 ms: its clock rate measured with events first.
   cudaEvent_t begin = nullptr, end = nullptr;

@@ -156,6 +156,9 @@ typedef enum somaMemPoolAttr {
   somaMemPoolAttrRemapFreeMemory = 1001,
   somaMemPoolAttrRemapCount = 1002,    /**< uint64_t, get only: allocations served by remapping */
   somaMemPoolAttrRemappedBytes = 1003, /**< uint64_t, get only: bytes those remaps mapped */
+  /** uint64_t, get only: bytes of free blocks at the top of mapped memory that remaps served
+   *  where they lay, mapping nothing for them (not in RemappedBytes) */
+  somaMemPoolAttrRemapKeptBytes = 1004,
 } somaMemPoolAttr;
 
 typedef enum somaDeviceAttr {

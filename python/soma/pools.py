@@ -32,9 +32,10 @@ UINT64_ATTRIBUTES = {
     "max_pool_size": 13,
     "remap_count": 1002,
     "remapped_bytes": 1003,
+    "remap_kept_bytes": 1004,
 }
 STATISTICS = ("reserved_bytes", "reserved_high_bytes", "used_bytes", "used_high_bytes",
-              "remap_count", "remapped_bytes")
+              "remap_count", "remapped_bytes", "remap_kept_bytes")
 #: somaMemPoolAttrRemapFreeMemory's values
 REMAP_NEVER, REMAP_BEFORE_GROWTH, REMAP_INSTEAD_OF_FAILING = 0, 1, 2
 #: somaMemAccessFlags
@@ -192,8 +193,8 @@ class Pool:
                                  doc="0 never, 1 before growth, 2 instead of failing")
 
     def statistics(self):
-        """reserved_bytes, reserved_high_bytes, used_bytes, used_high_bytes (S10), remap_count
-        and remapped_bytes, as a dict."""
+        """reserved_bytes, reserved_high_bytes, used_bytes, used_high_bytes (S10), remap_count,
+        remapped_bytes and remap_kept_bytes, as a dict."""
         return {name: self.get_attribute(name) for name in STATISTICS}
 
     def reset_peaks(self):

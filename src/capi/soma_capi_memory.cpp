@@ -139,6 +139,7 @@ SOMA_SAME_ATTRIBUTE(compact_before_growth, somaMemPoolAttrCompactBeforeGrowth);
 SOMA_SAME_ATTRIBUTE(remap_free_memory, somaMemPoolAttrRemapFreeMemory);
 SOMA_SAME_ATTRIBUTE(remap_count, somaMemPoolAttrRemapCount);
 SOMA_SAME_ATTRIBUTE(remapped_bytes, somaMemPoolAttrRemappedBytes);
+SOMA_SAME_ATTRIBUTE(remap_kept_bytes, somaMemPoolAttrRemapKeptBytes);
 #undef SOMA_SAME_ATTRIBUTE
 
 somaError_t somaMemPoolSetAttribute(somaMemPool_t memPool, somaMemPoolAttr attr, void* value) {

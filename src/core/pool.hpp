@@ -373,6 +373,9 @@ class pool {
   std::size_t release_range_locked(std::uintptr_t from, std::uintptr_t to, std::size_t limit_bytes);
   void carve_locked(block* b, std::uintptr_t from, std::uintptr_t to);
   block* block_containing_locked(std::uintptr_t address) const;
+  /// The free, indexed block that ends exactly at address (where unmapped space begins), or
+  /// nullptr: what growth may extend and a remap may keep in place.
+  block* free_block_ending_at_locked(std::uintptr_t address) const;
   void raise_reserved(std::uint64_t bytes) noexcept;
 
   const pool_config config_;

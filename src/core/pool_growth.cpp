@@ -17,10 +17,8 @@ result<address_range> pool::find_unmapped_locked(std::size_t bytes, std::size_t*
   *extended = nullptr;
   const std::optional<address_range> extendable =
       address_space_.first_unmapped_where([&](const address_range& range) {
-        block* before = block_containing_locked(range.address - 1);
-        if (before == nullptr || before->end() != range.address ||
-            before->current_state() != block_state::indexed)
-          return false;
+        block* before = free_block_ending_at_locked(range.address);
+        if (before == nullptr) return false;
         // A block with no pending free, or one pending on this stream alone: the stream takes
         // it with the new memory at once (S2), so the whole may carry its stamp.
         if ((before->stamp.timeline != nullptr && before->stamp.timeline != &stream) ||
@@ -150,6 +148,14 @@ block* pool::block_containing_locked(std::uintptr_t address) const {
   if (it == all_blocks_.begin()) return nullptr;
   block* b = std::prev(it)->second;
   return address < b->end() ? b : nullptr;
+}
+
+block* pool::free_block_ending_at_locked(std::uintptr_t address) const {
+  block* before = block_containing_locked(address - 1);
+  if (before == nullptr || before->end() != address ||
+      before->current_state() != block_state::indexed)
+    return nullptr;
+  return before;
 }
 
 }  // namespace soma::detail

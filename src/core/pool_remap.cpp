@@ -26,10 +26,8 @@ block* pool::remap_anchor_locked(std::size_t need_bytes, const stream_timeline& 
   block* anchor = nullptr;
   std::size_t anchor_bytes = 0;
   address_space_.first_unmapped_where([&](const address_range& room) {
-    block* before = block_containing_locked(room.address - 1);
-    if (before == nullptr || before->end() != room.address ||
-        before->current_state() != block_state::indexed || !usable_without_waiting(before, stream))
-      return false;
+    block* before = free_block_ending_at_locked(room.address);
+    if (before == nullptr || !usable_without_waiting(before, stream)) return false;
     const std::uintptr_t low = round_up(before->address, granularity_bytes_);
     if (low >= room.address || room.address - low <= anchor_bytes) return false;
     // The new block must lie in one reservation: a backend maps inside one only.
@@ -102,8 +100,10 @@ block* pool::remap_locked(std::size_t size_bytes, const stream_timeline& stream)
 
   // Mapped anew: everything past the anchor, at the unmapped space after it or at fresh space.
   const std::size_t mapped_bytes = need_bytes - anchor_bytes;
-  std::uintptr_t address = anchor != nullptr ? anchor->end() : 0;
-  if (anchor == nullptr) {
+  std::uintptr_t address = 0;
+  if (anchor != nullptr) {
+    address = anchor->end();
+  } else {
     result<address_range> where = unmapped_range_locked(need_bytes);
     if (!where.ok()) return nullptr;  // growth reports the address-space failure, if it has one
     address = where.value().address;

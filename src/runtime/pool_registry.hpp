@@ -77,6 +77,7 @@ enum class pool_attribute : int {
   remap_free_memory,
   remap_count,
   remapped_bytes,
+  remap_kept_bytes,
 };
 
 /// S6: one entry of somaMemPoolSetAccess, {location type, location id, flags} as

@@ -93,6 +93,7 @@ status pool_registry::change_attribute(pool_object& p, pool_attribute attribute,
     case pool_attribute::used_current:
     case pool_attribute::remap_count:
     case pool_attribute::remapped_bytes:
+    case pool_attribute::remap_kept_bytes:
     case pool_attribute::allocation_type:
     case pool_attribute::export_handle_types:
     case pool_attribute::location_id:
@@ -155,6 +156,9 @@ status pool_registry::get_attribute(std::uintptr_t handle, pool_attribute attrib
       return status::success();
     case pool_attribute::remapped_bytes:
       put64(p.remap_counts().remapped_bytes);
+      return status::success();
+    case pool_attribute::remap_kept_bytes:
+      put64(p.remap_counts().kept_in_place_bytes);
       return status::success();
     case pool_attribute::reserved_current:
     case pool_attribute::reserved_high:

@@ -459,7 +459,8 @@ TEST_F(S9_Compaction, TheRemapAttributeTakesZeroOneOrTwoAndItsCountsAreReadOnly)
     SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolAttrRemapFreeMemory, mode));
     EXPECT_EQ(pool_int(pool, somaMemPoolAttrRemapFreeMemory), mode);
   }
-  for (somaMemPoolAttr counter : {somaMemPoolAttrRemapCount, somaMemPoolAttrRemappedBytes}) {
+  for (somaMemPoolAttr counter :
+       {somaMemPoolAttrRemapCount, somaMemPoolAttrRemappedBytes, somaMemPoolAttrRemapKeptBytes}) {
     EXPECT_EQ(set_pool_u64(pool, counter, 0), somaErrorInvalidValue);
     EXPECT_TRUE(contains(last_message(), "read-only")) << last_message();
     EXPECT_EQ(pool_u64(pool, counter), 0u);

@@ -41,6 +41,7 @@ struct two_holes {
     const std::uint64_t slack = pool_u64(pool, somaMemPoolAttrReservedMemCurrent) -
                                 pool_u64(pool, somaMemPoolAttrUsedMemCurrent);
     if (slack != 0) EXPECT_EQ(somaMallocFromPoolAsync(&filler, slack, pool, stream), somaSuccess);
+    filler_bytes = slack;
     EXPECT_EQ(somaStreamSynchronize(stream), somaSuccess);
     EXPECT_EQ(gate.hold(stream), somaSuccess);
     for (int i : {0, 2}) {
@@ -61,6 +62,7 @@ struct two_holes {
   std::size_t block_bytes;
   void* blocks[4] = {};
   void* filler = nullptr;
+  std::size_t filler_bytes = 0;
 };
 
 TEST_F(S9_Remap, AHeldStreamsFreesServeALargerAllocationWithoutGrowthOrSynchronize) {
@@ -77,6 +79,7 @@ TEST_F(S9_Remap, AHeldStreamsFreesServeALargerAllocationWithoutGrowthOrSynchroni
   SOMA_ASSERT_OK(somaMallocFromPoolAsync(&large, 4 * granule, pool, stream));
   EXPECT_EQ(pool_u64(pool, somaMemPoolAttrRemapCount), 1u);
   EXPECT_EQ(pool_u64(pool, somaMemPoolAttrRemappedBytes), 4 * granule);
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrRemapKeptBytes), 0u) << "a live block is on top";
   EXPECT_EQ(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), reserved)
       << "the pool grew, or counted remapped memory twice";
   EXPECT_EQ(somaStreamQuery(stream), somaErrorNotReady) << "the stream was synchronized";
@@ -93,6 +96,53 @@ TEST_F(S9_Remap, AHeldStreamsFreesServeALargerAllocationWithoutGrowthOrSynchroni
       << "a live block lost its bytes";
   SOMA_ASSERT_OK(somaFreeAsync(large, stream));
   holes.free_rest(stream);
+  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrUsedMemCurrent), 0u);
+}
+
+// A free block at the top of mapped memory keeps its granules where they lie: the new block
+// begins at it, only the hole's granules are mapped again after it, and the pool says which
+// bytes were kept (somaMemPoolAttrRemapKeptBytes) and which were mapped again.
+TEST_F(S9_Remap, AFreeBlockOnTopIsKeptInPlaceAndCountedAsKept) {
+  const std::size_t granule = granularity_bytes(0);
+  unique_stream stream;
+  unique_pool pool(0);
+  SOMA_ASSERT_OK(set_pool_u64(pool, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
+  SOMA_ASSERT_OK(set_pool_int(pool, somaMemPoolAttrRemapFreeMemory, 1));  // before growth
+  stream_gate gate;
+  two_holes holes(pool, stream, gate, granule);
+  // The fourth block and the filler above it go too: free on the same stream, they join the
+  // third block (a hole) into one free block at the top of mapped memory.
+  void* top = holes.blocks[2];
+  SOMA_ASSERT_OK(somaFreeAsync(holes.blocks[3], stream));
+  if (holes.filler != nullptr) {
+    ASSERT_EQ(holes.filler, static_cast<char*>(holes.blocks[3]) + holes.block_bytes)
+        << "not one block on top";
+    SOMA_ASSERT_OK(somaFreeAsync(holes.filler, stream));
+  }
+  const std::uint64_t reserved = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
+  const std::size_t top_bytes = 2 * holes.block_bytes + holes.filler_bytes;
+  ASSERT_EQ(top_bytes % granule, 0u);
+
+  // Larger than the top block: it keeps its granules and the first hole's two are mapped after
+  // it.
+  void* large = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&large, top_bytes + 2 * granule, pool, stream));
+  EXPECT_EQ(large, top) << "the new block does not begin at the top block";
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrRemapCount), 1u);
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrRemapKeptBytes), top_bytes);
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrRemappedBytes), 2 * granule);
+  EXPECT_EQ(pool_u64(pool, somaMemPoolAttrReservedMemCurrent), reserved) << "the pool grew";
+  EXPECT_EQ(somaStreamQuery(stream), somaErrorNotReady) << "the stream was synchronized";
+  SOMA_ASSERT_OK(somaMemsetAsync(large, 0x77, top_bytes + 2 * granule, stream));
+
+  gate.open();
+  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+  EXPECT_EQ(read_back(large, top_bytes + 2 * granule, stream).count_not(0x77), 0u);
+  EXPECT_EQ(read_back(holes.blocks[1], holes.block_bytes, stream).count_not(0x20), 0u)
+      << "a live block lost its bytes";
+  SOMA_ASSERT_OK(somaFreeAsync(large, stream));
+  SOMA_ASSERT_OK(somaFreeAsync(holes.blocks[1], stream));
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
   EXPECT_EQ(pool_u64(pool, somaMemPoolAttrUsedMemCurrent), 0u);
 }

@@ -72,6 +72,14 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+/// The median over rounds of one field of their figures.
+template <typename Figures>
+double median_of(const std::vector<Figures>& rounds, double Figures::*field) {
+  std::vector<double> v;
+  for (const Figures& f : rounds) v.push_back(f.*field);
+  return median(v);
+}
+
 __global__ void spin(long long cycles) {
   const long long start = clock64();
   while (clock64() - start < cycles) {
@@ -345,11 +353,7 @@ int main(int argc, char** argv) {
   for (int n : {1, 16, 256}) {
     std::vector<round_figures> rounds;
     for (int r = 0; r < (quick ? 3 : 7); ++r) rounds.push_back(one_round(s, n));
-    auto med = [&](double round_figures::*field) {
-      std::vector<double> v;
-      for (const auto& f : rounds) v.push_back(f.*field);
-      return median(v);
-    };
+    auto med = [&](double round_figures::*field) { return median_of(rounds, field); };
     std::printf("%-10d %12.1f %14.1f %10.2f %14.1f %12.1f %14.1f %12.1f\n", n,
                 med(&round_figures::create_each), med(&round_figures::create_whole),
                 med(&round_figures::map_each), med(&round_figures::access_all),
@@ -363,11 +367,7 @@ int main(int argc, char** argv) {
   for (int n : {16, 256}) {
     std::vector<access_shapes> rounds;
     for (int r = 0; r < (quick ? 3 : 7); ++r) rounds.push_back(access_by_shape(s, n));
-    auto med = [&](double access_shapes::*field) {
-      std::vector<double> v;
-      for (const auto& a : rounds) v.push_back(a.*field);
-      return median(v);
-    };
+    auto med = [&](double access_shapes::*field) { return median_of(rounds, field); };
     std::printf("%-10d %16.1f %22.1f %28.1f\n", n, med(&access_shapes::one_allocation),
                 med(&access_shapes::allocation_per_granule), med(&access_shapes::mapped_again));
   }

@@ -8,6 +8,7 @@
 
 #include "capi/capture_dispatch.hpp"
 #include "runtime/runtime.hpp"
+#include "runtime/runtime_fast_lane.hpp"
 #include "soma/soma.h"
 
 using namespace soma::capi;  // NOLINT(google-build-using-namespace): the C API's helpers
@@ -17,6 +18,14 @@ extern "C" {
 // ---- allocation ------------------------------------------------------------------------------
 
 somaError_t somaMallocAsync(void** devPtr, size_t size, somaStream_t stream) {
+  // The fast lane: a hit in the stream's cache while nothing captures (S15).
+  if (runtime* rt = runtime::ready();
+      rt != nullptr && devPtr != nullptr && !graph_service::any_capture()) [[likely]] {
+    if (void* hit = rt->allocate_cached(size, handle_of(stream))) [[likely]] {
+      *devPtr = hit;
+      return somaSuccess;
+    }
+  }
   return with_runtime([&](runtime& rt) -> status {
     if (devPtr == nullptr) return null_argument("somaMallocAsync", "devPtr");
     if (auto* c = capture_of(rt, stream))
@@ -39,6 +48,10 @@ somaError_t somaMallocFromPoolAsync(void** ptr, size_t size, somaMemPool_t memPo
 }
 
 somaError_t somaFreeAsync(void* devPtr, somaStream_t stream) {
+  if (runtime* rt = runtime::ready(); rt != nullptr && !graph_service::any_capture()) [[likely]] {
+    if (rt->free_fast(devPtr, handle_of(stream))) [[likely]]
+      return somaSuccess;
+  }
   return with_runtime([&](runtime& rt) -> status {
     if (auto* c = capture_of(rt, stream))
       return graph_service::of(rt).capture_free(*c, handle_of(stream), devPtr);

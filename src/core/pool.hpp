@@ -116,20 +116,27 @@ class pool {
   /// Inline, the fast path (a hit in the stream's cache, S11); the rest out of line.
   result<block*> allocate(std::size_t requested_bytes, const stream_timeline& stream,
                           stream_hooks* hooks = nullptr) {
-    if (requested_bytes <= config_.max_size_bytes) [[likely]] {
-      const call_census::scope in_call(calls_);
-      if (stream_cache* cache = cache_for(stream)) [[likely]] {
-        std::int64_t publish = 0;
-        if (block* hit = cache->pop(round_up(requested_bytes, allocation_alignment_bytes),
-                                    static_cast<std::int64_t>(requested_bytes), &publish)) {
-          hit->how = served_by::stream_cache;
-          make_live(hit, requested_bytes);
-          if (publish != 0) publish_used(publish);
-          return hit;
-        }
-      }
-    }
+    if (block* hit = allocate_cached(requested_bytes, stream)) [[likely]]
+      return hit;
     return allocate_missed(requested_bytes, stream, hooks);
+  }
+  /// allocate()'s fast path alone: a block of the stream's cache, or nullptr (a miss, or a
+  /// request above the max size) where allocate() would go on to the slow path.
+  block* allocate_cached(std::size_t requested_bytes, const stream_timeline& stream) {
+    if (requested_bytes > config_.max_size_bytes) [[unlikely]]
+      return nullptr;
+    const call_census::scope in_call(calls_);
+    stream_cache* cache = cache_for(stream);
+    if (cache == nullptr) [[unlikely]]
+      return nullptr;
+    std::int64_t publish = 0;
+    block* hit = cache->pop(round_up(requested_bytes, allocation_alignment_bytes),
+                            static_cast<std::int64_t>(requested_bytes), &publish);
+    if (hit == nullptr) return nullptr;
+    hit->how = served_by::stream_cache;
+    make_live(hit, requested_bytes);
+    if (publish != 0) publish_used(publish);
+    return hit;
   }
   /// Frees a live block on stream (S2): reusable at once by stream, by other streams once
   /// the free is proven complete. Requires: the block is live and was removed from the

@@ -58,6 +58,13 @@ class runtime {
   result<void*> allocate_from_pool(std::size_t bytes, std::uintptr_t pool_handle,
                                    std::uintptr_t stream_handle);
   status free(void* pointer, std::uintptr_t stream_handle);
+  /// The fast lanes of allocate() and free() (runtime_fast_lane.hpp): the common case with no
+  /// status made and no call below the C API. allocate_cached returns what a hit in the
+  /// stream's cache of its current pool serves; free_fast frees a live allocation of a pool
+  /// neither imported nor exported (S7). nullptr and false leave the call to allocate() and
+  /// free(), with nothing done.
+  inline void* allocate_cached(std::size_t bytes, std::uintptr_t stream_handle);
+  inline bool free_fast(void* pointer, std::uintptr_t stream_handle);
   pointer_info describe_pointer(const void* pointer) const;
   /// Synchronizes every stream of the current device (S12), then releases memory (S9).
   status synchronize_device();
@@ -128,6 +135,12 @@ class runtime {
   /// The live allocation that starts at address, claimed for its free (block::claim_for_free);
   /// {} if none is live there.
   live_entry<pool_object> claim_for_free(std::uintptr_t address);
+  /// free() once the block is claimed, of a pool neither imported nor exported: the free, its
+  /// history, and the reaping of a destroyed owner.
+  void free_claimed(const live_entry<pool_object>& live, stream_object& stream);
+  /// History's allocation event for a hit of the fast lane.
+  [[gnu::noinline]] static void note_allocated(const pool_object& pool, block& b,
+                                               const stream_object& stream);
   void name_pending_streams(pool_report& report) const;
   /// What an out-of-memory failure of pool adds to its message (out_of_memory_advice.hpp).
   std::string explain_out_of_memory(pool_object& pool, std::size_t bytes,

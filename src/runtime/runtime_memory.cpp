@@ -104,6 +104,13 @@ status runtime::free(void* pointer, std::uintptr_t stream_handle) {
     return pools_.free_imported(owner, live.live, stream->timeline);
   }
   if (owner.exports() != nullptr) owner.exports()->forget(address);  // S7: data goes stale
+  free_claimed(live, *stream);
+  return status::success();
+}
+
+void runtime::free_claimed(const live_entry<pool_object>& live, stream_object& stream) {
+  pool_object& owner = *live.owner;
+  const std::uintptr_t address = live.live->address;
   // Read before the free: once it is done another thread may tear the pool down.
   const bool owner_destroyed = owner.is_destroyed();
   const std::size_t bytes = live.live->requested_bytes;
@@ -125,13 +132,16 @@ status runtime::free(void* pointer, std::uintptr_t stream_handle) {
   // position of its own, so it counts as complete only once the backend shows the stream has
   // run past it (a query or a marker recorded after that work), never merely because soma's
   // own operations there have run.
-  if (stream->native_queue != nullptr) stream->native_queue->note_free();
-  owner.free(live.live, stream->timeline);
+  if (stream.native_queue != nullptr) stream.native_queue->note_free();
+  owner.free(live.live, stream.timeline);
   // A destroyed owner may be gone once the free is done; its last frees go unrecorded.
   if (recording)
-    history_notes::freed(owner, address, bytes, scope, stream->handle, stamp, *history, *thread);
+    history_notes::freed(owner, address, bytes, scope, stream.handle, stamp, *history, *thread);
   if (owner_destroyed) pools_.reap();
-  return status::success();
+}
+
+void runtime::note_allocated(const pool_object& pool, block& b, const stream_object& stream) {
+  history_notes::allocated(pool, b, stream.handle);
 }
 
 live_entry<pool_object> runtime::claim_for_free(std::uintptr_t address) {

@@ -145,6 +145,27 @@ TEST_F(S7_IpcExportPointerCalls, RefusesWhatIsNotALiveAllocationOfAnExportablePo
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
 }
 
+// A free in an exportable pool takes the full path (its export data goes stale), after the
+// fast lane has claimed the block and given it back: it frees once, and a second free is
+// refused with the pool intact.
+TEST_F(S7_IpcExportPointerCalls, AFreeFreesOnceAndASecondIsRefused) {
+  unique_stream stream;
+  unique_pool pool(exportable_props());
+  void* a = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&a, 4096, pool, stream));
+  SOMA_ASSERT_OK(somaFreeAsync(a, stream));
+  EXPECT_EQ(somaFreeAsync(a, stream), somaErrorInvalidValue);
+  EXPECT_TRUE(contains(last_message(), "somaFreeAsync")) << last_message();
+  std::uint64_t used = 1;
+  SOMA_ASSERT_OK(somaMemPoolGetAttribute(pool, somaMemPoolAttrUsedMemCurrent, &used));
+  EXPECT_EQ(used, 0U);
+  void* again = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&again, 4096, pool, stream));
+  EXPECT_EQ(again, a) << "the stream's own free is reused at once";
+  SOMA_ASSERT_OK(somaFreeAsync(again, stream));
+  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+}
+
 TEST_F(S7_IpcExportPointerCalls, SameAllocationGivesTheSameDataAFreshOneNew) {
   unique_stream stream;
   unique_pool pool(exportable_props());

@@ -1,0 +1,60 @@
+// The runtime's fast lanes (runtime::allocate_cached, runtime::free_fast): a cache hit and a
+// free of a plain live allocation, inline in the C API's calls. Out of line, the calls
+// somaMallocAsync -> allocate -> allocate_in and somaFreeAsync -> free each saved registers for
+// the slow paths they might take and passed a status back through memory: about a fifth of a
+// pair's instructions (docs/benchmarks.md, "Fast lanes").
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/history_notes.hpp"
+#include "runtime/runtime.hpp"
+
+namespace soma::detail {
+
+inline void* runtime::allocate_cached(std::size_t bytes, std::uintptr_t stream_handle) {
+  stream_object* stream = streams_.find(stream_handle);
+  if (stream == nullptr || bytes == 0) [[unlikely]]
+    return nullptr;
+  // S4, S5: as in allocate(), the pool found stays until the call is done.
+  pool_object* pool = pools_.acquire_current(stream->device);
+  block* hit = pool->allocate_cached(bytes, stream->timeline);
+  if (hit != nullptr && history_notes::on()) [[unlikely]]
+    note_allocated(*pool, *hit, *stream);
+  pool_registry::release();
+  return hit == nullptr ? nullptr : reinterpret_cast<void*>(hit->address);
+}
+
+inline bool runtime::free_fast(void* pointer, std::uintptr_t stream_handle) {
+  stream_object* stream = streams_.find(stream_handle);
+  if (stream == nullptr || pointer == nullptr) [[unlikely]]
+    return false;
+  const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+  const live_entry<pool_object> found = pointers_.find(address);
+  // Not live, or live elsewhere: free() claims again and explains (claim_for_free).
+  if (found.live == nullptr || !found.live->claim_for_free()) return false;
+  if (found.live->address != address) {
+    found.live->set_state(block_state::live);
+    return false;
+  }
+  // Claimed, the block keeps its owner alive. An imported or exported pool's free does more
+  // (S7): the claim goes back and free() claims again; only a second, concurrent free of the
+  // same pointer, itself an error, can come between.
+  pool_object& owner = *found.owner;
+  if (owner.imports() != nullptr || owner.exports() != nullptr) [[unlikely]] {
+    found.live->set_state(block_state::live);
+    return false;
+  }
+  // History, a scope to clear, or a destroyed owner to reap: free()'s own continuation.
+  if (history_notes::on() || found.live->scope.load(std::memory_order_relaxed) != 0 ||
+      owner.is_destroyed()) [[unlikely]] {
+    free_claimed(found, *stream);
+    return true;
+  }
+  // As free_claimed does: S2 on a native stream (cuda), then the free.
+  if (stream->native_queue != nullptr) stream->native_queue->note_free();
+  owner.free(found.live, stream->timeline);
+  return true;
+}
+
+}  // namespace soma::detail

@@ -36,6 +36,14 @@ somaError_t somaMallocAsync(void** devPtr, size_t size, somaStream_t stream) {
 
 somaError_t somaMallocFromPoolAsync(void** ptr, size_t size, somaMemPool_t memPool,
                                     somaStream_t stream) {
+  if (runtime* rt = runtime::ready();
+      rt != nullptr && ptr != nullptr && !graph_service::any_capture()) [[likely]] {
+    if (void* hit = rt->allocate_cached_from_pool(size, handle_of(memPool), handle_of(stream)))
+        [[likely]] {
+      *ptr = hit;
+      return somaSuccess;
+    }
+  }
   return with_runtime([&](runtime& rt) -> status {
     if (ptr == nullptr) return null_argument("somaMallocFromPoolAsync", "ptr");
     if (auto* c = capture_of(rt, stream)) {

@@ -144,6 +144,18 @@ class pool_registry final : public stream_listener {
   }
   /// The pool of handle, published as in use by this thread, or an error.
   result<pool_object*> acquire(std::uintptr_t handle) const;
+  /// acquire() without the error: nullptr (and nothing published) where acquire() would fail.
+  pool_object* acquire_live(std::uintptr_t handle) const noexcept {
+    for (;;) {
+      pool_object* found = handles_.find(handle);
+      if (found == nullptr) {
+        pool_hazards::withdraw();  // a pool published by a pass before
+        return nullptr;
+      }
+      pool_hazards::publish(found);
+      if (handles_.find(handle) == found) return found;
+    }
+  }
   static void release() noexcept { pool_hazards::withdraw(); }
   /// Runs fn(pool or nullptr if it is gone) under the registry lock, so the pool is not
   /// deleted meanwhile (S7: export and import work on a pool outside an allocation).

@@ -64,6 +64,8 @@ class runtime {
   /// neither imported nor exported (S7). nullptr and false leave the call to allocate() and
   /// free(), with nothing done.
   inline void* allocate_cached(std::size_t bytes, std::uintptr_t stream_handle);
+  inline void* allocate_cached_from_pool(std::size_t bytes, std::uintptr_t pool_handle,
+                                         std::uintptr_t stream_handle);
   inline bool free_fast(void* pointer, std::uintptr_t stream_handle);
   pointer_info describe_pointer(const void* pointer) const;
   /// Synchronizes every stream of the current device (S12), then releases memory (S9).
@@ -138,6 +140,9 @@ class runtime {
   /// free() once the block is claimed, of a pool neither imported nor exported: the free, its
   /// history, and the reaping of a destroyed owner.
   void free_claimed(const live_entry<pool_object>& live, stream_object& stream);
+  /// The fast lanes' hit in pool's cache for stream, recorded in history when it records; the
+  /// caller has published pool and withdraws it after.
+  inline void* take_cached(pool_object& pool, std::size_t bytes, stream_object& stream);
   /// History's allocation event for a hit of the fast lane.
   [[gnu::noinline]] static void note_allocated(const pool_object& pool, block& b,
                                                const stream_object& stream);

@@ -12,17 +12,36 @@
 
 namespace soma::detail {
 
+inline void* runtime::take_cached(pool_object& pool, std::size_t bytes, stream_object& stream) {
+  block* hit = pool.allocate_cached(bytes, stream.timeline);
+  if (hit == nullptr) return nullptr;
+  if (history_notes::on()) [[unlikely]]
+    note_allocated(pool, *hit, stream);
+  return reinterpret_cast<void*>(hit->address);
+}
+
 inline void* runtime::allocate_cached(std::size_t bytes, std::uintptr_t stream_handle) {
   stream_object* stream = streams_.find(stream_handle);
   if (stream == nullptr || bytes == 0) [[unlikely]]
     return nullptr;
   // S4, S5: as in allocate(), the pool found stays until the call is done.
-  pool_object* pool = pools_.acquire_current(stream->device);
-  block* hit = pool->allocate_cached(bytes, stream->timeline);
-  if (hit != nullptr && history_notes::on()) [[unlikely]]
-    note_allocated(*pool, *hit, *stream);
+  void* hit = take_cached(*pools_.acquire_current(stream->device), bytes, *stream);
   pool_registry::release();
-  return hit == nullptr ? nullptr : reinterpret_cast<void*>(hit->address);
+  return hit;
+}
+
+inline void* runtime::allocate_cached_from_pool(std::size_t bytes, std::uintptr_t pool_handle,
+                                                std::uintptr_t stream_handle) {
+  stream_object* stream = streams_.find(stream_handle);
+  if (stream == nullptr || bytes == 0) [[unlikely]]
+    return nullptr;
+  pool_object* pool = pools_.acquire_live(pool_handle);
+  if (pool == nullptr) [[unlikely]]
+    return nullptr;
+  // An imported pool cannot allocate (S7): allocate_from_pool() says so.
+  void* hit = pool->is_imported() ? nullptr : take_cached(*pool, bytes, *stream);
+  pool_registry::release();
+  return hit;
 }
 
 inline bool runtime::free_fast(void* pointer, std::uintptr_t stream_handle) {

@@ -237,23 +237,51 @@ status graph_memory::grow_locked(backing& b, std::size_t bytes) {
 status graph_memory::map_locked(exec_memory& exec, backing& b) {
   exec.mapped = &b;
   b.mapped.push_back(&exec);
-  for (const placed_allocation& p : exec.allocations) {
-    const graph_allocation& a = *p.allocation;
+  // In address order, allocations end to end in one reservation map as one range: one access
+  // grant for the range, where cuMemSetAccess costs about 31 us a call and allocation.
+  std::vector<const placed_allocation*> order;
+  order.reserve(exec.allocations.size());
+  for (const placed_allocation& p : exec.allocations) order.push_back(&p);
+  std::sort(order.begin(), order.end(), [](const placed_allocation* x, const placed_allocation* y) {
+    return x->allocation->address < y->allocation->address;
+  });
+  const device_space& space = devices_[static_cast<std::size_t>(exec.device)];
+  std::vector<backend::backend::mapping_part> parts;
+  std::uintptr_t run_start = 0;
+  std::uintptr_t run_end = 0;
+  auto map_run = [&]() -> status {
+    if (parts.empty()) return status::success();
+    if (status m = platform_.map_parts(run_start, parts, b.device); !m.ok()) return m;
+    exec.pieces.push_back({run_start, run_end - run_start});
+    parts.clear();
+    return status::success();
+  };
+  for (const placed_allocation* p : order) {
+    const graph_allocation& a = *p->allocation;
+    if (a.address != run_end ||
+        reservation_of(space, a.address) != reservation_of(space, run_start)) {
+      if (status m = map_run(); !m.ok()) {
+        unmap_locked(exec);
+        return m;
+      }
+      run_start = a.address;
+    }
+    // The chunks of the backing under [offset, offset + span), in order: they tile the span.
     std::size_t chunk_start = 0;
     for (const backing::chunk& c : b.chunks) {
-      const std::size_t begin = std::max(p.offset, chunk_start);
-      const std::size_t end = std::min(p.offset + a.span, chunk_start + c.bytes);
-      if (begin < end) {
-        const std::uintptr_t at = a.address + (begin - p.offset);
-        if (status m = platform_.map_part(at, end - begin, c.handle, begin - chunk_start, b.device);
-            !m.ok()) {
-          unmap_locked(exec);
-          return m;
-        }
-        exec.pieces.push_back({at, end - begin});
-      }
+      const std::size_t begin = std::max(p->offset, chunk_start);
+      const std::size_t end = std::min(p->offset + a.span, chunk_start + c.bytes);
+      if (begin < end) parts.push_back({c.handle, begin - chunk_start, end - begin});
       chunk_start += c.bytes;
     }
+    run_end = a.address + a.span;
+  }
+  if (status m = map_run(); !m.ok()) {
+    unmap_locked(exec);
+    return m;
+  }
+  for (const placed_allocation& p : exec.allocations) {
+    const graph_allocation& a = *p.allocation;
     for (const access_grant& g : a.access) {
       if (g.device == a.device) continue;
       if (status s = platform_.set_access(a.address, a.span, g.device, g.flags); !s.ok()) {
@@ -263,6 +291,14 @@ status graph_memory::map_locked(exec_memory& exec, backing& b) {
     }
   }
   return status::success();
+}
+
+std::size_t graph_memory::reservation_of(const device_space& space, std::uintptr_t address) {
+  for (std::size_t i = 0; i < space.reservations.size(); ++i) {
+    const auto [base, bytes] = space.reservations[i];
+    if (address >= base && address - base < bytes) return i;
+  }
+  return space.reservations.size();
 }
 
 void graph_memory::unmap_locked(exec_memory& exec) {

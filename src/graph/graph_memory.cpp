@@ -1,6 +1,7 @@
 #include "graph/graph_memory.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace soma::detail::graph {
 namespace {
@@ -237,8 +238,10 @@ status graph_memory::grow_locked(backing& b, std::size_t bytes) {
 status graph_memory::map_locked(exec_memory& exec, backing& b) {
   exec.mapped = &b;
   b.mapped.push_back(&exec);
-  // In address order, allocations end to end in one reservation map as one range: one access
-  // grant for the range, where cuMemSetAccess costs about 31 us a call and allocation.
+  // In address order, allocations end to end map as one range: one access grant for the range,
+  // where cuMemSetAccess costs about 31 us a call and allocation. A range stays inside one
+  // reservation, as the platform requires: freed address ranges of reservations placed end to
+  // end merge (release_address), so one allocation may cross from one into the next.
   std::vector<const placed_allocation*> order;
   order.reserve(exec.allocations.size());
   for (const placed_allocation& p : exec.allocations) order.push_back(&p);
@@ -249,6 +252,7 @@ status graph_memory::map_locked(exec_memory& exec, backing& b) {
   std::vector<backend::backend::mapping_part> parts;
   std::uintptr_t run_start = 0;
   std::uintptr_t run_end = 0;
+  std::uintptr_t run_limit = 0;  // the end of run_start's reservation
   auto map_run = [&]() -> status {
     if (parts.empty()) return status::success();
     if (status m = platform_.map_parts(run_start, parts, b.device); !m.ok()) return m;
@@ -256,25 +260,41 @@ status graph_memory::map_locked(exec_memory& exec, backing& b) {
     parts.clear();
     return status::success();
   };
+  // Appends [offset, offset + bytes) of handle at `at`, cut where a reservation ends.
+  auto add_part = [&](std::uintptr_t at, std::uint64_t handle, std::size_t offset,
+                      std::size_t bytes) -> status {
+    while (bytes != 0) {
+      if (at != run_end || at == run_limit) {
+        if (status m = map_run(); !m.ok()) return m;
+        run_start = at;
+        run_limit = reservation_end(space, at);
+      }
+      const std::size_t taken = std::min<std::size_t>(bytes, run_limit - at);
+      parts.push_back({handle, offset, taken});
+      at += taken;
+      offset += taken;
+      bytes -= taken;
+      run_end = at;
+    }
+    return status::success();
+  };
   for (const placed_allocation* p : order) {
     const graph_allocation& a = *p->allocation;
-    if (a.address != run_end ||
-        reservation_of(space, a.address) != reservation_of(space, run_start)) {
-      if (status m = map_run(); !m.ok()) {
-        unmap_locked(exec);
-        return m;
-      }
-      run_start = a.address;
-    }
     // The chunks of the backing under [offset, offset + span), in order: they tile the span.
     std::size_t chunk_start = 0;
     for (const backing::chunk& c : b.chunks) {
       const std::size_t begin = std::max(p->offset, chunk_start);
       const std::size_t end = std::min(p->offset + a.span, chunk_start + c.bytes);
-      if (begin < end) parts.push_back({c.handle, begin - chunk_start, end - begin});
+      if (begin < end) {
+        if (status m = add_part(a.address + (begin - p->offset), c.handle, begin - chunk_start,
+                                end - begin);
+            !m.ok()) {
+          unmap_locked(exec);
+          return m;
+        }
+      }
       chunk_start += c.bytes;
     }
-    run_end = a.address + a.span;
   }
   if (status m = map_run(); !m.ok()) {
     unmap_locked(exec);
@@ -284,21 +304,24 @@ status graph_memory::map_locked(exec_memory& exec, backing& b) {
     const graph_allocation& a = *p.allocation;
     for (const access_grant& g : a.access) {
       if (g.device == a.device) continue;
-      if (status s = platform_.set_access(a.address, a.span, g.device, g.flags); !s.ok()) {
-        unmap_locked(exec);
-        return s;
+      // A grant per reservation the allocation lies in.
+      for (std::uintptr_t at = a.address; at < a.address + a.span;) {
+        const std::uintptr_t to = std::min(a.address + a.span, reservation_end(space, at));
+        if (status s = platform_.set_access(at, to - at, g.device, g.flags); !s.ok()) {
+          unmap_locked(exec);
+          return s;
+        }
+        at = to;
       }
     }
   }
   return status::success();
 }
 
-std::size_t graph_memory::reservation_of(const device_space& space, std::uintptr_t address) {
-  for (std::size_t i = 0; i < space.reservations.size(); ++i) {
-    const auto [base, bytes] = space.reservations[i];
-    if (address >= base && address - base < bytes) return i;
-  }
-  return space.reservations.size();
+std::uintptr_t graph_memory::reservation_end(const device_space& space, std::uintptr_t address) {
+  for (const auto& [base, bytes] : space.reservations)
+    if (address >= base && address - base < bytes) return base + bytes;
+  return UINTPTR_MAX;  // not graph address space: the platform refuses it and says so
 }
 
 void graph_memory::unmap_locked(exec_memory& exec) {

@@ -121,8 +121,8 @@ class graph_memory final : public graph_memory_hooks {
   backing* choose_backing_locked(exec_memory& exec, const stream_object* stream);
   status grow_locked(backing& b, std::size_t bytes);
   status map_locked(exec_memory& exec, backing& b);
-  /// The index of the reservation of space that holds address (their count if none).
-  static std::size_t reservation_of(const device_space& space, std::uintptr_t address);
+  /// The end of the reservation of space that holds address (UINTPTR_MAX if none).
+  static std::uintptr_t reservation_end(const device_space& space, std::uintptr_t address);
   void unmap_locked(exec_memory& exec);
   status release_live_locked(exec_memory& exec, graph_allocation& a, stream_object& stream);
   void reap_retired_locked(std::vector<std::shared_ptr<exec_memory>>& dropped);

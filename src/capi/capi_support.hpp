@@ -44,6 +44,20 @@ inline somaError_t with_runtime(Body&& body) noexcept {
   }
 }
 
+/// Runs a fast lane (runtime_fast_lane.hpp): lane() returns true once it did the call, false
+/// to leave it to the full path with nothing done. What it throws becomes *outcome, as
+/// with_runtime maps it, and the call is done. Requires: the runtime is ready.
+template <typename Lane>
+inline bool run_lane(Lane&& lane, somaError_t* outcome) noexcept {
+  try {
+    return lane();
+  } catch (...) {
+    const std::exception_ptr thrown = std::current_exception();
+    *outcome = with_runtime([&](runtime&) -> status { std::rethrow_exception(thrown); });
+    return true;
+  }
+}
+
 inline status null_argument(const char* call, const char* argument) {
   return status(error_code::invalid_value, std::string(call) + ": " + argument + " is NULL");
 }

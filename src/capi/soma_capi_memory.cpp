@@ -21,10 +21,15 @@ somaError_t somaMallocAsync(void** devPtr, size_t size, somaStream_t stream) {
   // The fast lane: a hit in the stream's cache while nothing captures (S15).
   if (runtime* rt = runtime::ready();
       rt != nullptr && devPtr != nullptr && !graph_service::any_capture()) [[likely]] {
-    if (void* hit = rt->allocate_cached(size, handle_of(stream))) [[likely]] {
-      *devPtr = hit;
-      return somaSuccess;
-    }
+    somaError_t outcome = somaSuccess;
+    if (run_lane(
+            [&] {
+              void* hit = rt->allocate_cached(size, handle_of(stream));
+              if (hit != nullptr) *devPtr = hit;
+              return hit != nullptr;
+            },
+            &outcome)) [[likely]]
+      return outcome;
   }
   return with_runtime([&](runtime& rt) -> status {
     if (devPtr == nullptr) return null_argument("somaMallocAsync", "devPtr");
@@ -38,11 +43,16 @@ somaError_t somaMallocFromPoolAsync(void** ptr, size_t size, somaMemPool_t memPo
                                     somaStream_t stream) {
   if (runtime* rt = runtime::ready();
       rt != nullptr && ptr != nullptr && !graph_service::any_capture()) [[likely]] {
-    if (void* hit = rt->allocate_cached_from_pool(size, handle_of(memPool), handle_of(stream)))
-        [[likely]] {
-      *ptr = hit;
-      return somaSuccess;
-    }
+    somaError_t outcome = somaSuccess;
+    if (run_lane(
+            [&] {
+              void* hit =
+                  rt->allocate_cached_from_pool(size, handle_of(memPool), handle_of(stream));
+              if (hit != nullptr) *ptr = hit;
+              return hit != nullptr;
+            },
+            &outcome)) [[likely]]
+      return outcome;
   }
   return with_runtime([&](runtime& rt) -> status {
     if (ptr == nullptr) return null_argument("somaMallocFromPoolAsync", "ptr");
@@ -57,8 +67,9 @@ somaError_t somaMallocFromPoolAsync(void** ptr, size_t size, somaMemPool_t memPo
 
 somaError_t somaFreeAsync(void* devPtr, somaStream_t stream) {
   if (runtime* rt = runtime::ready(); rt != nullptr && !graph_service::any_capture()) [[likely]] {
-    if (rt->free_fast(devPtr, handle_of(stream))) [[likely]]
-      return somaSuccess;
+    somaError_t outcome = somaSuccess;
+    if (run_lane([&] { return rt->free_fast(devPtr, handle_of(stream)); }, &outcome)) [[likely]]
+      return outcome;
   }
   return with_runtime([&](runtime& rt) -> status {
     if (auto* c = capture_of(rt, stream))

@@ -12,6 +12,14 @@
 
 namespace soma::detail {
 
+/// Withdraws the pool this thread published (pool_registry::acquire_*), also when a lane throws.
+struct published_pool {
+  published_pool() = default;
+  published_pool(const published_pool&) = delete;
+  published_pool& operator=(const published_pool&) = delete;
+  ~published_pool() { pool_registry::release(); }
+};
+
 inline void* runtime::take_cached(pool_object& pool, std::size_t bytes, stream_object& stream) {
   block* hit = pool.allocate_cached(bytes, stream.timeline);
   if (hit == nullptr) return nullptr;
@@ -25,9 +33,9 @@ inline void* runtime::allocate_cached(std::size_t bytes, std::uintptr_t stream_h
   if (stream == nullptr || bytes == 0) [[unlikely]]
     return nullptr;
   // S4, S5: as in allocate(), the pool found stays until the call is done.
-  void* hit = take_cached(*pools_.acquire_current(stream->device), bytes, *stream);
-  pool_registry::release();
-  return hit;
+  pool_object& pool = *pools_.acquire_current(stream->device);
+  const published_pool published;
+  return take_cached(pool, bytes, *stream);
 }
 
 inline void* runtime::allocate_cached_from_pool(std::size_t bytes, std::uintptr_t pool_handle,
@@ -38,10 +46,9 @@ inline void* runtime::allocate_cached_from_pool(std::size_t bytes, std::uintptr_
   pool_object* pool = pools_.acquire_live(pool_handle);
   if (pool == nullptr) [[unlikely]]
     return nullptr;
+  const published_pool published;
   // An imported pool cannot allocate (S7): allocate_from_pool() says so.
-  void* hit = pool->is_imported() ? nullptr : take_cached(*pool, bytes, *stream);
-  pool_registry::release();
-  return hit;
+  return pool->is_imported() ? nullptr : take_cached(*pool, bytes, *stream);
 }
 
 inline bool runtime::free_fast(void* pointer, std::uintptr_t stream_handle) {

@@ -1,7 +1,7 @@
 // The runtime's fast lanes (runtime::allocate_cached, runtime::free_fast): a cache hit and a
 // free of a plain live allocation, inline in the C API's calls. Out of line, the calls
 // somaMallocAsync -> allocate -> allocate_in and somaFreeAsync -> free each saved registers for
-// the slow paths they might take and passed a status back through memory: about a fifth of a
+// the slow paths they might take and passed a status back through memory: about a quarter of a
 // pair's instructions (docs/benchmarks.md, "Fast lanes").
 #pragma once
 

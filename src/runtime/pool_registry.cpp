@@ -190,12 +190,10 @@ result<std::uintptr_t> pool_registry::current(int device) const {
 // ---- use by allocations ---------------------------------------------------------------------
 
 result<pool_object*> pool_registry::acquire(std::uintptr_t handle) const {
-  for (;;) {
-    result<pool_object*> found = resolve(handle);
-    if (!found.ok()) return found;
-    pool_hazards::publish(found.value());
-    if (handles_.find(handle) == found.value()) return found;
-  }
+  if (pool_object* found = acquire_live(handle)) return found;
+  result<pool_object*> refused = resolve(handle);  // why not
+  if (refused.ok()) return acquire(handle);  // a handle issued since: take it as acquire_live does
+  return refused;
 }
 
 status pool_registry::with_pool(std::uintptr_t handle,

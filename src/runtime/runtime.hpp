@@ -140,6 +140,8 @@ class runtime {
   /// free() once the block is claimed, of a pool neither imported nor exported: the free, its
   /// history, and the reaping of a destroyed owner.
   void free_claimed(const live_entry<pool_object>& live, stream_object& stream);
+  /// The free itself, once claimed: S2 on a native stream, then into the pool.
+  static void free_into(pool_object& owner, block* b, stream_object& stream);
   /// The fast lanes' hit in pool's cache for stream, recorded in history when it records; the
   /// caller has published pool and withdraws it after.
   inline void* take_cached(pool_object& pool, std::size_t bytes, stream_object& stream);

@@ -77,10 +77,18 @@ inline bool runtime::free_fast(void* pointer, std::uintptr_t stream_handle) {
     free_claimed(found, *stream);
     return true;
   }
-  // As free_claimed does: S2 on a native stream (cuda), then the free.
-  if (stream->native_queue != nullptr) stream->native_queue->note_free();
-  owner.free(found.live, stream->timeline);
+  free_into(owner, found.live, *stream);
   return true;
+}
+
+inline void runtime::free_into(pool_object& owner, block* b, stream_object& stream) {
+  // S2 on a native stream (cuda): work soma never saw may precede this free (a framework's
+  // kernels on an adopted stream, the application's on somaStreamGetNative's). The free takes a
+  // position of its own, so it counts as complete only once the backend shows the stream has
+  // run past it (a query or a marker recorded after that work), never merely because soma's
+  // own operations there have run.
+  if (stream.native_queue != nullptr) stream.native_queue->note_free();
+  owner.free(b, stream.timeline);
 }
 
 }  // namespace soma::detail

@@ -3,6 +3,7 @@
 #include "runtime/history_notes.hpp"
 #include "runtime/out_of_memory_advice.hpp"
 #include "runtime/runtime.hpp"
+#include "runtime/runtime_fast_lane.hpp"
 
 namespace soma::detail {
 
@@ -127,13 +128,7 @@ void runtime::free_claimed(const live_entry<pool_object>& live, stream_object& s
     thread = &this_thread_history;
     stamp = history_notes::block_stamp(*live.live, *history, *thread);
   }
-  // S2 on a native stream (cuda): work soma never saw may precede this free (a framework's
-  // kernels on an adopted stream, the application's on somaStreamGetNative's). The free takes a
-  // position of its own, so it counts as complete only once the backend shows the stream has
-  // run past it (a query or a marker recorded after that work), never merely because soma's
-  // own operations there have run.
-  if (stream.native_queue != nullptr) stream.native_queue->note_free();
-  owner.free(live.live, stream.timeline);
+  free_into(owner, live.live, stream);
   // A destroyed owner may be gone once the free is done; its last frees go unrecorded.
   if (recording)
     history_notes::freed(owner, address, bytes, scope, stream.handle, stamp, *history, *thread);

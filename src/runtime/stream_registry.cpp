@@ -26,7 +26,7 @@ status stream_registry::start() {
   return status::success();
 }
 
-result<stream_object*> stream_registry::resolve(std::uintptr_t handle) const {
+result<stream_object*> stream_registry::resolve_missing(std::uintptr_t handle) const {
   if (handle == 0) return per_device_[static_cast<std::size_t>(devices_.current())].default_stream;
   return streams_.resolve(handle, "stream", "somaStreamCreate");
 }

@@ -48,8 +48,14 @@ class stream_registry {
   status start();
 
   // -- streams -------------------------------------------------------------------------
-  /// The stream of handle (0: the current device's default stream) or invalid_handle.
-  result<stream_object*> resolve(std::uintptr_t handle) const;
+  /// The stream of handle (0: the current device's default stream) or invalid_handle. Inline:
+  /// record and wait resolve two handles a call, and out of line each result went through
+  /// memory.
+  result<stream_object*> resolve(std::uintptr_t handle) const {
+    if (stream_object* found = find(handle)) [[likely]]
+      return found;
+    return resolve_missing(handle);
+  }
   /// The stream of a handle somaStreamCreate made (or adopted) and nothing has destroyed;
   /// nullptr otherwise, where resolve tells why (or finds the default stream for 0). Lock-free.
   stream_object* find(std::uintptr_t handle) const noexcept { return streams_.find(handle); }
@@ -71,7 +77,9 @@ class stream_registry {
   std::optional<std::uintptr_t> handle_of_timeline(std::uint64_t timeline_id) const;
 
   // -- events --------------------------------------------------------------------------
-  result<event_object*> resolve_event(std::uintptr_t handle) const;
+  result<event_object*> resolve_event(std::uintptr_t handle) const {
+    return events_.resolve(handle, "event", "somaEventCreate");
+  }
   result<std::uintptr_t> create_event(unsigned flags);
   status destroy_event(std::uintptr_t handle);
   status record_event(std::uintptr_t event_handle, std::uintptr_t stream_handle);
@@ -103,6 +111,8 @@ class stream_registry {
   void after_synchronize();
 
  private:
+  /// resolve() for a handle find() does not know: the default stream (0) or the error.
+  result<stream_object*> resolve_missing(std::uintptr_t handle) const;
   struct device_streams {
     stream_object* default_stream = nullptr;
     // Stands for destroyed streams of this device once they are forgotten: their frees not

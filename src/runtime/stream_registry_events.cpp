@@ -7,10 +7,6 @@
 
 namespace soma::detail {
 
-result<event_object*> stream_registry::resolve_event(std::uintptr_t handle) const {
-  return events_.resolve(handle, "event", "somaEventCreate");
-}
-
 result<std::uintptr_t> stream_registry::create_event(unsigned flags) {
   if (flags > 7) {
     return status(error_code::invalid_value, "event flags " + std::to_string(flags) +
@@ -38,24 +34,15 @@ status stream_registry::destroy_event(std::uintptr_t handle) {
 }
 
 status stream_registry::record_event(std::uintptr_t event_handle, std::uintptr_t stream_handle) {
-  // Found without a result where the handles are good (the common case), resolved for the
-  // error or the default stream otherwise.
-  event_object* event = events_.find(event_handle);
-  if (event == nullptr) {
-    result<event_object*> e = resolve_event(event_handle);
-    if (!e.ok()) return e.take_error();
-    event = e.value();
-  }
-  stream_object* stream = find(stream_handle);
-  if (stream == nullptr) {
-    result<stream_object*> s = resolve(stream_handle);
-    if (!s.ok()) return s.take_error();
-    stream = s.value();
-  }
-  if (status failed = stream->queue->sticky_error(); !failed.ok()) return failed;
-  std::lock_guard lock(event->mutex);
-  note_event_recorded(*event, *stream, stream->timeline.enqueued_position());
-  return event->backend_event->record(*stream->queue);
+  result<event_object*> e = resolve_event(event_handle);
+  if (!e.ok()) return e.take_error();
+  result<stream_object*> s = resolve(stream_handle);
+  if (!s.ok()) return s.take_error();
+  if (status failed = s.value()->queue->sticky_error(); !failed.ok()) return failed;
+  event_object& event = *e.value();
+  std::lock_guard lock(event.mutex);
+  note_event_recorded(event, *s.value(), s.value()->timeline.enqueued_position());
+  return event.backend_event->record(*s.value()->queue);
 }
 
 void stream_registry::note_event_recorded(event_object& event, stream_object& stream,
@@ -67,27 +54,20 @@ void stream_registry::note_event_recorded(event_object& event, stream_object& st
 }
 
 status stream_registry::wait_event(std::uintptr_t stream_handle, std::uintptr_t event_handle) {
-  stream_object* stream = find(stream_handle);
-  if (stream == nullptr) {
-    result<stream_object*> s = resolve(stream_handle);
-    if (!s.ok()) return s.take_error();
-    stream = s.value();
-  }
-  event_object* recorded = events_.find(event_handle);
-  if (recorded == nullptr) {
-    result<event_object*> e = resolve_event(event_handle);
-    if (!e.ok()) return e.take_error();
-    recorded = e.value();
-  }
+  result<stream_object*> s = resolve(stream_handle);
+  if (!s.ok()) return s.take_error();
+  result<event_object*> e = resolve_event(event_handle);
+  if (!e.ok()) return e.take_error();
+  event_object& recorded = *e.value();
   // Under the event's lock, so a record on another thread cannot pair the backend's wait
   // with another record's clock.
-  std::lock_guard lock(recorded->mutex);
-  if (recorded->recorded_stream == nullptr) return status::success();  // nothing to wait for
-  if (status waited = stream->queue->enqueue_wait(*recorded->backend_event); !waited.ok())
+  std::lock_guard lock(recorded.mutex);
+  if (recorded.recorded_stream == nullptr) return status::success();  // nothing to wait for
+  if (status waited = s.value()->queue->enqueue_wait(*recorded.backend_event); !waited.ok())
     return waited;
   // Later work on the stream happens after everything before the record (S11: follow event
   // dependencies reads this).
-  stream->timeline.merge_clock(recorded->clock);
+  s.value()->timeline.merge_clock(recorded.clock);
   return status::success();
 }
 

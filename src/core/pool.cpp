@@ -119,11 +119,18 @@ void pool::fold_used_shares() noexcept {
   if (shares != 0) used_published_bytes_.fetch_add(shares, std::memory_order_acq_rel);
 }
 
+// Every cache is held while the figure is read: read one at a time, a stream's miss could
+// publish an allocation after the published figure was read and its free take the bytes off the
+// share before the share was, and the sum fell below what was live. Held, the sum is off only by
+// calls in flight: an allocation not yet published, or shares taken but not yet folded in.
 std::uint64_t pool::used_now() const noexcept {
+  stream_cache* const first = first_cache_.load(std::memory_order_acquire);
+  for (stream_cache* c = first; c != nullptr; c = c->next_in_pool) c->hold();
   std::int64_t used = used_published_bytes_.load(std::memory_order_acquire);
-  for (stream_cache* c = first_cache_.load(std::memory_order_acquire); c != nullptr;
-       c = c->next_in_pool)
+  for (stream_cache* c = first; c != nullptr; c = c->next_in_pool) {
     used += c->peek_used();
+    c->release_hold();
+  }
   return used > 0 ? static_cast<std::uint64_t>(used) : 0;
 }
 

@@ -323,7 +323,8 @@ class pool {
   [[gnu::noinline]] void free_to_index(block* live, std::int64_t unpublish);
   // Used bytes (S10) = published + the unpublished shares of the stream caches. A cache's share
   // is published when it turns positive, and every share is folded in on the slow path, so
-  // published never falls below the true figure and the high watermark follows it.
+  // published never falls below the true figure and the high watermark follows it. used_now
+  // holds every cache while it adds, so the sum is one moment's.
   std::uint64_t used_now() const noexcept;
   void fold_used_shares() noexcept;
   void publish_used(std::int64_t bytes) noexcept;

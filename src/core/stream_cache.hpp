@@ -75,6 +75,10 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
   std::int64_t peek_used() const noexcept {
     return used_delta_bytes_.load(std::memory_order_acquire);
   }
+  /// Holds the cache still, so that a reader can add its share to the published figure
+  /// without a push or pop of this stream moving bytes between the two (pool::used_now).
+  void hold() const noexcept { mutex_.lock(); }
+  void release_hold() const noexcept { mutex_.unlock(); }
 
   /// Next cache of the same pool (a list readers walk without the pool lock).
   stream_cache* next_in_pool = nullptr;

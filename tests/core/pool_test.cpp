@@ -7,12 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fake_memory_provider.hpp"
@@ -513,6 +515,39 @@ TEST(S10_Pool, UsedIsTheSumOfRequestedBytes) {
   EXPECT_EQ(p.stats().used_bytes, 0u);
   EXPECT_FALSE(p.the_pool->has_live_allocations());
   EXPECT_EQ(p.stats().used_high_bytes, 1003u);
+}
+
+// S10: used is read without stopping the streams. A reader summed the published figure and the
+// streams' shares at different moments: it read the published figure, another stream's miss then
+// published its allocation and that stream's free took the same bytes off its share, and the
+// reader counted the free without the allocation. Used fell below what the reader alone held.
+TEST(S10_Pool, UsedReadWhileAnotherStreamWorksCoversWhatTheReaderHolds) {
+  pool_under_test p;
+  stream_timeline mine(0);
+  stream_timeline theirs(1);
+  constexpr std::size_t held = 3000;
+  block* own = p.allocate(held, mine);
+  ASSERT_NE(own, nullptr);
+  std::atomic<bool> done{false};
+  std::thread worker([&] {
+    // Sizes that rise and fall: a rise turns the stream's share positive (a publish), and a
+    // size new to the cache misses it (the slow path folds and publishes).
+    for (std::size_t i = 0; i < 200000; ++i) {
+      block* b = p.the_pool->allocate(256 * (1 + (i * 7) % 23) + i % 5, theirs).value();
+      p.free_pending(b, theirs);
+    }
+    done.store(true);
+  });
+  std::uint64_t reads = 0;
+  std::uint64_t below = 0;
+  while (!done.load()) {
+    ++reads;
+    if (p.stats().used_bytes < held) ++below;
+  }
+  worker.join();
+  EXPECT_EQ(below, 0u) << "of " << reads << " reads, used fell below the reader's own block";
+  EXPECT_EQ(p.stats().used_bytes, held);
+  p.the_pool->free(own, mine);
 }
 
 TEST(S10_Pool, ReservedHighWatermarkAndReset) {

@@ -163,13 +163,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s TRACE [--granularity B] [--growth-step B] [--partial-decommit] "
                  "[--compact] [--no-remap] [--frees-at-one-point] [--max-ratio R] [--max-remaps N] "
-                 "[--verbose]\n",
+                 "[--max-remapped-granules N] [--verbose]\n",
                  argv[0]);
     return 2;
   }
   replay_options o;
   double max_ratio = 0;       // 0: no check
   long long max_remaps = -1;  // -1: no check
+  long long max_remapped_granules = -1;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--granularity") == 0 && i + 1 < argc)
       o.granularity = parse_size(argv[++i]);
@@ -187,6 +188,8 @@ int main(int argc, char** argv) {
       o.position_per_free = false;
     else if (std::strcmp(argv[i], "--max-remaps") == 0 && i + 1 < argc)
       max_remaps = std::strtoll(argv[++i], nullptr, 10);
+    else if (std::strcmp(argv[i], "--max-remapped-granules") == 0 && i + 1 < argc)
+      max_remapped_granules = std::strtoll(argv[++i], nullptr, 10);
     else if (std::strcmp(argv[i], "--max-ratio") == 0 && i + 1 < argc)
       max_ratio = std::strtod(argv[++i], nullptr);
   }
@@ -245,5 +248,16 @@ int main(int argc, char** argv) {
     std::printf("%llu remaps, at most %lld\n",
                 static_cast<unsigned long long>(asked.remapped.remaps), max_remaps);
   }
+  // Each granule mapped again is a map, an access grant and later an unmap on a GPU: the bytes
+  // remapped are the cost, more than the number of remaps.
+  const auto remapped_granules =
+      static_cast<long long>(asked.remapped.remapped_bytes / o.granularity);
+  if (max_remapped_granules >= 0 && remapped_granules > max_remapped_granules) {
+    std::printf("FAILED: %lld granules remapped, more than %lld\n", remapped_granules,
+                max_remapped_granules);
+    return 3;
+  }
+  if (max_remapped_granules >= 0)
+    std::printf("%lld granules remapped, at most %lld\n", remapped_granules, max_remapped_granules);
   return 0;
 }

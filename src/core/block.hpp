@@ -51,6 +51,9 @@ struct block {
   free_stamp stamp;              ///< where it was last freed
   std::atomic<block_state> state{block_state::detached};
   served_by how = served_by::growth;  ///< live blocks: set by the allocating call
+  /// Lies in the pool's small region (pool::serves_small_apart): never linked with, so never
+  /// merged into, a block of the other region.
+  bool small_region = false;
   /// Live blocks: memory_history's scope label, 0 = none. Set by the runtime after the block
   /// went live (snapshots may read it meanwhile), hence atomic.
   std::atomic<std::uint32_t> scope{0};

@@ -44,6 +44,7 @@ class block_store {
     b.next_in_bin = nullptr;
     b.stamp = {};
     b.how = served_by::growth;
+    b.small_region = false;
     b.scope.store(0, std::memory_order_relaxed);
     // history_stamp stays: stamps of one block only ever rise (history_clock).
   }

@@ -10,7 +10,8 @@ namespace soma::detail {
 
 result<address_range> pool::find_unmapped_locked(std::size_t bytes, std::size_t* need_bytes,
                                                  std::size_t size_bytes,
-                                                 const stream_timeline& stream, block** extended) {
+                                                 const stream_timeline& stream, block** extended,
+                                                 bool small) {
   // Prefer extending a usable free block that ends where unmapped space begins: the new
   // memory merges with it and the pool commits only the shortfall (expandable segment).
   std::size_t shortfall_bytes = 0;
@@ -18,7 +19,9 @@ result<address_range> pool::find_unmapped_locked(std::size_t bytes, std::size_t*
   const std::optional<address_range> extendable =
       address_space_.first_unmapped_where([&](const address_range& range) {
         block* before = free_block_ending_at_locked(range.address);
-        if (before == nullptr) return false;
+        if (before == nullptr || before->small_region != small ||
+            in_small_reservation_locked(range.address) != small)
+          return false;
         // A block with no pending free, or one pending on this stream alone: the stream takes
         // it with the new memory at once (S2), so the whole may carry its stamp.
         if ((before->stamp.timeline != nullptr && before->stamp.timeline != &stream) ||
@@ -34,11 +37,20 @@ result<address_range> pool::find_unmapped_locked(std::size_t bytes, std::size_t*
     return *extendable;
   }
   *need_bytes = bytes;
-  return unmapped_range_locked(bytes);
+  return unmapped_range_locked(bytes, small);
 }
 
-result<address_range> pool::unmapped_range_locked(std::size_t bytes) {
-  if (const std::optional<address_range> unmapped = address_space_.find_unmapped(bytes))
+bool pool::in_small_reservation_locked(std::uintptr_t address) const {
+  if (small_reservations_.empty()) return false;
+  const std::optional<address_range> reservation = address_space_.reservation_containing(address);
+  return reservation && small_reservations_.count(reservation->address) != 0;
+}
+
+result<address_range> pool::unmapped_range_locked(std::size_t bytes, bool small) {
+  if (const std::optional<address_range> unmapped =
+          address_space_.first_unmapped_where([&](const address_range& range) {
+            return range.size_bytes >= bytes && in_small_reservation_locked(range.address) == small;
+          }))
     return *unmapped;
   // Every reservation is full (or fragmented): reserve another range.
   const std::size_t reserve_bytes =
@@ -58,10 +70,12 @@ result<address_range> pool::unmapped_range_locked(std::size_t bytes) {
   // A new reservation may begin where another one ends; it stays a range of its own.
   const address_range reservation{base.value(), reserved_bytes};
   address_space_.add_reservation(reservation);
+  if (small) small_reservations_.insert(reservation.address);
   return reservation;
 }
 
-status pool::grow_locked(std::size_t size_bytes, const stream_timeline& stream, bool exact) {
+status pool::grow_locked(std::size_t size_bytes, const stream_timeline& stream, bool exact,
+                         bool small) {
   const std::size_t bytes = round_up(size_bytes, granularity_bytes_);
   std::size_t need_bytes = bytes;
   const std::uint64_t reserved = reserved_bytes_.load(std::memory_order_relaxed);
@@ -74,7 +88,7 @@ status pool::grow_locked(std::size_t size_bytes, const stream_timeline& stream, 
   }
   block* extended = nullptr;
   result<address_range> where =
-      find_unmapped_locked(bytes, &need_bytes, size_bytes, stream, &extended);
+      find_unmapped_locked(bytes, &need_bytes, size_bytes, stream, &extended, small);
   if (!where.ok()) return where.take_error();
   if (reserved + need_bytes > config_.max_size_bytes) {
     return status(error_code::out_of_memory,
@@ -113,6 +127,7 @@ status pool::grow_locked(std::size_t size_bytes, const stream_timeline& stream, 
   block* fresh = blocks_.make();
   fresh->address = address;
   fresh->size_bytes = need_bytes;
+  fresh->small_region = small;
   link_new_block_locked(fresh);
   index_.insert(fresh);  // merges with a proven block below it
   // Pending on this stream, the block below keeps its stamp and takes the new memory in.
@@ -124,11 +139,14 @@ status pool::grow_locked(std::size_t size_bytes, const stream_timeline& stream, 
 
 void pool::link_new_block_locked(block* fresh) {
   const std::uintptr_t address = fresh->address;
-  if (block* before = block_containing_locked(address - 1); before && before->end() == address) {
+  // Blocks of the two regions touch only where their reservations happen to: they stay apart.
+  if (block* before = block_containing_locked(address - 1);
+      before && before->end() == address && before->small_region == fresh->small_region) {
     fresh->previous_adjacent = before;
     before->next_adjacent = fresh;
   }
-  if (auto after = all_blocks_.find(fresh->end()); after != all_blocks_.end()) {
+  if (auto after = all_blocks_.find(fresh->end());
+      after != all_blocks_.end() && after->second->small_region == fresh->small_region) {
     fresh->next_adjacent = after->second;
     after->second->previous_adjacent = fresh;
   }

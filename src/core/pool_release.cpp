@@ -19,6 +19,7 @@ void pool::carve_locked(block* b, std::uintptr_t from, std::uintptr_t to) {
     after->address = to;
     after->size_bytes = b_end - to;
     after->stamp = b->stamp;  // still freed where b was (remap carves pending blocks too)
+    after->small_region = b->small_region;
     after->next_adjacent = b->next_adjacent;
     if (after->next_adjacent != nullptr) after->next_adjacent->previous_adjacent = after;
     all_blocks_.emplace(after->address, after);

@@ -27,7 +27,8 @@ block* pool::remap_anchor_locked(std::size_t need_bytes, const stream_timeline& 
   std::size_t anchor_bytes = 0;
   address_space_.first_unmapped_where([&](const address_range& room) {
     block* before = free_block_ending_at_locked(room.address);
-    if (before == nullptr || !usable_without_waiting(before, stream)) return false;
+    if (before == nullptr || before->small_region || !usable_without_waiting(before, stream))
+      return false;
     const std::uintptr_t low = round_up(before->address, granularity_bytes_);
     if (low >= room.address || room.address - low <= anchor_bytes) return false;
     // The new block must lie in one reservation: a backend maps inside one only.

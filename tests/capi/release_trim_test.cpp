@@ -363,18 +363,20 @@ TEST_F(S9_Compaction, AttributeIsOffByDefaultAndTakesZeroOrOne) {
       << "a refused set changes nothing";
 }
 
-/// Fragments a pool: eight blocks of four granules with a small live pin after each, then the
-/// blocks are freed; finally a block of 24 granules is allocated, which neither a hole nor the
-/// slack a growth step leaves at the end (cuda: up to 32 MiB) fits.
-/// Returns the pool's reserved bytes after that allocation; the pins keep their bytes.
-std::uint64_t fragment_then_allocate_large(somaMemPool_t pool, somaStream_t stream) {
+/// Fragments a pool: eight blocks of four granules with a live pin of pin_bytes after each, then
+/// the blocks are freed; finally a block of 24 granules is allocated, which neither a hole nor
+/// the slack a growth step leaves at the end (cuda: up to 32 MiB) fits. A pool that remaps before
+/// growth places small pins (half a granule or less) apart from the blocks: larger pins fragment
+/// it. Returns the pool's reserved bytes after that allocation; the pins keep their bytes.
+std::uint64_t fragment_then_allocate_large(somaMemPool_t pool, somaStream_t stream,
+                                           std::size_t pin_bytes = 1024) {
   const std::size_t granule = granularity_bytes(0);
   void* blocks[8] = {};
   void* pins[8] = {};
   for (int i = 0; i < 8; ++i) {
     EXPECT_EQ(somaMallocFromPoolAsync(&blocks[i], 4 * granule, pool, stream), somaSuccess);
-    EXPECT_EQ(somaMallocFromPoolAsync(&pins[i], 1024, pool, stream), somaSuccess);
-    EXPECT_EQ(somaMemsetAsync(pins[i], 0x40 + i, 1024, stream), somaSuccess);
+    EXPECT_EQ(somaMallocFromPoolAsync(&pins[i], pin_bytes, pool, stream), somaSuccess);
+    EXPECT_EQ(somaMemsetAsync(pins[i], 0x40 + i, pin_bytes, stream), somaSuccess);
   }
   for (void* b : blocks) EXPECT_EQ(somaFreeAsync(b, stream), somaSuccess);
   const std::size_t large_bytes = 24 * granule;
@@ -384,7 +386,8 @@ std::uint64_t fragment_then_allocate_large(somaMemPool_t pool, somaStream_t stre
   EXPECT_EQ(somaMemsetAsync(large, 0x7f, large_bytes, stream), somaSuccess);
   const std::uint64_t reserved = pool_u64(pool, somaMemPoolAttrReservedMemCurrent);
   for (int i = 0; i < 8; ++i) {
-    EXPECT_EQ(read_back(pins[i], 1024, stream).count_not(static_cast<unsigned char>(0x40 + i)), 0u)
+    EXPECT_EQ(read_back(pins[i], pin_bytes, stream).count_not(static_cast<unsigned char>(0x40 + i)),
+              0u)
         << "pin " << i << " lost its bytes";
     EXPECT_EQ(somaFreeAsync(pins[i], stream), somaSuccess);
   }
@@ -427,9 +430,11 @@ TEST_F(S9_Compaction, RemappingServesTheLargeBlockFromTheHolesWithoutGrowing) {
   SOMA_ASSERT_OK(set_pool_int(plain, somaMemPoolAttrRemapFreeMemory, 0));
   EXPECT_EQ(pool_int(remapping, somaMemPoolAttrRemapFreeMemory), 2) << "instead of failing";
   SOMA_ASSERT_OK(set_pool_int(remapping, somaMemPoolAttrRemapFreeMemory, 1));
-  const std::uint64_t grown = fragment_then_allocate_large(plain, stream);
-  const std::uint64_t remapped = fragment_then_allocate_large(remapping, stream);
+  // Pins of more than half a granule: the remapping pool places them among the blocks too.
   const std::size_t granule = granularity_bytes(0);
+  const std::size_t pin_bytes = granule / 2 + 1024;
+  const std::uint64_t grown = fragment_then_allocate_large(plain, stream, pin_bytes);
+  const std::uint64_t remapped = fragment_then_allocate_large(remapping, stream, pin_bytes);
   EXPECT_LT(remapped, grown);
   // The eight blocks and pins, plus at most one growth step of slack (cuda: 32 MiB).
   EXPECT_LE(remapped, 33 * granule + std::max<std::size_t>(32 * MiB, 24 * granule));
@@ -444,6 +449,22 @@ TEST_F(S9_Compaction, RemappingServesTheLargeBlockFromTheHolesWithoutGrowing) {
     EXPECT_GE(pool_u64(remapping, somaMemPoolAttrRemappedBytes), 24 * granule);
   }
   EXPECT_EQ(pool_u64(plain, somaMemPoolAttrRemapCount), 0u);
+  EXPECT_EQ(pool_u64(remapping, somaMemPoolAttrUsedMemCurrent), 0u);
+}
+
+// S9, soma's own: a pool that remaps before growth serves small requests (half a granule or
+// less) from granules apart from large ones. The pins then fragment nothing: the freed blocks lie
+// end to end, one hole serves the large block, and the pool holds the blocks' granules and one
+// granule of pins, with no remap and no synchronize.
+TEST_F(S9_Compaction, SmallPinsLieApartSoTheLargeBlockFindsOneHole) {
+  unique_stream stream;
+  unique_pool remapping(0);
+  SOMA_ASSERT_OK(set_pool_u64(remapping, somaMemPoolAttrReleaseThreshold, UINT64_MAX));
+  SOMA_ASSERT_OK(set_pool_int(remapping, somaMemPoolAttrRemapFreeMemory, 1));
+  const std::uint64_t reserved = fragment_then_allocate_large(remapping, stream);
+  const std::size_t granule = granularity_bytes(0);
+  EXPECT_EQ(reserved, 32 * granule + granule) << "eight blocks of four granules, and the pins'";
+  EXPECT_EQ(pool_u64(remapping, somaMemPoolAttrRemapCount), 0u);
   EXPECT_EQ(pool_u64(remapping, somaMemPoolAttrUsedMemCurrent), 0u);
 }
 

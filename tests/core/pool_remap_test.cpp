@@ -13,6 +13,7 @@
 
 namespace {
 
+using soma::detail::address_diagnosis;
 using soma::detail::block;
 using soma::detail::free_stamp;
 using soma::detail::pool;
@@ -339,26 +340,31 @@ TEST(S9_Remap, ASliverOfTheRequestIsLeftAndThePoolGrows) {
 TEST(S9_Remap, OnlyWholeGranulesOfAHoleAreTaken) {
   remap_pool p;
   stream_timeline a(0);
-  // [head: 256 B live][middle: to the end of granule 1][tail: granule 2][other: granule 3]
-  block* head = p.allocate(256, a);
-  block* middle = p.allocate(2 * kGranule - 256, a);
+  // [head: half a granule and 256 B, live][middle: to the end of granule 1][tail: granule 2]
+  // [other: granule 3]. The head is a large request: a small one lies in a granule apart.
+  constexpr std::size_t head_bytes = kGranule / 2 + 256;
+  block* head = p.allocate(head_bytes, a);
+  block* middle = p.allocate(2 * kGranule - head_bytes, a);
   block* tail = p.allocate(kGranule, a);
   block* other = p.allocate(kGranule, a);
   block* top = p.allocate(kGranule, a);  // live: no free block ends at unmapped space
-  ASSERT_EQ(middle->address, head->address + 256);
+  ASSERT_EQ(middle->address, head->address + head_bytes);
   const std::uintptr_t base = head->address;
   p.free_pending(middle, a);
   p.free_pending(other, a);
-  // Free: 2 granules less 256 B, and 1 granule; whole granules: granule 1 and granule 3.
+  // Free: 2 granules less the head, and 1 granule; whole granules: granule 1 and granule 3.
   block* two = p.allocate(2 * kGranule, a);
   EXPECT_EQ(two->how, served_by::remap);
   EXPECT_EQ(p.the_pool->remap_counts().remapped_bytes, 2 * kGranule);
   EXPECT_FALSE(overlaps(two, base, 4 * kGranule));
   // Granule 0, shared with the live head, stayed where it was, and so did its free rest.
   EXPECT_TRUE(p.memory->is_committed(base, kGranule));
-  block* rest = p.allocate(kGranule - 512, a);
-  EXPECT_EQ(rest->address, base + 256) << "the free rest of a shared granule was lost";
-  for (block* x : {head, tail, two, rest, top}) p.the_pool->free(x, a);
+  const address_diagnosis rest = p.the_pool->diagnose(base + head_bytes);
+  EXPECT_EQ(rest.what, address_diagnosis::kind::freed)
+      << "the free rest of a shared granule was lost";
+  EXPECT_EQ(rest.block_address, base + head_bytes);
+  EXPECT_EQ(rest.block_bytes, kGranule - head_bytes);
+  for (block* x : {head, tail, two, top}) p.the_pool->free(x, a);
 }
 
 // The default, instead of failing: while the pool can grow it grows; where growth fails (the
@@ -544,3 +550,94 @@ TEST(S9_Remap, AHeldHoleServesWhereThePoolCannotGrow) {
 }
 
 }  // namespace
+
+// ---- small requests apart (a pool that remaps before growth) ----------------------------------
+
+// A small request (half a granule or less) takes no part of a large free block: it grows a
+// granule of its own, and the large hole stays whole for the next large request.
+TEST(S9_SmallApart, ASmallRequestLeavesALargeHoleWhole) {
+  remap_pool p;
+  stream_timeline a(0);
+  block* big = p.allocate(4 * kGranule, a);
+  const std::uintptr_t hole = big->address;
+  p.free_pending(big, a);
+  block* small = p.allocate(kGranule / 2, a);  // half a granule: still small
+  ASSERT_NE(small, nullptr);
+  EXPECT_TRUE(small->small_region);
+  EXPECT_FALSE(overlaps(small, hole, 4 * kGranule)) << "a small block split the large hole";
+  block* again = p.allocate(4 * kGranule, a);
+  EXPECT_EQ(again->address, hole);
+  EXPECT_EQ(p.the_pool->remap_counts().remaps, 0u);
+  EXPECT_EQ(p.memory->commit_calls, 2u) << "the large block's granules and the small one's";
+  block* large = p.allocate(kGranule / 2 + 256, a);  // just over half: large, new growth
+  EXPECT_FALSE(large->small_region);
+  for (block* x : {small, again, large}) p.the_pool->free(x, a);
+}
+
+// Small blocks share their granules: the second one is cut from the first one's granule.
+TEST(S9_SmallApart, SmallBlocksShareAGranule) {
+  remap_pool p;
+  stream_timeline a(0);
+  block* first = p.allocate(1 * KiB, a);
+  block* second = p.allocate(8 * KiB, a);
+  EXPECT_EQ(second->address, first->address + 1 * KiB);
+  EXPECT_EQ(p.memory->commit_calls, 1u);
+  for (block* x : {first, second}) p.the_pool->free(x, a);
+}
+
+// Where the pool cannot grow, a free granule of the large region moves to the small one where it
+// lies, rather than the small block splitting the hole anywhere: the rest of the hole stays whole
+// and the moved granule never merges back into it.
+TEST(S9_SmallApart, AtTheCapAFreeGranuleMovesToTheSmallRegion) {
+  remap_pool p(4 * kGranule);
+  stream_timeline a(0);
+  block* big = p.allocate(4 * kGranule, a);
+  const std::uintptr_t base = big->address;
+  p.free_pending(big, a);
+  block* small = p.allocate(1 * KiB, a);
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(small->address, base);
+  EXPECT_TRUE(small->small_region);
+  EXPECT_EQ(p.memory->commit_calls, 1u) << "the pool grew past its cap";
+  block* rest = p.allocate(3 * kGranule, a);
+  ASSERT_NE(rest, nullptr);
+  EXPECT_EQ(rest->address, base + kGranule);
+  p.free_pending(small, a);
+  p.free_pending(rest, a);
+  // The two regions' free blocks lie end to end but stay two: the whole block takes a remap.
+  block* whole = p.allocate(4 * kGranule, a);
+  ASSERT_NE(whole, nullptr);
+  EXPECT_EQ(whole->how, served_by::remap) << "the small region's granule merged with the large";
+  EXPECT_FALSE(whole->small_region);
+  EXPECT_EQ(p.the_pool->statistics().reserved_bytes, 4 * kGranule);
+  p.the_pool->free(whole, a);
+}
+
+// With no free whole granule and no growth, a small request takes a piece of the large region
+// after all rather than fail.
+TEST(S9_SmallApart, WithNoGranuleToMoveTheRegionsMixRatherThanFail) {
+  remap_pool p(4 * kGranule);
+  stream_timeline a(0);
+  block* big = p.allocate(4 * kGranule - 1 * KiB, a);
+  ASSERT_NE(big, nullptr);
+  block* small = p.allocate(512, a);
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(small->address, big->end());
+  EXPECT_FALSE(small->small_region);
+  EXPECT_EQ(p.the_pool->statistics().reserved_bytes, 4 * kGranule);
+  for (block* x : {big, small}) p.the_pool->free(x, a);
+}
+
+// A pool that does not remap before growth places small and large requests together, as before.
+TEST(S9_SmallApart, OnlyAPoolThatRemapsBeforeGrowthServesThemApart) {
+  remap_pool p;
+  p.the_pool->set_remap_free_memory(remap_mode::instead_of_failing);
+  stream_timeline a(0);
+  block* big = p.allocate(4 * kGranule, a);
+  const std::uintptr_t hole = big->address;
+  p.free_pending(big, a);
+  block* small = p.allocate(1 * KiB, a);
+  EXPECT_EQ(small->address, hole);
+  EXPECT_FALSE(small->small_region);
+  p.the_pool->free(small, a);
+}

@@ -27,10 +27,16 @@ class block_store {
     reset(*b);
     return b;
   }
-  /// Keeps b for a later make(). Requires: b is in no structure of the pool any more.
+  /// Keeps b for a later make(). Requires: b is in no structure of the pool any more, and room
+  /// was reserved (reserve_for_recycling) where the caller must not fail.
   void recycle(block* b) {
     b->set_state(block_state::detached);
     kept_.emplace_back(b);
+  }
+  /// Room for `count` more recycles that then allocate nothing (may throw std::bad_alloc).
+  void reserve_for_recycling(std::size_t count) {
+    if (kept_.capacity() - kept_.size() < count)
+      kept_.reserve(kept_.size() + count + kept_.size() / 2);
   }
   std::size_t kept() const noexcept { return kept_.size(); }
 

@@ -1,5 +1,7 @@
 #include "core/free_index.hpp"
 
+#include <new>
+
 #include <vector>
 
 #include "core/check.hpp"
@@ -23,17 +25,25 @@ bool free_index::can_merge(const block* a, const block* b) noexcept {
 }
 
 void free_index::add(block* b) {
-  b->set_state(block_state::indexed);
-  by_size_.insert(b);
-  if (b->stamp.timeline != nullptr) stamped_.insert(b);
+  spare_size_nodes_.insert_into(by_size_, b);
+  if (b->stamp.timeline != nullptr) {
+    try {
+      spare_stamp_nodes_.insert_into(stamped_, b);
+    } catch (...) {
+      spare_size_nodes_.keep(by_size_.extract(b));
+      throw;
+    }
+  }
+  b->set_state(block_state::indexed);  // once filed: a neighbour merges only with filed blocks
   free_bytes_ += b->size_bytes;
 }
 
 void free_index::erase(block* indexed) {
   // Detached first: a neighbour inserted meanwhile must not merge with it.
   indexed->set_state(block_state::detached);
-  by_size_.erase(indexed);
-  stamped_.erase(indexed);
+  spare_size_nodes_.keep(by_size_.extract(indexed));
+  if (auto node = stamped_.extract(indexed); !node.empty())
+    spare_stamp_nodes_.keep(std::move(node));
   free_bytes_ -= indexed->size_bytes;
 }
 
@@ -49,6 +59,12 @@ block* free_index::merge_into(block* keep, block* absorbed) {
 }
 
 block* free_index::insert(block* freed) {
+  // What add() will need is allocated first: a merge below cannot be undone. (Merges keep the
+  // stamp: only blocks of one stamp merge.)
+  const bool stamped = freed->stamp.timeline != nullptr && !freed->stamp.is_proven_complete();
+  spare_size_nodes_.make_one(freed);
+  if (stamped) spare_stamp_nodes_.make_one(freed);
+  store_.reserve_for_recycling(2);
   if (freed->stamp.is_proven_complete()) freed->stamp = {};
   block* result = freed;
   if (can_merge(result, result->previous_adjacent)) {
@@ -62,7 +78,11 @@ block* free_index::insert(block* freed) {
     result = merge_into(result, after);
   }
   add(result);
-  note_unmerged_neighbours(result);
+  try {
+    note_unmerged_neighbours(result);
+  } catch (const std::bad_alloc&) {
+    // Only a hint is lost: the stream's runs merge at a later miss or a synchronize.
+  }
   return result;
 }
 

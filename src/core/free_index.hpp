@@ -1,6 +1,7 @@
 // The pool-wide index of free blocks: best fit by size, coalescing by address.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -29,7 +30,8 @@ class free_index {
   ~free_index();
 
   /// Adds a free block, merging it with indexed neighbours; returns the resulting block
-  /// (the argument may have been absorbed and deleted).
+  /// (the argument may have been absorbed and deleted). Strong guarantee: if host memory runs
+  /// out (std::bad_alloc) nothing has changed, the index nor freed.
   block* insert(block* freed);
   /// Removes and returns the smallest block of at least size_bytes that `stream` may use
   /// now: freed on `stream` itself or proven complete. nullptr if none.
@@ -103,10 +105,44 @@ class free_index {
   template <typename Restamp>
   void restamp_if(Restamp&& restamp);
 
+  using size_set = std::set<block*, by_size_then_address>;
+  using stamp_set = std::set<block*>;
+  /// Nodes of the two sets kept from erases, so that an insert allocates nothing in the common
+  /// case and, where it must, allocates before it changes anything (insert's guarantee).
+  template <typename Set>
+  struct spare_nodes {
+    static constexpr std::size_t capacity = 8;
+    std::array<typename Set::node_type, capacity> nodes;
+    std::size_t count = 0;
+    /// Keeps node if there is room (else it is freed as it goes).
+    void keep(typename Set::node_type node) noexcept {
+      if (count < capacity) nodes[count++] = std::move(node);
+    }
+    /// Makes one node ahead if none is kept (may throw std::bad_alloc; changes nothing then).
+    void make_one(block* value) {
+      if (count != 0) return;
+      Set scratch;
+      scratch.insert(value);
+      nodes[count++] = scratch.extract(scratch.begin());
+    }
+    /// Files value in set, through a kept node if there is one.
+    void insert_into(Set& set, block* value) {
+      if (count == 0) {
+        set.insert(value);
+        return;
+      }
+      typename Set::node_type node = std::move(nodes[--count]);
+      node.value() = value;
+      set.insert(std::move(node));
+    }
+  };
+
   std::map<std::uintptr_t, block*>& all_blocks_;
   block_store& store_;
-  std::set<block*, by_size_then_address> by_size_;
-  std::set<block*> stamped_;  // blocks whose free is not yet proven complete
+  size_set by_size_;
+  stamp_set stamped_;  // blocks whose free is not yet proven complete
+  spare_nodes<size_set> spare_size_nodes_;
+  spare_nodes<stamp_set> spare_stamp_nodes_;
   // Streams with adjacent indexed frees at different points of them (merge_own_runs' work).
   std::set<const stream_timeline*> unmerged_runs_;
   std::size_t free_bytes_ = 0;

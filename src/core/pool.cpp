@@ -168,12 +168,35 @@ result<block*> pool::allocate_missed(std::size_t requested_bytes, const stream_t
   return found.taken;
 }
 
-void pool::free_to_index(block* live, std::int64_t unpublish) {
+void pool::free_to_index(block* live, std::int64_t unpublish) noexcept {
   const call_census::scope in_call(calls_);
   if (unpublish != 0) used_published_bytes_.fetch_sub(unpublish, std::memory_order_acq_rel);
   std::lock_guard lock(mutex_);
   if (directory_ != nullptr) directory_->forget(live);
-  index_.insert(live);
+  try {
+    index_.insert(live);
+  } catch (const std::bad_alloc&) {
+    // The index is as it was (free_index::insert's guarantee): the block waits, free and
+    // unmerged, for the next slow path, whose own allocations may fail as allocations.
+    live->next_in_bin = unfiled_;
+    unfiled_ = live;
+  }
+}
+
+void pool::file_unfiled_locked() {
+  // Unfiled blocks are not indexed, so none merges with another while it waits.
+  while (unfiled_ != nullptr) {
+    block* b = unfiled_;
+    block* rest = b->next_in_bin;
+    b->next_in_bin = nullptr;
+    try {
+      index_.insert(b);
+    } catch (...) {
+      b->next_in_bin = rest;  // stays first
+      throw;
+    }
+    unfiled_ = rest;
+  }
 }
 
 }  // namespace soma::detail

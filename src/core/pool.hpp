@@ -142,13 +142,15 @@ class pool {
   /// Frees a live block on stream (S2): reusable at once by stream, by other streams once
   /// the free is proven complete. Requires: the block is live and was removed from the
   /// pointer table by the caller. Inline, the fast path (into the stream's cache).
-  void free(block* live, const stream_timeline& stream) {
+  /// Never fails: where host memory runs out, the block waits on a list of its own for the next
+  /// slow path to file it (free_to_index).
+  void free(block* live, const stream_timeline& stream) noexcept {
     SOMA_ASSERT(live->is_live(), "the caller frees a live block");
     const call_census::scope in_call(calls_);
     const auto bytes = static_cast<std::int64_t>(live->requested_bytes);
     live->stamp = free_stamp{&stream, stream.enqueued_position()};
     live->set_state(block_state::cached);
-    stream_cache* cache = cache_for(stream);
+    stream_cache* cache = cache_for_free(stream);
     if (cache != nullptr && cache->push(live, bytes)) [[likely]]
       return;
     free_to_index(live, cache == nullptr ? bytes : 0);
@@ -284,6 +286,15 @@ class pool {
     }
     return create_cache(slot);
   }
+  /// cache_for, or nullptr where making the cache finds host memory exhausted (a free goes to
+  /// the index instead).
+  stream_cache* cache_for_free(const stream_timeline& stream) noexcept {
+    try {
+      return cache_for(stream);
+    } catch (const std::bad_alloc&) {
+      return nullptr;
+    }
+  }
   /// The stream's cache in this pool if it has one (cache_for makes one).
   stream_cache* existing_cache(const stream_timeline& stream) const;
   [[gnu::noinline]] stream_cache* create_cache(std::uint32_t slot);
@@ -337,8 +348,12 @@ class pool {
                                                    const stream_timeline& stream,
                                                    stream_hooks* hooks);
   /// free() past its fast path: no cache for the stream (unpublish `unpublish` bytes first), or
-  /// the cache is full; the block goes to the index.
-  [[gnu::noinline]] void free_to_index(block* live, std::int64_t unpublish);
+  /// the cache is full; the block goes to the index, or, where filing it finds host memory
+  /// exhausted, to unfiled_ (never lost, never an error: a free does not fail).
+  [[gnu::noinline]] void free_to_index(block* live, std::int64_t unpublish) noexcept;
+  /// Files the blocks of unfiled_ in the index (at the next slow path, release or teardown); a
+  /// block that still cannot be filed stays, and std::bad_alloc goes to the caller.
+  void file_unfiled_locked();
   // Used bytes (S10) = published + the unpublished shares of the stream caches. A cache's share
   // is published when it turns positive, and every share is folded in on the slow path, so
   // published never falls below the true figure and the high watermark follows it. used_now
@@ -441,7 +456,8 @@ class pool {
   std::atomic<std::uint64_t> kept_in_place_bytes_{0};
   call_census calls_;                    // allocate and free calls, for check_used_if_quiet
   std::vector<block*> drained_scratch_;  // drain_caches_locked's, under the pool lock
-  mutable std::mutex name_mutex_;        // apart from the pool lock: messages are built under it
+  block* unfiled_ = nullptr;  // freed blocks the index could not take yet, linked by next_in_bin
+  mutable std::mutex name_mutex_;  // apart from the pool lock: messages are built under it
   std::string name_;
 };
 

@@ -224,6 +224,7 @@ void pool::split_locked(block* b, std::size_t size_bytes) {
 }
 
 void pool::drain_caches_locked() {
+  file_unfiled_locked();
   // The scratch vector keeps its storage, so this allocates nothing after the first time.
   drained_scratch_.clear();
   for (const auto& cache : cache_storage_) cache->drain(drained_scratch_);
@@ -231,6 +232,7 @@ void pool::drain_caches_locked() {
 }
 
 void pool::drain_cache_locked(stream_cache* cache) {
+  file_unfiled_locked();
   if (cache == nullptr) return;
   drained_scratch_.clear();
   cache->drain(drained_scratch_);

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "core/block.hpp"
@@ -49,14 +50,20 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
     return taken;
   }
   /// Takes freed_bytes off this stream's used share and caches the block; false if over
-  /// capacity (the caller sends it to the index; the share is taken off either way).
-  bool push(block* freed, std::int64_t freed_bytes = 0) {
+  /// capacity, or if a new size's bin could not be made for want of host memory (the caller
+  /// sends it to the index; the share is taken off either way). Never throws.
+  bool push(block* freed, std::int64_t freed_bytes = 0) noexcept {
     SOMA_ASSERT(freed->next_in_bin == nullptr && freed->size_bytes != 0,
                 "a block is in one bin at most, and has a size");
     std::lock_guard lock(mutex_);
     add_used_locked(-freed_bytes);
     if (cached_bytes_ + freed->size_bytes > capacity_bytes_) return false;
-    bin* b = find_bin_fast(freed->size_bytes, true);
+    bin* b = nullptr;
+    try {
+      b = find_bin_fast(freed->size_bytes, true);
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
     freed->next_in_bin = b->head;
     b->head = freed;
     cached_bytes_ += freed->size_bytes;

@@ -87,8 +87,15 @@ inline void runtime::free_into(pool_object& owner, block* b, stream_object& stre
   // position of its own, so it counts as complete only once the backend shows the stream has
   // run past it (a query or a marker recorded after that work), never merely because soma's
   // own operations there have run.
-  if (stream.native_queue != nullptr) stream.native_queue->note_free();
-  owner.free(b, stream.timeline);
+  if (stream.native_queue != nullptr) {
+    try {
+      stream.native_queue->note_free();
+    } catch (...) {
+      b->set_state(block_state::live);  // the claim goes back: the allocation stays live
+      throw;
+    }
+  }
+  owner.free(b, stream.timeline);  // never fails, not even for want of host memory
 }
 
 }  // namespace soma::detail

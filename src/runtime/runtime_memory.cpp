@@ -1,4 +1,6 @@
 // Stream-ordered allocation and free (S1, S2), pointer attributes (S14).
+#include <new>
+
 #include "core/check.hpp"
 #include "runtime/history_notes.hpp"
 #include "runtime/out_of_memory_advice.hpp"
@@ -132,7 +134,13 @@ void runtime::free_claimed(const live_entry<pool_object>& live, stream_object& s
   // A destroyed owner may be gone once the free is done; its last frees go unrecorded.
   if (recording)
     history_notes::freed(owner, address, bytes, scope, stream.handle, stamp, *history, *thread);
-  if (owner_destroyed) pools_.reap();
+  if (owner_destroyed) {
+    try {
+      pools_.reap();
+    } catch (const std::bad_alloc&) {
+      // The free is done; the pool goes at a later reap (the next free of it, or teardown).
+    }
+  }
 }
 
 void runtime::note_allocated(const pool_object& pool, block& b, const stream_object& stream) {

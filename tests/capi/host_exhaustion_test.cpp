@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <new>
+#include <vector>
 
 #include "soma_test_util.hpp"
 
@@ -70,6 +71,62 @@ TEST_F(HostExhaustion, AFirstAllocationFromAPoolFailsCleanlyAndThePoolGoesOn) {
   SOMA_ASSERT_OK(somaMemPoolGetAttribute(pool, somaMemPoolAttrUsedMemCurrent, &used));
   EXPECT_EQ(used, 4096U);
   SOMA_ASSERT_OK(somaFreeAsync(pointer, stream));
+  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+}
+
+}  // namespace
+
+namespace {
+
+std::uint64_t used_of(somaMemPool_t pool) {
+  std::uint64_t used = 0;
+  EXPECT_EQ(somaMemPoolGetAttribute(pool, somaMemPoolAttrUsedMemCurrent, &used), somaSuccess);
+  return used;
+}
+
+// A free on a stream new to the pool makes the stream's cache there. Host memory running out
+// then must not lose the block: before, the free failed after the block had left its
+// allocation, and the block was neither live nor free (used stayed, a second free was refused).
+TEST_F(HostExhaustion, AFreeOnAStreamNewToThePoolSucceedsWithoutHostMemory) {
+  unique_stream first;
+  unique_stream second;
+  unique_pool pool(0);
+  void* pointer = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, 4096, pool, first));
+  SOMA_ASSERT_OK(somaStreamSynchronize(first));
+  fail_next_allocation = true;
+  EXPECT_EQ(somaFreeAsync(pointer, second), somaSuccess) << last_message();
+  EXPECT_FALSE(fail_next_allocation) << "the free allocated nothing: the case was not reached";
+  fail_next_allocation = false;
+  EXPECT_EQ(used_of(pool), 0U);
+  EXPECT_EQ(somaFreeAsync(pointer, second), somaErrorInvalidValue) << "freed once, not twice";
+  SOMA_ASSERT_OK(somaStreamSynchronize(second));
+  void* again = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&again, 4096, pool, second));
+  EXPECT_EQ(again, pointer) << "the freed block serves again";
+  SOMA_ASSERT_OK(somaFreeAsync(again, second));
+  SOMA_ASSERT_OK(somaStreamSynchronize(second));
+}
+
+// Frees of many sizes on one stream grow its cache's table of sizes; each may find host memory
+// gone at that moment, and each still frees.
+TEST_F(HostExhaustion, FreesOfManySizesSucceedWithoutHostMemory) {
+  unique_stream stream;
+  unique_pool pool(0);
+  constexpr std::size_t count = 200;
+  std::vector<void*> pointers(count);
+  for (std::size_t i = 0; i < count; ++i)
+    SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointers[i], (i + 1) * 256, pool, stream));
+  int allocating_frees = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    fail_next_allocation = true;
+    EXPECT_EQ(somaFreeAsync(pointers[i], stream), somaSuccess)
+        << "size " << (i + 1) * 256 << ": " << last_message();
+    if (!fail_next_allocation) ++allocating_frees;
+    fail_next_allocation = false;
+  }
+  EXPECT_GT(allocating_frees, 0) << "no free allocated: the case was not reached";
+  EXPECT_EQ(used_of(pool), 0U);
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
 }
 

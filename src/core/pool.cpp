@@ -177,26 +177,22 @@ void pool::free_to_index(block* live, std::int64_t unpublish) noexcept {
     index_.insert(live);
   } catch (const std::bad_alloc&) {
     // The index is as it was (free_index::insert's guarantee): the block waits, free and
-    // unmerged, for the next slow path, whose own allocations may fail as allocations.
-    live->next_in_bin = unfiled_;
-    unfiled_ = live;
+    // unmerged, for the next slow path.
+    leave_unfiled_locked(live);
   }
 }
 
-void pool::file_unfiled_locked() {
-  // Unfiled blocks are not indexed, so none merges with another while it waits.
-  while (unfiled_ != nullptr) {
-    block* b = unfiled_;
-    block* rest = b->next_in_bin;
-    b->next_in_bin = nullptr;
-    try {
-      index_.insert(b);
-    } catch (...) {
-      b->next_in_bin = rest;  // stays first
-      throw;
-    }
-    unfiled_ = rest;
-  }
+void pool::leave_unfiled_locked(block* first) noexcept {
+  block** tail = &first;
+  while (*tail != nullptr) tail = &(*tail)->next_in_bin;
+  *tail = unfiled_;
+  unfiled_ = first;
+}
+
+void pool::file_unfiled_locked() noexcept {
+  block* waiting = unfiled_;
+  unfiled_ = nullptr;
+  file_locked(waiting);
 }
 
 }  // namespace soma::detail

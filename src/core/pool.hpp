@@ -351,9 +351,11 @@ class pool {
   /// the cache is full; the block goes to the index, or, where filing it finds host memory
   /// exhausted, to unfiled_ (never lost, never an error: a free does not fail).
   [[gnu::noinline]] void free_to_index(block* live, std::int64_t unpublish) noexcept;
-  /// Files the blocks of unfiled_ in the index (at the next slow path, release or teardown); a
-  /// block that still cannot be filed stays, and std::bad_alloc goes to the caller.
-  void file_unfiled_locked();
+  /// Files the blocks of unfiled_ in the index (at the next slow path, release or teardown);
+  /// where host memory is still short, the rest stay.
+  void file_unfiled_locked() noexcept;
+  /// Puts a list of free blocks linked by next_in_bin on unfiled_.
+  void leave_unfiled_locked(block* first) noexcept;
   // Used bytes (S10) = published + the unpublished shares of the stream caches. A cache's share
   // is published when it turns positive, and every share is folded in on the slow path, so
   // published never falls below the true figure and the high watermark follows it. used_now
@@ -366,7 +368,10 @@ class pool {
   void drain_cache_locked(stream_cache* cache);
   /// Files blocks that leave a cache (or skip it) in the index, after the directory forgets
   /// them: once indexed they may merge into a neighbour.
-  void index_from_cache_locked(const std::vector<block*>& blocks);
+  void index_from_cache_locked(block* drained) noexcept;
+  /// Files a list of free blocks linked by next_in_bin, which the directory has forgotten, in
+  /// the index; those it cannot take for want of host memory go to unfiled_.
+  void file_locked(block* first) noexcept;
   /// Commits memory for a request of `stream`, extending a free block of the stream's below
   /// unmapped space where one exists.
   /// exact: by the request's granules only, not the growth step.
@@ -454,8 +459,7 @@ class pool {
   std::atomic<std::uint64_t> retired_ranges_{0};
   std::atomic<std::uint64_t> unmap_calls_{0};
   std::atomic<std::uint64_t> kept_in_place_bytes_{0};
-  call_census calls_;                    // allocate and free calls, for check_used_if_quiet
-  std::vector<block*> drained_scratch_;  // drain_caches_locked's, under the pool lock
+  call_census calls_;         // allocate and free calls, for check_used_if_quiet
   block* unfiled_ = nullptr;  // freed blocks the index could not take yet, linked by next_in_bin
   mutable std::mutex name_mutex_;  // apart from the pool lock: messages are built under it
   std::string name_;

@@ -225,24 +225,36 @@ void pool::split_locked(block* b, std::size_t size_bytes) {
 
 void pool::drain_caches_locked() {
   file_unfiled_locked();
-  // The scratch vector keeps its storage, so this allocates nothing after the first time.
-  drained_scratch_.clear();
-  for (const auto& cache : cache_storage_) cache->drain(drained_scratch_);
-  index_from_cache_locked(drained_scratch_);
+  for (const auto& cache : cache_storage_) index_from_cache_locked(cache->drain());
 }
 
 void pool::drain_cache_locked(stream_cache* cache) {
   file_unfiled_locked();
-  if (cache == nullptr) return;
-  drained_scratch_.clear();
-  cache->drain(drained_scratch_);
-  index_from_cache_locked(drained_scratch_);
+  if (cache != nullptr) index_from_cache_locked(cache->drain());
 }
 
-void pool::index_from_cache_locked(const std::vector<block*>& blocks) {
-  for (block* b : blocks) {
-    if (directory_ != nullptr) directory_->forget(b);
-    index_.insert(b);
+void pool::index_from_cache_locked(block* drained) noexcept {
+  if (directory_ != nullptr) {
+    for (block* b = drained; b != nullptr; b = b->next_in_bin) directory_->forget(b);
+  }
+  file_locked(drained);
+}
+
+void pool::file_locked(block* drained) noexcept {
+  while (drained != nullptr) {
+    block* b = drained;
+    drained = b->next_in_bin;
+    b->next_in_bin = nullptr;
+    try {
+      index_.insert(b);
+    } catch (const std::bad_alloc&) {
+      // Host memory ran out: this block and the rest wait, free, for the next slow path
+      // (free_index::insert changed nothing). Unfiled blocks are not indexed, so none merges
+      // with another while it waits.
+      b->next_in_bin = drained;
+      leave_unfiled_locked(b);
+      return;
+    }
   }
 }
 
@@ -258,9 +270,8 @@ stream_cache* pool::existing_cache(const stream_timeline& stream) const {
 void pool::forget_stream(const stream_timeline& stream) {
   stream_cache* cache = existing_cache(stream);
   if (cache == nullptr) return;
-  std::vector<block*> drained;
-  cache->drain(drained);
-  if (drained.empty()) return;
+  block* drained = cache->drain();
+  if (drained == nullptr) return;
   std::lock_guard lock(mutex_);
   index_from_cache_locked(drained);
 }

@@ -1,5 +1,7 @@
 #include "core/stream_cache.hpp"
 
+#include <new>
+
 #include "core/check.hpp"
 
 namespace soma::detail {
@@ -32,25 +34,35 @@ stream_cache::bin* stream_cache::find_bin(std::size_t size_bytes, bool create) {
   }
 }
 
-void stream_cache::drain(std::vector<block*>& out) {
+block* stream_cache::drain() noexcept {
   std::lock_guard lock(mutex_);
+  // Linked through next_in_bin, in bin order: a drain needs no host memory, so a pool whose
+  // host memory ran out loses no block to it.
+  block* first = nullptr;
+  block** tail = &first;
   // Every bin is emptied and forgotten, and a table grown by many sizes goes back to its first
   // size, so the next drain walks only the sizes freed after this one: a drain runs on every
   // miss, and a stream whose shapes keep changing (PyTorch's variable-shape loop) frees
   // thousands of sizes.
   for (bin& b : bins_) {
-    while (b.head != nullptr) {
-      block* taken = b.head;
-      b.head = taken->next_in_bin;
-      taken->next_in_bin = nullptr;
-      out.push_back(taken);
+    if (b.head != nullptr) {
+      *tail = b.head;
+      while (*tail != nullptr) tail = &(*tail)->next_in_bin;
+      b.head = nullptr;
     }
     b.size_bytes = 0;
   }
-  if (bins_.size() > initial_bin_slots) std::vector<bin>(initial_bin_slots).swap(bins_);
   cached_bytes_ = 0;
   bins_used_ = 0;
   last_bin_ = 0;
+  if (bins_.size() > initial_bin_slots) {
+    try {
+      std::vector<bin>(initial_bin_slots).swap(bins_);
+    } catch (const std::bad_alloc&) {
+      // The large table stays, empty: still correct, only slower to drain.
+    }
+  }
+  return first;
 }
 
 std::int64_t stream_cache::take_used() noexcept {

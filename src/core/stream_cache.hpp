@@ -69,8 +69,8 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
     cached_bytes_ += freed->size_bytes;
     return true;
   }
-  /// Takes every cached block out, appending them to `out`.
-  void drain(std::vector<block*>& out);
+  /// Takes every cached block out: the first of them, linked by next_in_bin (nullptr if none).
+  block* drain() noexcept;
   std::size_t cached_bytes() const;
   /// Slots of the bin table (tests: what a drain walks).
   std::size_t bin_slots() const;

@@ -130,4 +130,35 @@ TEST_F(HostExhaustion, FreesOfManySizesSucceedWithoutHostMemory) {
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
 }
 
+// A miss drains the stream's cache into the pool's index. Where the index cannot take a drained
+// block for want of host memory, the block waits, free, and a later miss files it: the pool
+// neither loses it nor counts it twice, and its memory serves again.
+TEST_F(HostExhaustion, ADrainThatFindsHostMemoryGoneLosesNoBlock) {
+  unique_stream stream;
+  unique_pool pool(0);
+  std::vector<void*> cached(8);
+  for (std::size_t i = 0; i < cached.size(); ++i)
+    SOMA_ASSERT_OK(somaMallocFromPoolAsync(&cached[i], (i + 1) * 4096, pool, stream));
+  for (void* p : cached) SOMA_ASSERT_OK(somaFreeAsync(p, stream));
+  std::uint64_t reserved = 0;
+  SOMA_ASSERT_OK(somaMemPoolGetAttribute(pool, somaMemPoolAttrReservedMemCurrent, &reserved));
+  void* missed = nullptr;
+  fail_next_allocation = true;
+  const somaError_t status = somaMallocFromPoolAsync(&missed, 3000, pool, stream);
+  EXPECT_FALSE(fail_next_allocation) << "the miss allocated nothing: the case was not reached";
+  fail_next_allocation = false;
+  if (status == somaSuccess) SOMA_ASSERT_OK(somaFreeAsync(missed, stream));
+  EXPECT_EQ(used_of(pool), 0U);
+  // Every cached block is free again: together they serve one allocation of their size, in
+  // place, once a later miss has filed what waited.
+  void* whole = nullptr;
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&whole, 36 * 4096, pool, stream));
+  EXPECT_EQ(whole, cached[0]) << "a drained block was lost";
+  std::uint64_t after = 0;
+  SOMA_ASSERT_OK(somaMemPoolGetAttribute(pool, somaMemPoolAttrReservedMemCurrent, &after));
+  EXPECT_EQ(after, reserved) << "the pool grew instead";
+  SOMA_ASSERT_OK(somaFreeAsync(whole, stream));
+  SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+}
+
 }  // namespace

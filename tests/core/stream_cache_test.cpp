@@ -21,6 +21,18 @@ std::unique_ptr<block> make_block(std::uintptr_t address, std::size_t size) {
   return b;
 }
 
+/// Drains the cache; the blocks, unlinked again, in the order drain() linked them.
+std::vector<block*> drained(stream_cache& cache) {
+  std::vector<block*> out;
+  for (block* b = cache.drain(); b != nullptr;) {
+    block* next = b->next_in_bin;
+    b->next_in_bin = nullptr;
+    out.push_back(b);
+    b = next;
+  }
+  return out;
+}
+
 TEST(S11_StreamCache, EmptyCacheMisses) {
   stream_cache cache;
   EXPECT_EQ(cache.pop(256), nullptr);
@@ -80,13 +92,9 @@ TEST(S9_StreamCache, DrainTakesEverything) {
     ASSERT_TRUE(cache.push(blocks.back().get()));
     pushed.insert(blocks.back().get());
   }
-  std::vector<block*> out;
-  out.push_back(nullptr);  // drain appends
-  cache.drain(out);
-  ASSERT_EQ(out.size(), 51u);
-  EXPECT_EQ(out.front(), nullptr);
-  EXPECT_EQ(std::set<block*>(out.begin() + 1, out.end()), pushed);
-  for (block* b : pushed) EXPECT_EQ(b->next_in_bin, nullptr);
+  const std::vector<block*> out = drained(cache);
+  ASSERT_EQ(out.size(), 50u);
+  EXPECT_EQ(std::set<block*>(out.begin(), out.end()), pushed);
   EXPECT_EQ(cache.cached_bytes(), 0u);
   for (std::size_t i = 1; i <= 7; ++i) EXPECT_EQ(cache.pop(256 * i), nullptr);
 }
@@ -127,9 +135,7 @@ TEST(S11_StreamCache, DrainLeavesNoBinsOfSizesNoLongerCached) {
     ASSERT_TRUE(cache.push(blocks.back().get()));
   }
   EXPECT_GE(cache.bin_slots(), 5000u);
-  std::vector<block*> out;
-  cache.drain(out);
-  EXPECT_EQ(out.size(), 5000u);
+  EXPECT_EQ(drained(cache).size(), 5000u);
   EXPECT_LE(cache.bin_slots(), 32u) << "an empty cache keeps the bins of 5000 sizes";
   // Sizes come back as before.
   ASSERT_TRUE(cache.push(blocks[41].get()));

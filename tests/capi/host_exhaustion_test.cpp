@@ -1,39 +1,16 @@
-// Host memory running out inside soma (design.md §2 "Errors"): a call whose own bookkeeping
-// cannot allocate returns somaErrorMemoryAllocation ("host memory exhausted inside soma") and
-// throws nothing across the C API, and the pool works on once memory is there again. This
-// binary replaces the global operator new so that the calling thread's next allocation fails.
+// Host memory running out inside soma (api-behaviour.md, "Host memory exhausted"): a call whose own
+// bookkeeping cannot allocate returns somaErrorMemoryAllocation ("host memory exhausted inside
+// soma") and throws nothing across the C API, and the pool works on once memory is there again.
+// This binary replaces the global operator new (failing_operator_new.hpp).
 #include <soma/soma.h>
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <new>
 #include <vector>
 
+#include "failing_operator_new.hpp"
 #include "soma_test_util.hpp"
-
-namespace {
-
-thread_local bool fail_next_allocation = false;
-
-void* allocate_or_fail(std::size_t bytes) {
-  if (fail_next_allocation) {
-    fail_next_allocation = false;
-    throw std::bad_alloc();
-  }
-  if (void* memory = std::malloc(bytes == 0 ? 1 : bytes)) return memory;
-  throw std::bad_alloc();
-}
-
-}  // namespace
-
-void* operator new(std::size_t bytes) { return allocate_or_fail(bytes); }
-void* operator new[](std::size_t bytes) { return allocate_or_fail(bytes); }
-void operator delete(void* memory) noexcept { std::free(memory); }
-void operator delete[](void* memory) noexcept { std::free(memory); }
-void operator delete(void* memory, std::size_t) noexcept { std::free(memory); }
-void operator delete[](void* memory, std::size_t) noexcept { std::free(memory); }
 
 namespace {
 
@@ -47,9 +24,9 @@ class HostExhaustion : public capi_test {};
 TEST_F(HostExhaustion, AFirstAllocationOnAStreamFailsCleanlyAndTheNextSucceeds) {
   unique_stream stream;
   void* pointer = reinterpret_cast<void*>(0x1);
-  fail_next_allocation = true;
+  allocations_until_failure = 1;
   EXPECT_EQ(somaMallocAsync(&pointer, 4096, stream), somaErrorMemoryAllocation);
-  fail_next_allocation = false;
+  allocations_until_failure = 0;
   EXPECT_TRUE(contains(last_message(), "host memory exhausted inside soma")) << last_message();
   EXPECT_EQ(pointer, reinterpret_cast<void*>(0x1)) << "output written on failure";
   SOMA_ASSERT_OK(somaMallocAsync(&pointer, 4096, stream));
@@ -61,9 +38,9 @@ TEST_F(HostExhaustion, AFirstAllocationFromAPoolFailsCleanlyAndThePoolGoesOn) {
   unique_stream stream;
   unique_pool pool(0);
   void* pointer = reinterpret_cast<void*>(0x1);
-  fail_next_allocation = true;
+  allocations_until_failure = 1;
   EXPECT_EQ(somaMallocFromPoolAsync(&pointer, 4096, pool, stream), somaErrorMemoryAllocation);
-  fail_next_allocation = false;
+  allocations_until_failure = 0;
   EXPECT_TRUE(contains(last_message(), "host memory exhausted inside soma")) << last_message();
   EXPECT_EQ(pointer, reinterpret_cast<void*>(0x1)) << "output written on failure";
   SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, 4096, pool, stream));
@@ -94,10 +71,10 @@ TEST_F(HostExhaustion, AFreeOnAStreamNewToThePoolSucceedsWithoutHostMemory) {
   void* pointer = nullptr;
   SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointer, 4096, pool, first));
   SOMA_ASSERT_OK(somaStreamSynchronize(first));
-  fail_next_allocation = true;
+  allocations_until_failure = 1;
   EXPECT_EQ(somaFreeAsync(pointer, second), somaSuccess) << last_message();
-  EXPECT_FALSE(fail_next_allocation) << "the free allocated nothing: the case was not reached";
-  fail_next_allocation = false;
+  EXPECT_EQ(allocations_until_failure, 0) << "the free allocated nothing: the case was not reached";
+  allocations_until_failure = 0;
   EXPECT_EQ(used_of(pool), 0U);
   EXPECT_EQ(somaFreeAsync(pointer, second), somaErrorInvalidValue) << "freed once, not twice";
   SOMA_ASSERT_OK(somaStreamSynchronize(second));
@@ -119,11 +96,11 @@ TEST_F(HostExhaustion, FreesOfManySizesSucceedWithoutHostMemory) {
     SOMA_ASSERT_OK(somaMallocFromPoolAsync(&pointers[i], (i + 1) * 256, pool, stream));
   int allocating_frees = 0;
   for (std::size_t i = 0; i < count; ++i) {
-    fail_next_allocation = true;
+    allocations_until_failure = 1;
     EXPECT_EQ(somaFreeAsync(pointers[i], stream), somaSuccess)
         << "size " << (i + 1) * 256 << ": " << last_message();
-    if (!fail_next_allocation) ++allocating_frees;
-    fail_next_allocation = false;
+    if (allocations_until_failure == 0) ++allocating_frees;
+    allocations_until_failure = 0;
   }
   EXPECT_GT(allocating_frees, 0) << "no free allocated: the case was not reached";
   EXPECT_EQ(used_of(pool), 0U);
@@ -143,16 +120,16 @@ TEST_F(HostExhaustion, ADrainThatFindsHostMemoryGoneLosesNoBlock) {
   std::uint64_t reserved = 0;
   SOMA_ASSERT_OK(somaMemPoolGetAttribute(pool, somaMemPoolAttrReservedMemCurrent, &reserved));
   void* missed = nullptr;
-  fail_next_allocation = true;
+  allocations_until_failure = 1;
   const somaError_t status = somaMallocFromPoolAsync(&missed, 3000, pool, stream);
-  EXPECT_FALSE(fail_next_allocation) << "the miss allocated nothing: the case was not reached";
-  fail_next_allocation = false;
+  EXPECT_EQ(allocations_until_failure, 0) << "the miss allocated nothing: the case was not reached";
+  allocations_until_failure = 0;
   if (status == somaSuccess) SOMA_ASSERT_OK(somaFreeAsync(missed, stream));
   EXPECT_EQ(used_of(pool), 0U);
   // Every cached block is free again: together they serve one allocation of their size, in
   // place, once a later miss has filed what waited.
   void* whole = nullptr;
-  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&whole, 36 * 4096, pool, stream));
+  SOMA_ASSERT_OK(somaMallocFromPoolAsync(&whole, std::size_t{36} * 4096, pool, stream));
   EXPECT_EQ(whole, cached[0]) << "a drained block was lost";
   std::uint64_t after = 0;
   SOMA_ASSERT_OK(somaMemPoolGetAttribute(pool, somaMemPoolAttrReservedMemCurrent, &after));

@@ -1,34 +1,14 @@
-// A free never fails, even where host memory runs out inside it (design.md §2 "Errors"): the
-// block still leaves its allocation, used memory falls, and the memory serves again. This
-// binary replaces the global operator new so that the calling thread's Nth allocation fails.
+// A free never fails, even where host memory runs out inside it (api-behaviour.md, "Host memory
+// exhausted"): the block still leaves its allocation, used memory falls, and the memory serves
+// again. This binary replaces the global operator new (failing_operator_new.hpp).
 #include "core/pool.hpp"
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <memory>
-#include <new>
 
+#include "failing_operator_new.hpp"
 #include "fake_memory_provider.hpp"
-
-namespace {
-
-thread_local int allocations_until_failure = 0;  // 0: none fails
-
-void* allocate_or_fail(std::size_t bytes) {
-  if (allocations_until_failure > 0 && --allocations_until_failure == 0) throw std::bad_alloc();
-  if (void* memory = std::malloc(bytes == 0 ? 1 : bytes)) return memory;
-  throw std::bad_alloc();
-}
-
-}  // namespace
-
-void* operator new(std::size_t bytes) { return allocate_or_fail(bytes); }
-void* operator new[](std::size_t bytes) { return allocate_or_fail(bytes); }
-void operator delete(void* memory) noexcept { std::free(memory); }
-void operator delete[](void* memory) noexcept { std::free(memory); }
-void operator delete(void* memory, std::size_t) noexcept { std::free(memory); }
-void operator delete[](void* memory, std::size_t) noexcept { std::free(memory); }
 
 namespace {
 
@@ -37,6 +17,7 @@ using soma::detail::pool;
 using soma::detail::pool_config;
 using soma::detail::served_by;
 using soma::detail::stream_timeline;
+using soma_test::allocations_until_failure;
 using soma_test::fake_memory_provider;
 using soma_test::fake_memory_state;
 

@@ -134,6 +134,14 @@ std::uint64_t pool::used_now() const noexcept {
   return used > 0 ? static_cast<std::uint64_t>(used) : 0;
 }
 
+std::uint64_t pool::used_estimate() const noexcept {
+  std::int64_t used = used_published_bytes_.load(std::memory_order_acquire);
+  for (const stream_cache* c = first_cache_.load(std::memory_order_acquire); c != nullptr;
+       c = c->next_in_pool)
+    used += c->peek_used();
+  return used > 0 ? static_cast<std::uint64_t>(used) : 0;
+}
+
 result<block*> pool::allocate_missed(std::size_t requested_bytes, const stream_timeline& stream,
                                      stream_hooks* hooks) {
   if (requested_bytes > config_.max_size_bytes) {  // also keeps the roundings below from wrapping

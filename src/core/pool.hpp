@@ -361,6 +361,9 @@ class pool {
   // published never falls below the true figure and the high watermark follows it. used_now
   // holds every cache while it adds, so the sum is one moment's.
   std::uint64_t used_now() const noexcept;
+  /// The same sum without holding the caches, for the slow path's heuristics (how far growth
+  /// may go, whether compaction pays): a miss there must not stop every stream's fast path.
+  std::uint64_t used_estimate() const noexcept;
   void fold_used_shares() noexcept;
   void publish_used(std::int64_t bytes) noexcept;
   void drain_caches_locked();

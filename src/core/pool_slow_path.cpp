@@ -31,7 +31,7 @@ std::size_t pool::compaction_floor(std::size_t size_bytes) const {
 
 bool pool::growth_within_allowance_locked(std::size_t size_bytes) const {
   const std::uint64_t high = std::max<std::uint64_t>(
-      used_high_bytes_.load(std::memory_order_relaxed), used_now() + size_bytes);
+      used_high_bytes_.load(std::memory_order_relaxed), used_estimate() + size_bytes);
   const std::uint64_t allowance =
       std::max<std::uint64_t>(high / large_hole_allowance_divisor, granularity_bytes_);
   return reserved_bytes_.load(std::memory_order_relaxed) +
@@ -135,7 +135,7 @@ result<slow_path_outcome> pool::serve_locked(std::size_t size_bytes, const strea
   }
   if (b == nullptr && options.may_compact && compact_before_growth() &&
       reserved_bytes_.load(std::memory_order_relaxed) >=
-          used_now() + compaction_floor(size_bytes)) {
+          used_estimate() + compaction_floor(size_bytes)) {
     // Enough memory is free, only not in one piece: rather than grow, synchronize this stream
     // (outside the lock) so its frees can go back, then grow into them.
     outcome.then = slow_path_outcome::next::compact_first;

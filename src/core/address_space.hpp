@@ -7,6 +7,8 @@
 #include <optional>
 #include <vector>
 
+#include "core/node_reserve.hpp"
+
 namespace soma::detail {
 
 /// The addresses [address, address + size_bytes).
@@ -23,6 +25,14 @@ struct address_range {
 /// pool's lock guards it.
 class address_space {
  public:
+  address_space() = default;
+  address_space(const address_space&) = delete;
+  address_space& operator=(const address_space&) = delete;
+
+  /// Host memory for the next `calls` calls of add_reservation, take and give_back, made ahead
+  /// so that they cannot fail (may throw std::bad_alloc; changes nothing then).
+  void prepare(std::size_t calls) { nodes_.reserve(2 * calls); }
+
   /// Records a new reservation, all of it unmapped.
   /// Requires: size_bytes > 0; it overlaps no reservation held.
   void add_reservation(address_range reservation);
@@ -59,8 +69,12 @@ class address_space {
   void clear() noexcept;
 
  private:
-  std::map<std::uintptr_t, std::size_t> reservations_;  // base -> bytes
-  std::map<std::uintptr_t, std::size_t> unmapped_;  // address -> bytes, coalesced per reservation
+  using range_map = std::map<std::uintptr_t, std::size_t, std::less<>,
+                             reserve_allocator<std::pair<const std::uintptr_t, std::size_t>>>;
+  node_reserve nodes_;  // before the maps that take nodes from it
+  range_map reservations_{std::less<>{}, reserve_allocator<range_map::value_type>(nodes_)};
+  // address -> bytes, coalesced per reservation
+  range_map unmapped_{std::less<>{}, reserve_allocator<range_map::value_type>(nodes_)};
 };
 
 }  // namespace soma::detail

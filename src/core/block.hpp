@@ -47,7 +47,7 @@ struct block {
   std::size_t requested_bytes = 0;     ///< what the application asked for (live blocks)
   block* previous_adjacent = nullptr;  ///< block that ends where this one starts, if mapped
   block* next_adjacent = nullptr;
-  block* next_in_bin = nullptr;  ///< link in a stream cache bin
+  block* next_in_bin = nullptr;  ///< link in a stream cache bin, or a list of the pool
   free_stamp stamp;              ///< where it was last freed
   std::atomic<block_state> state{block_state::detached};
   served_by how = served_by::growth;  ///< live blocks: set by the allocating call

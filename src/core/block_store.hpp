@@ -1,8 +1,7 @@
 // Where a pool's blocks come from and go back to.
 #pragma once
 
-#include <memory>
-#include <vector>
+#include <cstddef>
 
 #include "core/block.hpp"
 
@@ -18,27 +17,37 @@ class block_store {
   block_store() = default;
   block_store(const block_store&) = delete;
   block_store& operator=(const block_store&) = delete;
+  ~block_store() {
+    while (kept_ != nullptr) {
+      block* next = kept_->next_in_bin;
+      delete kept_;
+      kept_ = next;
+    }
+  }
 
   /// A block in its initial state (detached, no neighbours, no stamp), recycled if one is kept.
   block* make() {
-    if (kept_.empty()) return new block();
-    block* b = kept_.back().release();
-    kept_.pop_back();
+    if (kept_ == nullptr) return new block();
+    block* b = kept_;
+    kept_ = b->next_in_bin;
+    --count_;
     reset(*b);
     return b;
   }
-  /// Keeps b for a later make(). Requires: b is in no structure of the pool any more, and room
-  /// was reserved (reserve_for_recycling) where the caller must not fail.
-  void recycle(block* b) {
+  /// Keeps b for a later make(); allocates nothing (kept blocks are linked through
+  /// next_in_bin). Requires: b is in no structure of the pool any more.
+  void recycle(block* b) noexcept {
     b->set_state(block_state::detached);
-    kept_.emplace_back(b);
+    b->next_in_bin = kept_;
+    kept_ = b;
+    ++count_;
   }
-  /// Room for `count` more recycles that then allocate nothing (may throw std::bad_alloc).
-  void reserve_for_recycling(std::size_t count) {
-    if (kept_.capacity() - kept_.size() < count)
-      kept_.reserve(kept_.size() + count + kept_.size() / 2);
+  /// At least `count` blocks are kept after this: the next `count` make() calls allocate
+  /// nothing. May throw std::bad_alloc; the blocks already made stay.
+  void reserve(std::size_t count) {
+    while (count_ < count) recycle(new block());
   }
-  std::size_t kept() const noexcept { return kept_.size(); }
+  std::size_t kept() const noexcept { return count_; }
 
  private:
   static void reset(block& b) noexcept {
@@ -55,7 +64,8 @@ class block_store {
     // history_stamp stays: stamps of one block only ever rise (history_clock).
   }
 
-  std::vector<std::unique_ptr<block>> kept_;
+  block* kept_ = nullptr;
+  std::size_t count_ = 0;
 };
 
 }  // namespace soma::detail

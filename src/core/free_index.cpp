@@ -25,12 +25,12 @@ bool free_index::can_merge(const block* a, const block* b) noexcept {
 }
 
 void free_index::add(block* b) {
-  spare_size_nodes_.insert_into(by_size_, b);
+  by_size_.insert(b);
   if (b->stamp.timeline != nullptr) {
     try {
-      spare_stamp_nodes_.insert_into(stamped_, b);
+      stamped_.insert(b);
     } catch (...) {
-      spare_size_nodes_.keep(by_size_.extract(b));
+      by_size_.erase(b);
       throw;
     }
   }
@@ -41,9 +41,8 @@ void free_index::add(block* b) {
 void free_index::erase(block* indexed) {
   // Detached first: a neighbour inserted meanwhile must not merge with it.
   indexed->set_state(block_state::detached);
-  spare_size_nodes_.keep(by_size_.extract(indexed));
-  if (auto node = stamped_.extract(indexed); !node.empty())
-    spare_stamp_nodes_.keep(std::move(node));
+  by_size_.erase(indexed);
+  stamped_.erase(indexed);
   free_bytes_ -= indexed->size_bytes;
 }
 
@@ -59,12 +58,9 @@ block* free_index::merge_into(block* keep, block* absorbed) {
 }
 
 block* free_index::insert(block* freed) {
-  // What add() will need is allocated first: a merge below cannot be undone. (Merges keep the
-  // stamp: only blocks of one stamp merge.)
-  const bool stamped = freed->stamp.timeline != nullptr && !freed->stamp.is_proven_complete();
-  spare_size_nodes_.make_one(freed);
-  if (stamped) spare_stamp_nodes_.make_one(freed);
-  store_.reserve_for_recycling(2);
+  // What add() will need is allocated first: a merge below cannot be undone. (Merged blocks go
+  // back to the store, which allocates nothing for them.)
+  nodes_.reserve(nodes_needed);
   if (freed->stamp.is_proven_complete()) freed->stamp = {};
   block* result = freed;
   if (can_merge(result, result->previous_adjacent)) {
@@ -152,7 +148,7 @@ void free_index::absorb_next(block* indexed) {
 
 void free_index::merge_pending_runs() {
   // Every stream with such runs was noted as they formed (note_unmerged_neighbours).
-  const std::set<const stream_timeline*> streams = unmerged_runs_;
+  const std::vector<const stream_timeline*> streams(unmerged_runs_.begin(), unmerged_runs_.end());
   for (const stream_timeline* stream : streams) merge_own_runs(stream);
 }
 

@@ -1,7 +1,6 @@
 // The pool-wide index of free blocks: best fit by size, coalescing by address.
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -10,8 +9,13 @@
 
 #include "core/block.hpp"
 #include "core/block_store.hpp"
+#include "core/node_reserve.hpp"
 
 namespace soma::detail {
+
+/// A pool's blocks by address, with nodes from the pool's node_reserve.
+using block_map = std::map<std::uintptr_t, block*, std::less<>,
+                           reserve_allocator<std::pair<const std::uintptr_t, block*>>>;
 
 /// Free blocks of one pool, ordered by (size, address) for best fit. A block enters with
 /// its free stamp; neighbours merge only when they are interchangeable (both proven
@@ -22,16 +26,22 @@ namespace soma::detail {
 class free_index {
  public:
   /// all_blocks: the pool's map of every block by address; merges keep it current and give
-  /// the blocks they absorb back to store.
-  free_index(std::map<std::uintptr_t, block*>& all_blocks, block_store& store)
-      : all_blocks_(all_blocks), store_(store) {}
+  /// the blocks they absorb back to store. The index's sets take their nodes from `nodes`.
+  free_index(block_map& all_blocks, block_store& store, node_reserve& nodes)
+      : all_blocks_(all_blocks),
+        store_(store),
+        nodes_(nodes),
+        by_size_(by_size_then_address{}, reserve_allocator<block*>(nodes)),
+        stamped_(std::less<>{}, reserve_allocator<block*>(nodes)),
+        unmerged_runs_(std::less<>{}, reserve_allocator<const stream_timeline*>(nodes)) {}
   free_index(const free_index&) = delete;
   free_index& operator=(const free_index&) = delete;
   ~free_index();
 
   /// Adds a free block, merging it with indexed neighbours; returns the resulting block
   /// (the argument may have been absorbed and deleted). Strong guarantee: if host memory runs
-  /// out (std::bad_alloc) nothing has changed, the index nor freed.
+  /// out (std::bad_alloc) nothing has changed, the index nor freed. Allocates nothing where
+  /// `nodes_needed` nodes are reserved.
   block* insert(block* freed);
   /// Removes and returns the smallest block of at least size_bytes that `stream` may use
   /// now: freed on `stream` itself or proven complete. nullptr if none.
@@ -84,6 +94,8 @@ class free_index {
     return sum;
   }
   std::size_t block_count() const noexcept { return by_size_.size(); }
+  /// Nodes one insert may need (its two sets); a remove or a merge needs none.
+  static constexpr std::size_t nodes_needed = 2;
   /// How many streams have runs for merge_own_runs (tests: none outlives its stream).
   std::size_t streams_with_unmerged_runs() const noexcept { return unmerged_runs_.size(); }
 
@@ -105,46 +117,17 @@ class free_index {
   template <typename Restamp>
   void restamp_if(Restamp&& restamp);
 
-  using size_set = std::set<block*, by_size_then_address>;
-  using stamp_set = std::set<block*>;
-  /// Nodes of the two sets kept from erases, so that an insert allocates nothing in the common
-  /// case and, where it must, allocates before it changes anything (insert's guarantee).
-  template <typename Set>
-  struct spare_nodes {
-    static constexpr std::size_t capacity = 8;
-    std::array<typename Set::node_type, capacity> nodes;
-    std::size_t count = 0;
-    /// Keeps node if there is room (else it is freed as it goes).
-    void keep(typename Set::node_type node) noexcept {
-      if (count < capacity) nodes[count++] = std::move(node);
-    }
-    /// Makes one node ahead if none is kept (may throw std::bad_alloc; changes nothing then).
-    void make_one(block* value) {
-      if (count != 0) return;
-      Set scratch;
-      scratch.insert(value);
-      nodes[count++] = scratch.extract(scratch.begin());
-    }
-    /// Files value in set, through a kept node if there is one.
-    void insert_into(Set& set, block* value) {
-      if (count == 0) {
-        set.insert(value);
-        return;
-      }
-      typename Set::node_type node = std::move(nodes[--count]);
-      node.value() = value;
-      set.insert(std::move(node));
-    }
-  };
+  using size_set = std::set<block*, by_size_then_address, reserve_allocator<block*>>;
+  using stamp_set = std::set<block*, std::less<>, reserve_allocator<block*>>;
 
-  std::map<std::uintptr_t, block*>& all_blocks_;
+  block_map& all_blocks_;
   block_store& store_;
+  node_reserve& nodes_;
   size_set by_size_;
   stamp_set stamped_;  // blocks whose free is not yet proven complete
-  spare_nodes<size_set> spare_size_nodes_;
-  spare_nodes<stamp_set> spare_stamp_nodes_;
   // Streams with adjacent indexed frees at different points of them (merge_own_runs' work).
-  std::set<const stream_timeline*> unmerged_runs_;
+  std::set<const stream_timeline*, std::less<>, reserve_allocator<const stream_timeline*>>
+      unmerged_runs_;
   std::size_t free_bytes_ = 0;
 };
 

@@ -4,6 +4,7 @@
 #include "core/pool.hpp"
 
 #include <algorithm>
+#include <new>
 
 #include "core/check.hpp"
 
@@ -17,7 +18,11 @@ pool::pool(pool_config config, std::unique_ptr<memory_provider> memory)
       memory_(std::move(memory)),
       granularity_bytes_(memory_->granularity_bytes()),
       serial_(next_serial.fetch_add(1, std::memory_order_relaxed)),
-      name_(config_.name) {}
+      name_(config_.name) {
+  // The history is made here, where failing is allowed, not by the first note_history: that
+  // one runs inside steps that must not fail, and is noexcept.
+  memory_history::process();
+}
 
 void pool::note_history(history_kind kind, std::uintptr_t address, std::size_t bytes,
                         std::uint64_t stream) const noexcept {
@@ -166,9 +171,21 @@ result<block*> pool::allocate_missed(std::size_t requested_bytes, const stream_t
   if (!outcome.ok()) return outcome.take_error();
   const slow_path_outcome& found = outcome.value();
   SOMA_ASSERT(found.taken != nullptr, "the slow path hands out a block or fails");
-  if (directory_ != nullptr) directory_->add(found.taken);
-  if (found.then == slow_path_outcome::next::wait)
-    hooks->order_after(stream, found.wait_stream_id, found.wait_position);
+  bool added = false;
+  try {
+    if (directory_ != nullptr) {
+      directory_->add(found.taken);
+      added = true;
+    }
+    if (found.then == slow_path_outcome::next::wait)
+      hooks->order_after(stream, found.wait_stream_id, found.wait_position);
+  } catch (const std::bad_alloc&) {
+    // Host memory ran out before the block went live: it is free again, as it was.
+    if (added) directory_->forget(found.taken);
+    std::lock_guard lock(mutex_);
+    file_locked(found.taken);
+    throw;
+  }
   // The slow path folds every stream's share in, so the high watermark sees the true sum.
   fold_used_shares();
   make_live(found.taken, requested_bytes);

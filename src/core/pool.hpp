@@ -22,6 +22,7 @@
 #include "core/free_index.hpp"
 #include "core/memory_history.hpp"
 #include "core/memory_provider.hpp"
+#include "core/node_reserve.hpp"
 #include "core/pool_snapshot.hpp"
 #include "core/stream_hooks.hpp"
 #include "core/status.hpp"
@@ -268,6 +269,10 @@ class pool {
     physical_piece piece;
     free_stamp stamp;
   };
+  using chunk_map = std::map<std::uintptr_t, chunk, std::less<>,
+                             reserve_allocator<std::pair<const std::uintptr_t, chunk>>>;
+  /// Tree nodes a carve needs: the piece after the hole in the block map, and two index inserts.
+  static constexpr std::size_t carve_nodes = 1 + 2 * free_index::nodes_needed;
 
   /// The stream's cache, made on first use; nullptr for a stream past the slots. Inline: it runs
   /// twice a pair, and out of line its frame (saving registers for create_cache) cost more than
@@ -423,7 +428,16 @@ class pool {
   /// ran while the blocks were counted (calls_). Takes the pool lock.
   void check_used_if_quiet() const;
   std::size_t release_range_locked(std::uintptr_t from, std::uintptr_t to, std::size_t limit_bytes);
+  /// Requires: b is indexed and covers [from, to); host memory for it was made ahead
+  /// (prepare_locked(1, carve_nodes)): it changes the blocks and cannot stop halfway.
   void carve_locked(block* b, std::uintptr_t from, std::uintptr_t to);
+  /// Makes ahead the host memory of a step that must not stop halfway: `blocks` blocks and
+  /// `nodes` tree nodes (api-behaviour.md, "Host memory exhausted inside soma"). May throw
+  /// std::bad_alloc, before the step has changed anything.
+  void prepare_locked(std::size_t blocks, std::size_t nodes) {
+    blocks_.reserve(blocks);
+    nodes_.reserve(nodes);
+  }
   block* block_containing_locked(std::uintptr_t address) const;
   /// The free, indexed block that ends exactly at address (where unmapped space begins), or
   /// nullptr: what growth may extend and a remap may keep in place.
@@ -437,13 +451,16 @@ class pool {
   block_directory* directory_ = nullptr;
 
   mutable std::mutex mutex_;  // the pool lock: index, blocks, chunks, address space
+  node_reserve nodes_;        // before the maps and sets that take their nodes from it
   block_store blocks_;        // before the structures that hold blocks
-  std::map<std::uintptr_t, block*> all_blocks_;
-  free_index index_{all_blocks_, blocks_};
-  std::map<std::uintptr_t, chunk> chunks_;
+  block_map all_blocks_{std::less<>{}, reserve_allocator<block_map::value_type>(nodes_)};
+  free_index index_{all_blocks_, blocks_, nodes_};
+  chunk_map chunks_{std::less<>{}, reserve_allocator<chunk_map::value_type>(nodes_)};
   std::vector<retired_range> retired_;
-  address_space address_space_;                  // reservations and their unmapped ranges
-  std::set<std::uintptr_t> small_reservations_;  // bases of the small region's reservations
+  address_space address_space_;  // reservations and their unmapped ranges
+  // Bases of the small region's reservations.
+  std::set<std::uintptr_t, std::less<>, reserve_allocator<std::uintptr_t>> small_reservations_{
+      std::less<>{}, reserve_allocator<std::uintptr_t>(nodes_)};
   std::array<std::atomic<cache_segment*>, cache_segment_count> cache_segments_{};
   std::vector<std::unique_ptr<stream_cache>> cache_storage_;
 

@@ -55,6 +55,9 @@ result<address_range> pool::unmapped_range_locked(std::size_t bytes, bool small)
   // Every reservation is full (or fragmented): reserve another range.
   const std::size_t reserve_bytes =
       std::max(round_up(bytes, granularity_bytes_), config_.reservation_bytes);
+  // Host memory first: a reservation made must be recorded, or nothing would free it.
+  address_space_.prepare(1);
+  nodes_.reserve(1);
   std::size_t reserved_bytes = reserve_bytes;
   result<std::uintptr_t> base = memory_->reserve(reserve_bytes);
   if (!base.ok() && base.error().code() == error_code::address_space_exhausted &&
@@ -105,6 +108,9 @@ status pool::grow_locked(std::size_t size_bytes, const stream_timeline& stream, 
       where.value().size_bytes,
       (config_.max_size_bytes - reserved) / granularity_bytes_ * granularity_bytes_);
   if (!exact) need_bytes = std::max(exact_bytes, std::min(config_.growth_step_bytes, room_bytes));
+  // Host memory first: committed memory must be recorded, or nothing would give it back.
+  prepare_locked(1, 2 + free_index::nodes_needed);
+  address_space_.prepare(1);
   result<std::uint64_t> token = memory_->commit(address, need_bytes);
   if (!token.ok() && need_bytes > exact_bytes) {
     need_bytes = exact_bytes;

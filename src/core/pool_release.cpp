@@ -9,8 +9,8 @@ namespace soma::detail {
 // ---- release -------------------------------------------------------------------------------
 
 void pool::carve_locked(block* b, std::uintptr_t from, std::uintptr_t to) {
-  // Requires: b is indexed and covers [from, to). Up to two free pieces remain around the
-  // hole, which is no longer mapped: they are not adjacent to anything across it.
+  // Up to two free pieces remain around the hole, which is no longer mapped: they are not
+  // adjacent to anything across it. The block and the nodes were made ahead (prepare_locked).
   index_.remove(b);
   const std::uintptr_t b_end = b->end();
   block* after = nullptr;
@@ -58,6 +58,9 @@ std::size_t pool::release_range_locked(std::uintptr_t from, std::uintptr_t to,
   }
   // Memory still mapped at a retired address goes back once that address is unmapped.
   if (is_aliased_locked(c.token, c.offset_bytes + (from - chunk_start), to - from)) return 0;
+  // Host memory first: the carve, the chunk cut in up to two and the range given back.
+  prepare_locked(1, carve_nodes + 2);
+  address_space_.prepare(1);
   carve_locked(block_containing_locked(from), from, to);
   const physical_piece cut = cut_chunk_locked(from, to);
   memory_->decommit(from, to - from, cut.token, cut.offset_bytes);

@@ -99,6 +99,15 @@ block* pool::remap_locked(std::size_t size_bytes, const stream_timeline& stream)
   if (reserved_bytes_.load(std::memory_order_relaxed) + shortfall_bytes > config_.max_size_bytes)
     return nullptr;  // growth reports it, or an internal dependency serves
 
+  // Host memory first: once memory is mapped again, the blocks, chunks and retired ranges must
+  // all be changed. A carve per part and for the anchor; a part cuts its chunk in up to two and
+  // becomes a chunk at its new address; the new block and the shortfall's chunk.
+  const std::size_t carves = parts.size() + 1;
+  prepare_locked(carves + 1, carves * (carve_nodes + 3) + 2 + free_index::nodes_needed);
+  address_space_.prepare(1);
+  if (retired_.capacity() - retired_.size() < parts.size())
+    retired_.reserve(std::max(retired_.size() + parts.size(), 2 * retired_.capacity()));
+
   // Mapped anew: everything past the anchor, at the unmapped space after it or at fresh space.
   const std::size_t mapped_bytes = need_bytes - anchor_bytes;
   std::uintptr_t address = 0;
@@ -170,7 +179,10 @@ block* pool::remap_locked(std::size_t size_bytes, const stream_timeline& stream)
 }
 
 void pool::unmap_retired_locked(bool all) {
+  // Host memory first: the ranges leave retired_ as they are collected.
   std::vector<physical_piece> done;
+  done.reserve(retired_.size());
+  address_space_.prepare(retired_.size());
   auto kept = std::remove_if(retired_.begin(), retired_.end(), [&](const retired_range& r) {
     if (!all && !r.stamp.is_complete()) return false;
     done.push_back(r.piece);

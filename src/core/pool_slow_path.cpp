@@ -2,6 +2,7 @@
 // the reuse policies that decide whether a free block may serve this stream, splitting, and
 // the forgetting of destroyed streams (S11).
 #include <algorithm>
+#include <new>
 
 #include "core/check.hpp"
 #include "core/pool.hpp"
@@ -179,7 +180,12 @@ result<slow_path_outcome> pool::serve_locked(std::size_t size_bytes, const strea
       return grown;
     }
   }
-  split_locked(b, size_bytes);
+  try {
+    split_locked(b, size_bytes);
+  } catch (const std::bad_alloc&) {
+    file_locked(b);  // host memory ran out before the split changed anything: b is free again
+    throw;
+  }
   b->how = how.value_or(served_by::proven_free);
   check_invariants_locked();
   outcome.taken = b;
@@ -195,6 +201,7 @@ bool pool::move_granule_to_small_region_locked(const stream_timeline& stream) {
   if (giver == nullptr) return false;
   const std::uintptr_t from = round_up(giver->address, granularity_bytes_);
   const free_stamp stamp = giver->stamp;
+  prepare_locked(2, carve_nodes + 1 + free_index::nodes_needed);
   carve_locked(const_cast<block*>(giver), from, from + granularity_bytes_);
   block* moved = blocks_.make();
   moved->address = from;
@@ -209,6 +216,7 @@ bool pool::move_granule_to_small_region_locked(const stream_timeline& stream) {
 void pool::split_locked(block* b, std::size_t size_bytes) {
   // Requires: b was taken out of the index; b->size_bytes >= size_bytes.
   if (b->size_bytes - size_bytes < allocation_alignment_bytes) return;
+  prepare_locked(1, 1 + free_index::nodes_needed);  // may throw: b is as it was
   block* rest = blocks_.make();
   rest->address = b->address + size_bytes;
   rest->size_bytes = b->size_bytes - size_bytes;

@@ -3,6 +3,7 @@
 #include "runtime/pool_registry.hpp"
 
 #include <algorithm>
+#include <new>
 #include <utility>
 
 #include "runtime/history_notes.hpp"
@@ -245,7 +246,10 @@ void pool_registry::timeline_forgotten(const stream_timeline& timeline, free_sta
 }
 
 void pool_registry::synchronized() {
-  {
+  // Giving memory back is what a synchronize does besides its work, not its result: where host
+  // memory runs out for it, the memory stays reserved until the next synchronize or trim, and
+  // the synchronize still succeeds (api-behaviour.md, "Host memory exhausted inside soma").
+  try {
     // Shared: a concurrent reap cannot delete a pool while it releases memory here.
     std::shared_lock using_pools(reap_mutex_);
     std::vector<pool_object*> pools;
@@ -254,9 +258,20 @@ void pool_registry::synchronized() {
       pools.reserve(pools_.size());
       for (const auto& p : pools_) pools.push_back(p.get());
     }
-    for (pool_object* p : pools) p->on_synchronize();
+    for (pool_object* p : pools) {
+      try {
+        p->on_synchronize();
+      } catch (const std::bad_alloc&) {
+        // This pool keeps its memory for now; the others still give theirs back.
+      }
+    }
+  } catch (const std::bad_alloc&) {
   }
-  reap();
+  try {
+    reap();
+  } catch (const std::bad_alloc&) {
+    // Destroyed pools wait for the next reap.
+  }
 }
 
 }  // namespace soma::detail

@@ -124,7 +124,9 @@ TEST_F(HostExhaustion, ADrainThatFindsHostMemoryGoneLosesNoBlock) {
   const somaError_t status = somaMallocFromPoolAsync(&missed, 3000, pool, stream);
   EXPECT_EQ(allocations_until_failure, 0) << "the miss allocated nothing: the case was not reached";
   allocations_until_failure = 0;
-  if (status == somaSuccess) SOMA_ASSERT_OK(somaFreeAsync(missed, stream));
+  if (status == somaSuccess) {
+    SOMA_ASSERT_OK(somaFreeAsync(missed, stream));
+  }
   EXPECT_EQ(used_of(pool), 0U);
   // Every cached block is free again: together they serve one allocation of their size, in
   // place, once a later miss has filed what waited.
@@ -136,6 +138,70 @@ TEST_F(HostExhaustion, ADrainThatFindsHostMemoryGoneLosesNoBlock) {
   EXPECT_EQ(after, reserved) << "the pool grew instead";
   SOMA_ASSERT_OK(somaFreeAsync(whole, stream));
   SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+}
+
+}  // namespace
+
+namespace {
+
+std::uint64_t pool_figure(somaMemPool_t pool, somaMemPoolAttr attr) {
+  std::uint64_t value = 0;
+  EXPECT_EQ(somaMemPoolGetAttribute(pool, attr, &value), somaSuccess);
+  return value;
+}
+
+// Every step an allocation may take in a pool that remaps before growth (growth, a split, a
+// granule moved to the small region, a remap, release at the synchronize), with the first,
+// second, ... host allocation inside soma failing: the call fails with
+// somaErrorMemoryAllocation or succeeds, and the pool stays whole. Once everything is freed and
+// the stream synchronized, trimming gives every byte back: no block was lost halfway.
+TEST_F(HostExhaustion, AnAllocationThatFailsForHostMemoryAnywhereLeavesThePoolWhole) {
+  const std::size_t granule = granularity_bytes(0);
+  int reached = 0;
+  for (int failing = 1; failing <= 400; ++failing) {
+    SCOPED_TRACE(testing::Message() << "allocation " << failing << " of the call fails");
+    unique_stream stream;
+    unique_pool pool(0);
+    int before_growth = 1;
+    SOMA_ASSERT_OK(somaMemPoolSetAttribute(pool, somaMemPoolAttrRemapFreeMemory, &before_growth));
+    std::vector<void*> live(4);
+    for (void*& p : live) SOMA_ASSERT_OK(somaMallocFromPoolAsync(&p, 2 * granule, pool, stream));
+    SOMA_ASSERT_OK(somaFreeAsync(live[0], stream));
+    SOMA_ASSERT_OK(somaFreeAsync(live[2], stream));
+    live = {live[1], live[3]};
+    live.reserve(8);  // the test's own bookkeeping allocates nothing during the calls
+    // Free granules in two holes: a larger block is mapped again from them, a small one takes
+    // a granule of its own; then the stream runs its frees and the pool may release.
+    const std::size_t sizes[] = {4 * granule, 512, 3 * granule};
+    allocations_until_failure = failing;
+    bool failed = false;
+    for (std::size_t bytes : sizes) {
+      void* p = nullptr;
+      const somaError_t status = somaMallocFromPoolAsync(&p, bytes, pool, stream);
+      if (status == somaSuccess) {
+        live.push_back(p);
+      } else {
+        EXPECT_EQ(status, somaErrorMemoryAllocation) << last_message();
+        failed = true;
+      }
+    }
+    const somaError_t synchronized = somaStreamSynchronize(stream);
+    const bool was_reached = allocations_until_failure == 0;
+    allocations_until_failure = 0;
+    EXPECT_EQ(synchronized, somaSuccess) << last_message();
+    if (!was_reached) {
+      EXPECT_FALSE(failed) << "a call failed with no allocation failing";
+    }
+    reached += was_reached ? 1 : 0;
+    for (void* p : live) SOMA_ASSERT_OK(somaFreeAsync(p, stream));
+    SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+    EXPECT_EQ(pool_figure(pool, somaMemPoolAttrUsedMemCurrent), 0U);
+    SOMA_ASSERT_OK(somaMemPoolTrimTo(pool, 0));
+    EXPECT_EQ(pool_figure(pool, somaMemPoolAttrReservedMemCurrent), 0U)
+        << "memory was lost: it is neither live nor free";
+    if (!was_reached) break;
+  }
+  EXPECT_GT(reached, 0) << "the calls allocated nothing: no case was reached";
 }
 
 }  // namespace

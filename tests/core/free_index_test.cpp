@@ -43,9 +43,11 @@ class FreeIndex : public ::testing::Test {
     return run;
   }
 
-  soma::detail::block_store store_;  // merged blocks go back here (deleted with the fixture)
-  std::map<std::uintptr_t, block*> all_blocks_;
-  free_index index_{all_blocks_, store_};
+  soma::detail::node_reserve nodes_;  // the nodes of the maps and sets below
+  soma::detail::block_store store_;   // merged blocks go back here (deleted with the fixture)
+  soma::detail::block_map all_blocks_{
+      std::less<>{}, soma::detail::reserve_allocator<soma::detail::block_map::value_type>(nodes_)};
+  free_index index_{all_blocks_, store_, nodes_};
   stream_timeline a_{0};
   stream_timeline b_{1};
 };

@@ -196,7 +196,13 @@ bool pool::move_granule_to_small_region_locked(const stream_timeline& stream) {
   const block* giver = nullptr;
   index_.for_each_by_size([&](const block* b) {
     if (giver != nullptr || b->small_region || !usable_without_waiting(b, stream)) return;
-    if (round_up(b->address, granularity_bytes_) + granularity_bytes_ <= b->end()) giver = b;
+    const std::uintptr_t from = round_up(b->address, granularity_bytes_);
+    if (from + granularity_bytes_ > b->end()) return;
+    // The moved granule never merges back, so its commit goes back only a part at a time:
+    // where the platform gives a commit back whole only (cuda's whole commits), the commit
+    // would stay reserved for good.
+    const chunk& c = std::prev(chunks_.upper_bound(from))->second;
+    if (memory_->can_decommit_part(c.token)) giver = b;
   });
   if (giver == nullptr) return false;
   const std::uintptr_t from = round_up(giver->address, granularity_bytes_);

@@ -628,6 +628,28 @@ TEST(S9_SmallApart, WithNoGranuleToMoveTheRegionsMixRatherThanFail) {
   for (block* x : {big, small}) p.the_pool->free(x, a);
 }
 
+// A moved granule never merges back, so its commit can go back only a part at a time. Where the
+// platform gives a commit back whole only (cuda's whole commits), no granule moves: the small
+// block takes a piece of the large region, and once everything is free the commit goes back.
+// (Before, the granule moved and the commit stayed reserved for good.)
+TEST(S9_SmallApart, NoGranuleMovesOutOfACommitGivenBackWholeOnly) {
+  remap_pool p(4 * kGranule);
+  p.memory->allow_partial_decommit = false;
+  stream_timeline a(0);
+  block* big = p.allocate(4 * kGranule, a);
+  ASSERT_NE(big, nullptr);
+  p.free_pending(big, a);
+  block* small = p.allocate(1 * KiB, a);
+  ASSERT_NE(small, nullptr);
+  EXPECT_FALSE(small->small_region) << "a granule of a whole commit moved to the small region";
+  p.free_pending(small, a);
+  const std::uint64_t position = a.note_enqueued();
+  a.note_completed(position);
+  a.prove_completed(position);
+  EXPECT_TRUE(p.the_pool->try_release_everything()) << "the commit could not go back";
+  EXPECT_EQ(p.the_pool->statistics().reserved_bytes, 0u);
+}
+
 // A pool that does not remap before growth places small and large requests together, as before.
 TEST(S9_SmallApart, OnlyAPoolThatRemapsBeforeGrowthServesThemApart) {
   remap_pool p;

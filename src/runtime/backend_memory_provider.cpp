@@ -1,5 +1,6 @@
 #include "runtime/backend_memory_provider.hpp"
 
+#include <new>
 #include <vector>
 
 namespace soma::detail {
@@ -32,7 +33,14 @@ result<std::uintptr_t> backend_memory_provider::reserve(std::size_t bytes) {
       return applied;
     }
   }
-  reservations_.emplace(base.value(), bytes);
+  // Each platform call below undoes its own work where soma cannot record it for want of host
+  // memory: what soma does not know of, nothing would give back.
+  try {
+    reservations_.emplace(base.value(), bytes);
+  } catch (const std::bad_alloc&) {
+    platform_.free_address(base.value(), bytes);
+    throw;
+  }
   return base;
 }
 
@@ -86,11 +94,22 @@ result<std::uint64_t> backend_memory_provider::commit(std::uintptr_t address, st
     return commit_by_granule(address, bytes);
   result<std::uint64_t> handle = platform_.create_physical(where_, bytes, export_handle_types_);
   if (!handle.ok()) return handle;
-  if (status mapped = platform_.map(address, bytes, handle.value(), where_); !mapped.ok()) {
-    platform_.release_physical(handle.value());
-    return mapped;
+  try {
+    if (status mapped = platform_.map(address, bytes, handle.value(), where_); !mapped.ok()) {
+      platform_.release_physical(handle.value());
+      return mapped;
+    }
+  } catch (const std::bad_alloc&) {
+    platform_.release_physical(handle.value());  // the map undid itself
+    throw;
   }
-  mapped_bytes_[handle.value()] = bytes;
+  try {
+    mapped_bytes_[handle.value()] = bytes;
+  } catch (const std::bad_alloc&) {
+    platform_.unmap(address, bytes);
+    platform_.release_physical(handle.value());
+    throw;
+  }
   return handle;
 }
 
@@ -98,25 +117,52 @@ result<std::uint64_t> backend_memory_provider::commit_by_granule(std::uintptr_t 
                                                                  std::size_t bytes) {
   std::map<std::size_t, std::uint64_t> granules;  // by offset
   std::vector<backend::backend::mapping_part> parts;
+  parts.reserve(bytes / granularity_bytes_);
   auto release_all = [&] {
     for (const auto& [offset, handle] : granules) platform_.release_physical(handle);
   };
+  auto create_granule = [&]() -> result<std::uint64_t> {
+    try {
+      return platform_.create_physical(where_, granularity_bytes_, 0);
+    } catch (const std::bad_alloc&) {
+      release_all();  // the create undid itself
+      throw;
+    }
+  };
   for (std::size_t offset = 0; offset < bytes; offset += granularity_bytes_) {
-    result<std::uint64_t> handle = platform_.create_physical(where_, granularity_bytes_, 0);
+    result<std::uint64_t> handle = create_granule();
     if (!handle.ok()) {
       release_all();
       return handle;
     }
-    granules.emplace(offset, handle.value());
+    try {
+      granules.emplace(offset, handle.value());
+    } catch (const std::bad_alloc&) {
+      platform_.release_physical(handle.value());
+      release_all();
+      throw;
+    }
     parts.push_back({handle.value(), 0, granularity_bytes_});
   }
   // One call maps them all, so access is granted once over the range.
-  if (status mapped = platform_.map_parts(address, parts, where_); !mapped.ok()) {
-    release_all();
-    return mapped;
+  try {
+    if (status mapped = platform_.map_parts(address, parts, where_); !mapped.ok()) {
+      release_all();
+      return mapped;
+    }
+  } catch (const std::bad_alloc&) {
+    release_all();  // the map undid itself
+    throw;
   }
-  const std::uint64_t token = next_split_token_++;
-  split_commits_.emplace(token, std::move(granules));
+  const std::uint64_t token = next_split_token_;
+  try {
+    split_commits_.emplace(token, std::move(granules));
+  } catch (const std::bad_alloc&) {
+    platform_.unmap(address, bytes);
+    release_all();
+    throw;
+  }
+  ++next_split_token_;
   return token;
 }
 
@@ -155,27 +201,24 @@ void backend_memory_provider::decommit(std::uintptr_t address, std::size_t bytes
                                        std::uint64_t token, std::size_t offset_bytes) {
   if (auto split = split_commits_.find(token); split != split_commits_.end()) {
     // Each run of granules still committed is unmapped in one call, then each granule's
-    // physical allocation goes.
+    // physical allocation goes. Two passes rather than a list of the run: giving memory back
+    // needs no host memory.
+    std::map<std::size_t, std::uint64_t>& granules = split->second;
     std::size_t run_start = 0;
-    std::vector<std::uint64_t> run;
-    auto end_run = [&](std::size_t at) {
-      if (run.empty()) return;
-      platform_.unmap(address + run_start, at - run_start);
-      for (std::uint64_t handle : run) platform_.release_physical(handle);
-      run.clear();
-    };
-    for (std::size_t at = 0; at < bytes; at += granularity_bytes_) {
-      auto granule = split->second.find(offset_bytes + at);
-      if (granule == split->second.end()) {
-        end_run(at);
-        continue;
-      }
-      if (run.empty()) run_start = at;
-      run.push_back(granule->second);
-      split->second.erase(granule);
+    bool in_run = false;
+    for (std::size_t at = 0; at <= bytes; at += granularity_bytes_) {
+      const bool committed = at < bytes && granules.count(offset_bytes + at) != 0;
+      if (committed && !in_run) run_start = at;
+      if (!committed && in_run) platform_.unmap(address + run_start, at - run_start);
+      in_run = committed;
     }
-    end_run(bytes);
-    if (split->second.empty()) split_commits_.erase(split);
+    for (std::size_t at = 0; at < bytes; at += granularity_bytes_) {
+      auto granule = granules.find(offset_bytes + at);
+      if (granule == granules.end()) continue;
+      platform_.release_physical(granule->second);
+      granules.erase(granule);
+    }
+    if (granules.empty()) split_commits_.erase(split);
     return;
   }
   platform_.unmap(address, bytes);

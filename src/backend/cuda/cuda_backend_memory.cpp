@@ -2,7 +2,9 @@
 // driver's virtual memory API (design §"Physical memory"; reference §4).
 #include <algorithm>
 #include <cstdint>
+#include <new>
 #include <numeric>
+#include <span>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.hpp"
@@ -122,6 +124,12 @@ result<std::uintptr_t> cuda_backend::reserve_address(memory_location where, std:
   const int device = where.context_device();
   const std::size_t granularity = granularity_of(where);
   const std::size_t rounded = (bytes + granularity - 1) / granularity * granularity;
+  // Host memory first (the record), and a record that cannot be filed gives the range back:
+  // what soma does not know of, nothing would free.
+  auto record = std::make_unique<reservation>();
+  record->device = device;
+  record->host = where.is_host();
+  record->bytes = rounded;
   context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
   if (!scope.entered().ok()) return scope.entered();
   CUdeviceptr base = 0;
@@ -139,12 +147,13 @@ result<std::uintptr_t> cuda_backend::reserve_address(memory_location where, std:
                                  " lower the pool's maxSize)")
                       .message());
   }
-  auto record = std::make_unique<reservation>();
-  record->device = device;
-  record->host = where.is_host();
-  record->bytes = rounded;
-  std::lock_guard lock(memory_mutex_);
-  reservations_[static_cast<std::uintptr_t>(base)] = std::move(record);
+  try {
+    std::lock_guard lock(memory_mutex_);
+    reservations_[static_cast<std::uintptr_t>(base)] = std::move(record);
+  } catch (const std::bad_alloc&) {
+    driver_.cuMemAddressFree(base, rounded);
+    throw;
+  }
   return static_cast<std::uintptr_t>(base);
 }
 
@@ -204,14 +213,19 @@ result<std::uint64_t> cuda_backend::create_physical(memory_location where, std::
   if (created == CUDA_ERROR_OUT_OF_MEMORY && !where.is_host()) {
     return status(error_code::out_of_memory, explain_out_of_memory(device, bytes, created));
   }
-  if (status s =
-          driver_.check(created, "cuMemCreate", format_bytes(bytes) + " on " + describe(where));
+  if (status s = driver_.check(created, "cuMemCreate",
+                               [&] { return format_bytes(bytes) + " on " + describe(where); });
       !s.ok())
     return s;
+  try {
+    std::lock_guard lock(memory_mutex_);
+    physicals_[handle] =
+        physical{.device = device, .bytes = bytes, .counts_against_device = !where.is_host()};
+  } catch (const std::bad_alloc&) {
+    driver_.cuMemRelease(handle);  // not recorded: nothing else would release it
+    throw;
+  }
   if (!where.is_host()) d.committed_bytes.fetch_add(bytes, std::memory_order_acq_rel);
-  std::lock_guard lock(memory_mutex_);
-  physicals_[handle] =
-      physical{.device = device, .bytes = bytes, .counts_against_device = !where.is_host()};
   return static_cast<std::uint64_t>(handle);
 }
 
@@ -258,26 +272,25 @@ status cuda_backend::map_parts(std::uintptr_t address, std::span<const mapping_p
   std::lock_guard lock(r->mutex);
   context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
   if (!scope.entered().ok()) return scope.entered();
-  const auto base = static_cast<CUdeviceptr>(address);
-  std::size_t mapped_bytes = 0;
-  for (const mapping_part& part : parts) {
-    if (status s =
-            driver_.check(driver_.cuMemMap(base + mapped_bytes, part.bytes, 0, part.handle, 0),
-                          "cuMemMap", range_text(address + mapped_bytes, part.bytes));
-        !s.ok()) {
-      unmap_mappings(address, parts.first(static_cast<std::size_t>(&part - parts.data())));
-      return s;
-    }
-    mapped_bytes += part.bytes;
-  }
   // Mapping grants no access: the owner (a device, or the host for host memory), then every
   // device granted the reservation, in one grant over the whole range (cuMemSetAccess costs
-  // tens of microseconds a call).
+  // tens of microseconds a call). Host memory first: the list is made before anything is mapped.
   std::vector<CUmemAccessDesc> access{
       owner.is_host() ? host_access() : access_for(device, CU_MEM_ACCESS_FLAGS_PROT_READWRITE)};
   for (const auto& [peer, flags] : r->granted) {
     if ((owner.is_host() || peer != device) && flags != access_flags::none)
       access.push_back(access_for(peer, protection(flags)));
+  }
+  const auto base = static_cast<CUdeviceptr>(address);
+  std::size_t mapped_bytes = 0;
+  for (const mapping_part& part : parts) {
+    const CUresult mapped = driver_.cuMemMap(base + mapped_bytes, part.bytes, 0, part.handle, 0);
+    if (mapped != CUDA_SUCCESS) {
+      unmap_mappings(address, parts.first(static_cast<std::size_t>(&part - parts.data())));
+      return driver_.check(mapped, "cuMemMap",
+                           [&] { return range_text(address + mapped_bytes, part.bytes); });
+    }
+    mapped_bytes += part.bytes;
   }
   CUresult granted = driver_.cuMemSetAccess(base, total_bytes, access.data(), access.size());
   if (granted == CUDA_ERROR_INVALID_VALUE && owner.type == memory_location::kind::host) {
@@ -292,9 +305,16 @@ status cuda_backend::map_parts(std::uintptr_t address, std::span<const mapping_p
         range_text(address, total_bytes) + " for " + std::to_string(access.size()) + " device(s)");
   }
   std::uintptr_t at = address;
-  for (const mapping_part& part : parts) {
-    r->mapped_bytes[at] = part.bytes;
-    at += part.bytes;
+  try {
+    for (const mapping_part& part : parts) {
+      r->mapped_bytes[at] = part.bytes;
+      at += part.bytes;
+    }
+  } catch (const std::bad_alloc&) {
+    // Mappings soma has no record of would be found mapped by the next map there.
+    r->mapped_bytes.erase(r->mapped_bytes.lower_bound(address), r->mapped_bytes.lower_bound(at));
+    unmap_mappings(address, parts);
+    throw;
   }
   return status::success();
 }
@@ -308,14 +328,21 @@ void cuda_backend::unmap(std::uintptr_t address, std::size_t bytes) {
   const auto first = r->mapped_bytes.lower_bound(address);
   const auto last = r->mapped_bytes.lower_bound(address + bytes);
   if (scope.entered().ok()) {
-    std::vector<mapping_part> mapped;
     std::size_t recorded_bytes = 0;
-    for (auto it = first; it != last; ++it) {
-      mapped.push_back({0, 0, it->second});
-      recorded_bytes += it->second;
+    std::size_t count = 0;
+    for (auto it = first; it != last; ++it, ++count) recorded_bytes += it->second;
+    const mapping_part whole{0, 0, bytes};
+    std::vector<mapping_part> mapped;
+    if (recorded_bytes == bytes && count > 1) {
+      try {
+        mapped.reserve(count);
+        for (auto it = first; it != last; ++it) mapped.push_back({0, 0, it->second});
+      } catch (const std::bad_alloc&) {
+        mapped.clear();  // the range as asked: one call, or the driver refuses and it stays
+      }
     }
-    if (recorded_bytes != bytes) mapped.assign(1, {0, 0, bytes});  // not as recorded: as asked
-    unmap_mappings(address, mapped);
+    // Not as recorded, one mapping, or no host memory for the list: the range as asked.
+    unmap_mappings(address, mapped.empty() ? std::span(&whole, 1) : std::span(mapped));
   }
   r->mapped_bytes.erase(first, last);
 }
@@ -366,7 +393,9 @@ status cuda_backend::set_access(std::uintptr_t address, std::size_t bytes, int d
     if (status s = driver_.check(
             driver_.cuMemSetAccess(static_cast<CUdeviceptr>(piece), piece_bytes, &access, 1),
             "cuMemSetAccess",
-            range_text(piece, piece_bytes) + " for device " + std::to_string(device));
+            [&] {
+              return range_text(piece, piece_bytes) + " for device " + std::to_string(device);
+            });
         !s.ok())
       return s;
   }
@@ -392,11 +421,14 @@ result<int> cuda_backend::export_physical(std::uint64_t handle) {
   context_scope scope(driver_, devices_[static_cast<std::size_t>(device)]->context);
   if (!scope.entered().ok()) return scope.entered();
   int fd = -1;
-  if (status s =
-          driver_.check(driver_.cuMemExportToShareableHandle(
-                            &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-                        "cuMemExportToShareableHandle",
-                        "exporting needs a pool created with somaMemHandleTypePosixFileDescriptor");
+  if (status s = driver_.check(driver_.cuMemExportToShareableHandle(
+                                   &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                               "cuMemExportToShareableHandle",
+                               [] {
+                                 return std::string(
+                                     "exporting needs a pool created with "
+                                     "somaMemHandleTypePosixFileDescriptor");
+                               });
       !s.ok())
     return s;
   return fd;
@@ -409,16 +441,22 @@ result<std::uint64_t> cuda_backend::import_physical(int device, int fd, std::siz
   CUmemGenericAllocationHandle handle = 0;
   // The descriptor goes by value in the pointer; the driver does not take it over.
   void* os_handle = reinterpret_cast<void*>(static_cast<std::intptr_t>(fd));
-  if (status s = driver_.check(driver_.cuMemImportFromShareableHandle(
-                                   &handle, os_handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-                               "cuMemImportFromShareableHandle",
-                               "descriptor " + std::to_string(fd) + " of " + format_bytes(bytes));
+  if (status s = driver_.check(
+          driver_.cuMemImportFromShareableHandle(&handle, os_handle,
+                                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+          "cuMemImportFromShareableHandle",
+          [&] { return "descriptor " + std::to_string(fd) + " of " + format_bytes(bytes); });
       !s.ok())
     return s;
-  std::lock_guard lock(memory_mutex_);
-  auto [it, inserted] = physicals_.try_emplace(
-      handle, physical{.device = device, .bytes = bytes, .counts_against_device = false});
-  if (!inserted) ++it->second.references;  // the driver hands out one handle per allocation
+  try {
+    std::lock_guard lock(memory_mutex_);
+    auto [it, inserted] = physicals_.try_emplace(
+        handle, physical{.device = device, .bytes = bytes, .counts_against_device = false});
+    if (!inserted) ++it->second.references;  // the driver hands out one handle per allocation
+  } catch (const std::bad_alloc&) {
+    driver_.cuMemRelease(handle);  // the import's reference: not recorded, nothing would drop it
+    throw;
+  }
   return static_cast<std::uint64_t>(handle);
 }
 

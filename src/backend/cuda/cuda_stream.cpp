@@ -119,9 +119,10 @@ status cuda_stream::issue(work::fill& w) {
     return driver_.check(
         driver_.cuMemsetD8Async(device_pointer(w.destination), static_cast<unsigned char>(w.value),
                                 w.bytes, native_),
-        "cuMemsetD8Async",
-        format_bytes(w.bytes) + " at " +
-            format_address(reinterpret_cast<std::uintptr_t>(w.destination)));
+        "cuMemsetD8Async", [&] {
+          return format_bytes(w.bytes) + " at " +
+                 format_address(reinterpret_cast<std::uintptr_t>(w.destination));
+        });
   });
 }
 
@@ -130,10 +131,12 @@ status cuda_stream::issue(work::copy& w) {
   return issue_one([&](std::uint64_t) {
     return driver_.check(driver_.cuMemcpyAsync(device_pointer(w.destination),
                                                device_pointer(w.source), w.bytes, native_),
-                         "cuMemcpyAsync",
-                         format_bytes(w.bytes) + " from " +
-                             format_address(reinterpret_cast<std::uintptr_t>(w.source)) + " to " +
-                             format_address(reinterpret_cast<std::uintptr_t>(w.destination)));
+                         "cuMemcpyAsync", [&] {
+                           return format_bytes(w.bytes) + " from " +
+                                  format_address(reinterpret_cast<std::uintptr_t>(w.source)) +
+                                  " to " +
+                                  format_address(reinterpret_cast<std::uintptr_t>(w.destination));
+                         });
   });
 }
 
@@ -188,9 +191,10 @@ status cuda_stream::issue(work::wait_stream& w) {
   timeline_.note_enqueued();
   status waited =
       driver_.check(driver_.cuStreamWaitEvent(native_, marker.value(), CU_EVENT_WAIT_DEFAULT),
-                    "cuStreamWaitEvent",
-                    "ordering after position " + std::to_string(position) +
-                        " of a stream on device " + std::to_string(source.device_));
+                    "cuStreamWaitEvent", [&] {
+                      return "ordering after position " + std::to_string(position) +
+                             " of a stream on device " + std::to_string(source.device_);
+                    });
   if (waited.ok()) (void)tracker_.cover_enqueued_locked();
   return waited;
 }
@@ -198,8 +202,9 @@ status cuda_stream::issue(work::wait_stream& w) {
 status cuda_stream::enqueue_graph(CUgraphExec exec,
                                   const std::function<void(std::uint64_t)>& launched) {
   return issue_one([&](std::uint64_t position) {
-    if (status s = driver_.check(driver_.cuGraphLaunch(exec, native_), "cuGraphLaunch",
-                                 "a graph on a stream of device " + std::to_string(device_));
+    if (status s = driver_.check(
+            driver_.cuGraphLaunch(exec, native_), "cuGraphLaunch",
+            [&] { return "a graph on a stream of device " + std::to_string(device_); });
         !s.ok())
       return s;
     launched(position);
@@ -213,7 +218,7 @@ status cuda_stream::upload_graph(CUgraphExec exec) {
   if (!scope.entered().ok()) return scope.entered();
   std::lock_guard lock(tracker_.issue_mutex());
   return driver_.check(driver_.cuGraphUpload(exec, native_), "cuGraphUpload",
-                       "a graph on a stream of device " + std::to_string(device_));
+                       [&] { return "a graph on a stream of device " + std::to_string(device_); });
 }
 
 status cuda_stream::begin_capture() {

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/driver_types.hpp"
 #include "backend/fork_guard.hpp"
@@ -132,6 +133,18 @@ struct driver_api {
     if (result == CUDA_SUCCESS) [[likely]]
       return status::success();
     return failure(result, call, detail);
+  }
+  /// The same with the detail made only on failure: made on every success it cost an allocation
+  /// a call, and one that could fail after the driver had done its work (a mapping or an
+  /// allocation soma then had no record of).
+  template <typename Detail>
+  requires std::is_invocable_r_v<std::string, Detail> status check(CUresult result,
+                                                                   const char* call,
+                                                                   Detail&& detail)
+  const {
+    if (result == CUDA_SUCCESS) [[likely]]
+      return status::success();
+    return failure(result, call, detail());
   }
 
  private:

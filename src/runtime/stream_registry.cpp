@@ -5,8 +5,10 @@
 #include "runtime/history_notes.hpp"
 
 #include <algorithm>
+#include <new>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace soma::detail {
 
@@ -135,11 +137,20 @@ status stream_registry::destroy(std::uintptr_t handle) {
   return status::success();
 }
 
-void stream_registry::forget_finished() {
+void stream_registry::forget_finished() noexcept {
+  try {
+    forget_finished_or_throw();
+  } catch (const std::bad_alloc&) {
+    // The streams stay retired until the next synchronize or create.
+  }
+}
+
+void stream_registry::forget_finished_or_throw() {
   // Records dropped here are destroyed after the lock is released (declared first).
   std::vector<std::shared_ptr<stream_object>> forgotten;
   std::lock_guard lock(mutex_);
   if (retired_.empty()) return;
+  forgotten.reserve(retired_.size());  // before anything changes: the moves below cannot fail
   for (auto it = retired_.begin(); it != retired_.end();) {
     stream_object* s = *it;
     // While a poller is attached the backend still refers to the timeline (cuda: a retired

@@ -125,8 +125,11 @@ class stream_registry {
   /// Blocks until stream (destroyed, or about to be) has completed position.
   status wait_destroyed(stream_object& stream, std::uint64_t position);
   /// Destroyed streams whose work has all run: their frees serve every stream, and their
-  /// records and clock entries go (bounded memory under stream churn).
-  void forget_finished();
+  /// records and clock entries go (bounded memory under stream churn). Housekeeping, not the
+  /// caller's result: where host memory runs out for it, the streams wait for the next call
+  /// (each step is safe to repeat), and the synchronize or create that called it goes on.
+  void forget_finished() noexcept;
+  void forget_finished_or_throw();
 
   backend::backend& platform_;
   const device_table& devices_;

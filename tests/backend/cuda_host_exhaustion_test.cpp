@@ -54,6 +54,14 @@ cuda::driver_api sparing_driver() {
   d.cuMemMap = &paused_call<fake_cuda::map>::call;
   d.cuMemUnmap = &paused_call<fake_cuda::unmap>::call;
   d.cuMemSetAccess = &paused_call<fake_cuda::set_access>::call;
+  d.cuEventCreate = &paused_call<fake_cuda::event_create>::call;
+  d.cuEventDestroy = &paused_call<fake_cuda::event_destroy>::call;
+  d.cuEventRecord = &paused_call<fake_cuda::event_record>::call;
+  d.cuEventQuery = &paused_call<fake_cuda::event_query>::call;
+  d.cuEventSynchronize = &paused_call<fake_cuda::event_synchronize>::call;
+  d.cuStreamSynchronize = &paused_call<fake_cuda::stream_synchronize>::call;
+  d.cuStreamQuery = &paused_call<fake_cuda::stream_query>::call;
+  d.cuMemsetD8Async = &paused_call<fake_cuda::memset_async>::call;
   return d;
 }
 
@@ -150,5 +158,50 @@ void sweep(bool granule_commits) {
 TEST(cuda_host_exhaustion, PoolMemoryOfWholeCommitsStaysOneWithTheDriver) { sweep(false); }
 
 TEST(cuda_host_exhaustion, PoolMemoryOfGranuleCommitsStaysOneWithTheDriver) { sweep(true); }
+
+// Completion is learned from a stream's markers, whose events are kept for later markers. Where
+// host memory for that list runs out, the event goes instead: learning completion neither fails
+// nor leaks an event. (It threw std::bad_alloc out of a completion query before.)
+TEST(cuda_host_exhaustion, LearningCompletionNeverFailsForHostMemory) {
+  int reached = 0;
+  for (int failing = 1; failing <= 50; ++failing) {
+    SCOPED_TRACE(testing::Message() << "allocation " << failing << " of the query fails");
+    fake_cuda::driver_state gpu;
+    fake_cuda::state = &gpu;
+    fake_cuda::current_context = nullptr;
+    const cuda::driver_api driver = sparing_driver();
+    bool was_reached = false;
+    {
+      auto created = cuda::cuda_backend::create(driver);
+      ASSERT_TRUE(created.ok());
+      std::unique_ptr<cuda::cuda_backend> backend = std::move(created.value());
+      stream_timeline timeline(0);
+      auto made = backend->create_stream(0, timeline);
+      ASSERT_TRUE(made.ok());
+      auto stream = std::move(made.value());
+      int x = 0;
+      for (int i = 0; i < 3; ++i) ASSERT_TRUE(stream->enqueue_memset(&x, 0, sizeof x).ok());
+      EXPECT_FALSE(timeline.has_completed(3));  // records a marker
+      EXPECT_EQ(gpu.event_records, 1);
+      gpu.run_all();
+      allocations_until_failure = failing;
+      bool completed = false;
+      try {
+        completed = timeline.has_completed(3);
+      } catch (const std::bad_alloc&) {
+        ADD_FAILURE() << "learning completion threw std::bad_alloc";
+      }
+      was_reached = allocations_until_failure == 0;
+      allocations_until_failure = 0;
+      EXPECT_TRUE(completed);
+      EXPECT_TRUE(stream->synchronize().ok());
+    }
+    EXPECT_EQ(gpu.live_events, 0) << "an event was neither kept nor destroyed";
+    fake_cuda::state = nullptr;
+    if (!was_reached) break;
+    ++reached;
+  }
+  EXPECT_GT(reached, 0) << "the query allocated nothing: no case was reached";
+}
 
 }  // namespace

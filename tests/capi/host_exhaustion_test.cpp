@@ -204,4 +204,40 @@ TEST_F(HostExhaustion, AnAllocationThatFailsForHostMemoryAnywhereLeavesThePoolWh
   EXPECT_GT(reached, 0) << "the calls allocated nothing: no case was reached";
 }
 
+// A synchronize also gives memory back and forgets destroyed streams whose work has run: what it
+// does besides its work. Whichever host allocation inside it fails, it succeeds, and the pool's
+// memory and the streams' frees are all accounted for afterwards. (On an H100 the forgetting of
+// destroyed streams failed the synchronize with somaErrorMemoryAllocation.)
+TEST_F(HostExhaustion, ASynchronizeSucceedsWhicheverHostAllocationFails) {
+  int reached = 0;
+  for (int failing = 1; failing <= 100; ++failing) {
+    SCOPED_TRACE(testing::Message() << "allocation " << failing << " of the synchronize fails");
+    unique_stream stream;
+    unique_pool pool(0);
+    for (int i = 0; i < 4; ++i) {
+      somaStream_t gone = nullptr;
+      SOMA_ASSERT_OK(somaStreamCreate(&gone));
+      void* p = nullptr;
+      SOMA_ASSERT_OK(somaMallocFromPoolAsync(&p, 4096, pool, gone));
+      SOMA_ASSERT_OK(somaFreeAsync(p, gone));
+      SOMA_ASSERT_OK(somaStreamDestroy(gone));
+    }
+    void* q = nullptr;
+    SOMA_ASSERT_OK(somaMallocFromPoolAsync(&q, 4096, pool, stream));
+    SOMA_ASSERT_OK(somaFreeAsync(q, stream));
+    allocations_until_failure = failing;
+    const somaError_t synchronized = somaStreamSynchronize(stream);
+    const bool was_reached = allocations_until_failure == 0;
+    allocations_until_failure = 0;
+    EXPECT_EQ(synchronized, somaSuccess) << last_message();
+    SOMA_ASSERT_OK(somaStreamSynchronize(stream));
+    EXPECT_EQ(pool_figure(pool, somaMemPoolAttrUsedMemCurrent), 0U);
+    SOMA_ASSERT_OK(somaMemPoolTrimTo(pool, 0));
+    EXPECT_EQ(pool_figure(pool, somaMemPoolAttrReservedMemCurrent), 0U);
+    if (!was_reached) break;
+    ++reached;
+  }
+  EXPECT_GT(reached, 0) << "the synchronize allocated nothing: no case was reached";
+}
+
 }  // namespace

@@ -1,5 +1,7 @@
 #include "backend/cuda/completion_tracker.hpp"
 
+#include <new>
+
 #include "core/check.hpp"
 
 namespace soma::detail::backend::cuda {
@@ -32,6 +34,14 @@ std::size_t completion_tracker::pending_markers() const {
   return pending_.size();
 }
 
+void completion_tracker::keep_spare_locked(CUevent event) noexcept {
+  try {
+    spare_events_.push_back(event);
+  } catch (const std::bad_alloc&) {
+    driver_.cuEventDestroy(event);  // a later marker creates one: learning completion goes on
+  }
+}
+
 void completion_tracker::collect_completed_locked() {
   // A stream runs in order: once one marker is pending, the later ones are too.
   while (!pending_.empty()) {
@@ -41,7 +51,7 @@ void completion_tracker::collect_completed_locked() {
     // kernel fault): completion can no longer be learned, and the marker stays pending.
     if (state != CUDA_SUCCESS) return;
     timeline_->note_completed(oldest.position);
-    spare_events_.push_back(oldest.event);
+    keep_spare_locked(oldest.event);
     pending_.pop_front();
   }
 }
@@ -68,11 +78,18 @@ result<CUevent> completion_tracker::record_marker_locked() {
   }
   const std::uint64_t position = timeline_->enqueued_position();
   if (const CUresult recorded = driver_.cuEventRecord(event, stream_); recorded != CUDA_SUCCESS) {
-    spare_events_.push_back(event);
-    return driver_.check(recorded, "cuEventRecord",
-                         "a completion marker at stream position " + std::to_string(position));
+    keep_spare_locked(event);
+    return driver_.check(recorded, "cuEventRecord", [&] {
+      return "a completion marker at stream position " + std::to_string(position);
+    });
   }
-  pending_.push_back({event, position});
+  try {
+    pending_.push_back({event, position});
+  } catch (const std::bad_alloc&) {
+    // Untracked, the marker covers nothing: the stream's next marker covers this position too.
+    driver_.cuEventDestroy(event);
+    throw;
+  }
   return event;
 }
 

@@ -112,6 +112,9 @@ class completion_tracker final : public completion_poller {
   };
 
   void collect_completed_locked();
+  /// Keeps a completed marker's event for the next marker, or destroys it where host memory for
+  /// the list runs out: learning completion never fails for want of host memory.
+  void keep_spare_locked(CUevent event) noexcept;
   result<CUevent> record_marker_locked();
 
   const driver_api& driver_;

@@ -461,7 +461,9 @@ class pool {
   // Bases of the small region's reservations.
   std::set<std::uintptr_t, std::less<>, reserve_allocator<std::uintptr_t>> small_reservations_{
       std::less<>{}, reserve_allocator<std::uintptr_t>(nodes_)};
-  std::array<std::atomic<cache_segment*>, cache_segment_count> cache_segments_{};
+  // Read on every call: starts a cache line (left where the members before it happened to end, a
+  // pair cost about 1 ns more on the CPU machine, 2026-12-05).
+  alignas(64) std::array<std::atomic<cache_segment*>, cache_segment_count> cache_segments_{};
   std::vector<std::unique_ptr<stream_cache>> cache_storage_;
 
   std::atomic<std::uint64_t> reserved_bytes_{0};

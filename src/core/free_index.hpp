@@ -94,8 +94,10 @@ class free_index {
     return sum;
   }
   std::size_t block_count() const noexcept { return by_size_.size(); }
-  /// Nodes one insert may need (its two sets); a remove or a merge needs none.
-  static constexpr std::size_t nodes_needed = 2;
+  /// Nodes one insert may take: its two sets, and the note of a stream's unmerged runs (which,
+  /// where it cannot be had, is dropped; a step that inserts several blocks must not find the
+  /// nodes it made ahead taken by it). A remove or a merge takes none.
+  static constexpr std::size_t nodes_needed = 3;
   /// How many streams have runs for merge_own_runs (tests: none outlives its stream).
   std::size_t streams_with_unmerged_runs() const noexcept { return unmerged_runs_.size(); }
 

@@ -388,7 +388,9 @@ status cuda_backend::set_access(std::uintptr_t address, std::size_t bytes, int d
   const CUmemAccessDesc access = access_for(device, protection(flags));
   // Every mapped piece that overlaps the range; later maps read `granted`.
   for (auto it = r->mapped_bytes.begin(); it != r->mapped_bytes.end(); ++it) {
-    const auto [piece, piece_bytes] = *it;
+    // Named, not a structured binding: clang 14 cannot capture one in the lambda below.
+    const std::uintptr_t piece = it->first;
+    const std::size_t piece_bytes = it->second;
     if (piece + piece_bytes <= address || piece >= address + bytes) continue;
     if (status s = driver_.check(
             driver_.cuMemSetAccess(static_cast<CUdeviceptr>(piece), piece_bytes, &access, 1),

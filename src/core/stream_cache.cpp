@@ -35,7 +35,7 @@ stream_cache::bin* stream_cache::find_bin(std::size_t size_bytes, bool create) {
 }
 
 block* stream_cache::drain() noexcept {
-  std::lock_guard lock(mutex_);
+  const biased_lock::scope lock(mutex_);
   // Linked through next_in_bin, in bin order: a drain needs no host memory, so a pool whose
   // host memory ran out loses no block to it.
   block* first = nullptr;
@@ -66,19 +66,19 @@ block* stream_cache::drain() noexcept {
 }
 
 std::int64_t stream_cache::take_used() noexcept {
-  std::lock_guard lock(mutex_);
+  const biased_lock::scope lock(mutex_);
   const std::int64_t share = used_delta_bytes_.load(std::memory_order_relaxed);
   used_delta_bytes_.store(0, std::memory_order_release);
   return share;
 }
 
 std::size_t stream_cache::bin_slots() const {
-  std::lock_guard lock(mutex_);
+  const biased_lock::scope lock(mutex_);
   return bins_.size();
 }
 
 std::size_t stream_cache::cached_bytes() const {
-  std::lock_guard lock(mutex_);
+  const biased_lock::scope lock(mutex_);
   return cached_bytes_;
 }
 

@@ -4,22 +4,22 @@
 #include <cstddef>
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <new>
 #include <vector>
 
 #include "core/block.hpp"
 #include "core/check.hpp"
-#include "core/spin_lock.hpp"
+#include "core/biased_lock.hpp"
 
 namespace soma::detail {
 
 /// Blocks freed on one stream, kept for that stream's next allocations of the same size.
 /// Reuse within one stream needs no ordering check (S11: always allowed), so a hit is a
-/// lock of this cache alone and a pop: no lock shared with other streams, no backend call.
+/// lock of this cache alone and a pop: no lock shared with other streams, no backend call. The
+/// lock is biased (biased_lock): the thread that runs the stream takes it with plain stores.
 /// The pool drains caches into its free index when it needs the memory elsewhere (other
 /// streams, growth, release), so nothing stays stranded here.
-/// Thread-safe: every member takes the cache's own mutex.
+/// Thread-safe: every member takes the cache's own lock.
 class alignas(64) stream_cache {  // own cache lines: streams on other cores never touch them
  public:
   /// A free beyond this many cached bytes goes to the pool's index instead.
@@ -36,7 +36,7 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
     std::int64_t ignored = 0;
     if (publish == nullptr) publish = &ignored;
     *publish = 0;
-    std::lock_guard lock(mutex_);
+    const biased_lock::scope lock(mutex_);
     bin* b = find_bin_fast(size_bytes, false);
     if (b == nullptr || b->head == nullptr) return nullptr;
     block* taken = b->head;
@@ -55,7 +55,7 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
   bool push(block* freed, std::int64_t freed_bytes = 0) noexcept {
     SOMA_ASSERT(freed->next_in_bin == nullptr && freed->size_bytes != 0,
                 "a block is in one bin at most, and has a size");
-    std::lock_guard lock(mutex_);
+    const biased_lock::scope lock(mutex_);
     add_used_locked(-freed_bytes);
     if (cached_bytes_ + freed->size_bytes > capacity_bytes_) return false;
     bin* b = nullptr;
@@ -84,8 +84,11 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
   }
   /// Holds the cache still, so that a reader can add its share to the published figure
   /// without a push or pop of this stream moving bytes between the two (pool::used_now).
-  void hold() const noexcept { mutex_.lock(); }
-  void release_hold() const noexcept { mutex_.unlock(); }
+  /// Never the biased entry: a holder holds many caches at once.
+  void hold() const noexcept { mutex_.lock_shared(); }
+  void release_hold() const noexcept { mutex_.unlock_shared(); }
+  /// The cache's lock (tests: its bias and revocations).
+  const biased_lock& lock() const noexcept { return mutex_; }
 
   /// Next cache of the same pool (a list readers walk without the pool lock).
   stream_cache* next_in_pool = nullptr;
@@ -108,7 +111,7 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
 
   static constexpr std::size_t initial_bin_slots = 32;
 
-  mutable spin_lock mutex_;
+  mutable biased_lock mutex_;
   std::vector<bin> bins_;  // open addressing by size; power-of-two capacity
   std::size_t bins_used_ = 0;
   std::size_t last_bin_ = 0;  // reset with bins_ by drain, so it stays in range

@@ -34,6 +34,9 @@ class pool_hazards {
   /// True if some thread has published pool. Requires: the pool can no longer be reached
   /// where threads find pools (handle table, current pool), so no new thread publishes it.
   static bool is_in_use(const void* pool);
+  /// Whether publish is a plain store (the process barrier exists and may be relied on: not
+  /// under ThreadSanitizer, which does not model it), decided once.
+  static bool asymmetric() noexcept;
 
  private:
   struct thread_state {
@@ -41,8 +44,6 @@ class pool_hazards {
     bool asymmetric = false;  // asymmetric(), set with the slot
   };
   static void take_slot_for_this_thread(thread_state& t);
-  /// Whether publish is a plain store (the process barrier exists), decided once.
-  static bool asymmetric() noexcept;
 
   static constinit thread_local thread_state this_thread_;
 };

@@ -1,6 +1,9 @@
 #include "runtime/runtime.hpp"
 
 #include "backend/fork_guard.hpp"
+#include "backend/process_barrier.hpp"
+#include "core/biased_lock.hpp"
+#include "runtime/pool_hazards.hpp"
 
 #include <utility>
 
@@ -64,7 +67,11 @@ runtime::runtime(std::unique_ptr<backend::backend> platform)
       pools_(*backend_, devices_, pointers_),
       streams_(*backend_, devices_, pools_),
       host_memory_(*backend_),
-      ipc_(*backend_, pools_, pointers_) {}
+      ipc_(*backend_, pools_, pointers_) {
+  // The stream caches' locks go biased where the hazards' publish goes without a fence: both
+  // leave the fence to a rare process barrier.
+  if (pool_hazards::asymmetric()) biased_lock::use_process_barrier(&backend::process_barrier);
+}
 
 status runtime::start() {
   if (status any = devices_.check_any(); !any.ok()) return any;

@@ -29,6 +29,15 @@ scripts/setup-deps.sh
 cmake --preset gpu "$@"
 cmake --build --preset gpu --parallel "$jobs"
 
+# What was built, for gpu-check's summary: the copy on the GPU machine has a git state of its own.
+{
+  echo -n "$(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  if git status --porcelain 2>/dev/null | grep -q .; then
+    echo -n " with local changes (diff $(git diff HEAD 2>/dev/null | sha256sum | cut -c1-12))"
+  fi
+  echo ", built $(date -u '+%Y-%m-%d %H:%M UTC')"
+} >"$build_dir/build-commit.txt"
+
 # Leftovers of check_language(CUDA) and of compiler identification (several MiB of a.out and
 # intermediate files); CMake does not read them again once the compilers are cached.
 rm -rf "$build_dir/CMakeFiles/CheckCUDA"

@@ -50,8 +50,14 @@ check_start() {
   {
     echo "soma $name, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), host $(hostname)"
     echo "repository $repo_root, build $BUILD_DIR, out $OUT"
-    echo "commit $(git -C "$repo_root" rev-parse --short HEAD 2>/dev/null || echo '?')" \
-      "$(git -C "$repo_root" status --porcelain 2>/dev/null | grep -q . && echo '(with local changes)')"
+    # The build's own record (scripts/build-gpu.sh) where there is one: a build carried to
+    # another machine was made from the commit it names, whatever that copy's git state says.
+    if [[ -f "$BUILD_DIR/build-commit.txt" ]]; then
+      echo "build of $(cat "$BUILD_DIR/build-commit.txt")"
+    else
+      echo "commit $(git -C "$repo_root" rev-parse --short HEAD 2>/dev/null || echo '?')" \
+        "$(git -C "$repo_root" status --porcelain 2>/dev/null | grep -q . && echo '(with local changes)')"
+    fi
     echo
   } | tee -a "$summary"
 }

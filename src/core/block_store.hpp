@@ -18,10 +18,12 @@ class block_store {
   block_store(const block_store&) = delete;
   block_store& operator=(const block_store&) = delete;
   ~block_store() {
-    while (kept_ != nullptr) {
-      block* next = kept_->next_in_bin;
-      delete kept_;
-      kept_ = next;
+    for (block* list : {kept_, aside_}) {
+      while (list != nullptr) {
+        block* next = list->next_in_bin;
+        delete list;
+        list = next;
+      }
     }
   }
 
@@ -48,6 +50,17 @@ class block_store {
     while (count_ < count) recycle(new block());
   }
   std::size_t kept() const noexcept { return count_; }
+  /// Puts the kept blocks beyond `count` aside, where make() does not find them (tests, as
+  /// node_reserve::keep_at_most). They stay blocks until the store goes.
+  void set_aside_beyond(std::size_t count) noexcept {
+    while (count_ > count) {
+      block* b = kept_;
+      kept_ = b->next_in_bin;
+      --count_;
+      b->next_in_bin = aside_;
+      aside_ = b;
+    }
+  }
 
  private:
   static void reset(block& b) noexcept {
@@ -65,6 +78,7 @@ class block_store {
   }
 
   block* kept_ = nullptr;
+  block* aside_ = nullptr;
   std::size_t count_ = 0;
 };
 

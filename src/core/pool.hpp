@@ -213,6 +213,13 @@ class pool {
     remap_.store(mode, std::memory_order_relaxed);
   }
   remap_statistics remap_counts() const noexcept;
+  /// Tests: every step that must not stop halfway keeps only the blocks and nodes it prepared
+  /// (prepare_locked), none spare from earlier steps, so that a count too low shows up as an
+  /// allocation in the middle of the step, where a host-memory sweep makes it fail.
+  void prepare_exactly(bool on) {
+    std::lock_guard lock(mutex_);
+    exact_preparation_ = on;
+  }
 
   /// Calls visit for each physical piece backing [address, address + bytes), in address
   /// order, under the pool lock (so none is released meanwhile); stops at the first failure
@@ -437,6 +444,10 @@ class pool {
   void prepare_locked(std::size_t blocks, std::size_t nodes) {
     blocks_.reserve(blocks);
     nodes_.reserve(nodes);
+    if (exact_preparation_) [[unlikely]] {
+      blocks_.set_aside_beyond(blocks);
+      nodes_.keep_at_most(nodes);
+    }
   }
   block* block_containing_locked(std::uintptr_t address) const;
   /// The free, indexed block that ends exactly at address (where unmapped space begins), or
@@ -452,6 +463,7 @@ class pool {
 
   mutable std::mutex mutex_;  // the pool lock: index, blocks, chunks, address space
   node_reserve nodes_;        // before the maps and sets that take their nodes from it
+  bool exact_preparation_ = false;  // prepare_exactly; under mutex_
   block_store blocks_;        // before the structures that hold blocks
   block_map all_blocks_{std::less<>{}, reserve_allocator<block_map::value_type>(nodes_)};
   free_index index_{all_blocks_, blocks_, nodes_};

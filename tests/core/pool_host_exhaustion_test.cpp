@@ -213,6 +213,8 @@ struct exhaustion_case {
     config.reservation_bytes = 8 << 20;
     the_pool = std::make_unique<pool>(config, std::make_unique<sparing_provider>(memory));
     if (remap) the_pool->set_remap_free_memory(remap_mode::before_growth);
+    // No spare nodes or blocks: a step that prepared too few allocates in its middle.
+    the_pool->prepare_exactly(true);
     live.reserve(16);  // the test's own bookkeeping allocates nothing during a step
   }
   /// Allocates without failing (the case's setup), or records a failure of the step tried.

@@ -461,10 +461,10 @@ class pool {
   const std::uint32_t serial_;
   block_directory* directory_ = nullptr;
 
-  mutable std::mutex mutex_;  // the pool lock: index, blocks, chunks, address space
-  node_reserve nodes_;        // before the maps and sets that take their nodes from it
+  mutable std::mutex mutex_;        // the pool lock: index, blocks, chunks, address space
+  node_reserve nodes_;              // before the maps and sets that take their nodes from it
   bool exact_preparation_ = false;  // prepare_exactly; under mutex_
-  block_store blocks_;        // before the structures that hold blocks
+  block_store blocks_;              // before the structures that hold blocks
   block_map all_blocks_{std::less<>{}, reserve_allocator<block_map::value_type>(nodes_)};
   free_index index_{all_blocks_, blocks_, nodes_};
   chunk_map chunks_{std::less<>{}, reserve_allocator<chunk_map::value_type>(nodes_)};

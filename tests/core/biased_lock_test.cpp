@@ -50,7 +50,8 @@ class BiasedLockTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (under_thread_sanitizer)
-      GTEST_SKIP() << "ThreadSanitizer does not model the process barrier; soma installs none there";
+      GTEST_SKIP()
+          << "ThreadSanitizer does not model the process barrier; soma installs none there";
     const long commands = membarrier(MEMBARRIER_CMD_QUERY);
     if (commands < 0 || (commands & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0 ||
         membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) != 0)

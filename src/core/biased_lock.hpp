@@ -14,9 +14,8 @@ namespace soma::detail {
 inline constinit thread_local char thread_identity_anchor = 0;
 #endif
 
-/// The calling thread's identity: the thread pointer where it is one register load, else a
-/// thread_local's address. A new thread may get the identity of one that has finished, which
-/// holds nothing, so taking over its bias is harmless.
+/// The calling thread's identity among live threads: the thread pointer where it is one
+/// register load, else a thread_local's address.
 inline const void* this_thread_identity() noexcept {
 #if defined(__x86_64__) && defined(__linux__)
   const void* self = nullptr;
@@ -27,21 +26,31 @@ inline const void* this_thread_identity() noexcept {
 #endif
 }
 
+/// A thread's mark of the biased_lock it is inside with the bias (nullptr: none). Taken by one
+/// thread, which alone writes `inside`: a thread that read a lock's owner late (preempted
+/// between its two loads) and backs out clears its own mark only, never another owner's.
+/// Never freed: when its thread ends the slot is given back (its identity cleared) for a later
+/// thread, and a lock still biased to it is then biased to nobody who can enter.
+struct alignas(64) bias_slot {
+  std::atomic<const void*> identity{nullptr};  ///< the taker's this_thread_identity()
+  std::atomic<const void*> inside{nullptr};
+  std::atomic<bool> taken{true};
+  bias_slot* next = nullptr;
+};
+
 /// A spin lock with a bias. After `bias_after_entries` entries in a row by one thread, that
-/// thread enters with two plain stores and two loads instead of an atomic exchange. Only the
-/// first thread to earn the bias ever holds it: `inside_` then has one writer, where a second
-/// owner could meet a first that read the owner late (preempted between its two loads) and
-/// their stores to `inside_` would mix. Any other thread that enters takes the bias away first:
-/// it clears the owner, runs the process barrier (every thread of the process passes a full
-/// fence) and waits until the owner is out. The owner earns it back by another run of entries.
-/// Without a process barrier (none installed: ThreadSanitizer builds, systems without Linux's
-/// membarrier, the core's own tests unless they install one) nobody is biased: a spin lock.
-/// Critical sections must not take another biased_lock's biased entry (stream caches: pop,
-/// push and drain are leaves). Thread-safe.
+/// thread enters with plain stores and loads instead of an atomic exchange. Any other thread
+/// that enters takes the bias away first: it clears the owner, runs the process barrier (every
+/// thread of the process passes a full fence) and waits until the owner's slot shows it out.
+/// The bias goes to whichever thread next makes such a run. Without a process barrier (none
+/// installed: ThreadSanitizer builds, systems without Linux's membarrier, the core's own tests
+/// unless they install one) nobody is biased: a spin lock. Critical sections must not take
+/// another biased_lock's biased entry (stream caches: pop, push and drain are leaves).
+/// Thread-safe.
 class biased_lock {
  public:
-  /// How lock() entered: unlock() takes it back.
-  enum class entry : bool { shared, biased };
+  /// How lock() entered, for unlock(): the owner's slot, or nullptr for the shared entry.
+  using entry = bias_slot*;
   /// Entries in a row by one thread that earn it the bias. A revocation costs one process
   /// barrier (microseconds), so this bounds what threads taking turns pay per entry.
   static constexpr std::uint32_t bias_after_entries = 4096;
@@ -56,23 +65,26 @@ class biased_lock {
     process_barrier_.store(barrier, std::memory_order_release);
   }
 
-  /// Inline, the owner's entry: announce, then check the bias is still there. A revoker clears
-  /// the owner before its barrier and reads `inside_` after it, so one of the two sees the other.
+  /// Inline, the owner's entry: a slot whose identity is this thread's is this thread's own,
+  /// so the owner finds its slot through the lock, without a thread_local. It marks the slot,
+  /// then checks the bias is still there; a revoker clears the owner before its barrier and
+  /// reads the slot after it, so one of the two sees the other.
   entry lock() noexcept {
-    const void* self = this_thread_identity();
-    if (owner_.load(std::memory_order_relaxed) == self) [[likely]] {
-      inside_.store(true, std::memory_order_relaxed);
+    bias_slot* owner = owner_.load(std::memory_order_relaxed);
+    if (owner != nullptr &&
+        owner->identity.load(std::memory_order_relaxed) == this_thread_identity()) [[likely]] {
+      owner->inside.store(this, std::memory_order_relaxed);
       std::atomic_signal_fence(std::memory_order_seq_cst);  // the revoker's barrier fences
-      if (owner_.load(std::memory_order_acquire) == self) [[likely]]
-        return entry::biased;
-      inside_.store(false, std::memory_order_release);
+      if (owner_.load(std::memory_order_acquire) == owner) [[likely]]
+        return owner;
+      owner->inside.store(nullptr, std::memory_order_release);
     }
     lock_shared();
-    return entry::shared;
+    return nullptr;
   }
   void unlock(entry how) noexcept {
-    if (how == entry::biased) {
-      inside_.store(false, std::memory_order_release);
+    if (how != nullptr) {
+      how->inside.store(nullptr, std::memory_order_release);
     } else {
       unlock_shared();
     }
@@ -83,7 +95,9 @@ class biased_lock {
 
   /// Whether the calling thread holds the bias (tests).
   bool biased_to_this_thread() const noexcept {
-    return owner_.load(std::memory_order_relaxed) == this_thread_identity();
+    const bias_slot* owner = owner_.load(std::memory_order_relaxed);
+    return owner != nullptr &&
+           owner->identity.load(std::memory_order_relaxed) == this_thread_identity();
   }
   /// Biases taken away so far (tests, benchmarks).
   std::uint64_t revocations() const noexcept {
@@ -104,18 +118,16 @@ class biased_lock {
   };
 
  private:
-  void revoke_locked() noexcept;
-  void count_entry_locked(const void* self) noexcept;
+  void revoke_locked(bias_slot* owner) noexcept;
+  void count_entry_locked(bias_slot* self) noexcept;
 
   static constinit inline std::atomic<bool (*)() noexcept> process_barrier_{nullptr};
 
-  std::atomic<const void*> owner_{nullptr};  // the biased thread, or nullptr
-  std::atomic<bool> inside_{false};          // written by the owner only
+  std::atomic<bias_slot*> owner_{nullptr};  // the biased thread's slot, or nullptr
   std::atomic<std::uint64_t> revocations_{0};
   spin_lock mutex_;
   // Under mutex_:
-  const void* favourite_ = nullptr;  // the one thread that may hold the bias
-  const void* streak_thread_ = nullptr;
+  const bias_slot* streak_thread_ = nullptr;
   std::uint32_t streak_ = 0;
 };
 

@@ -98,8 +98,9 @@ TEST_F(BiasedLockTest, ARunOfEntriesEarnsTheBiasAndItsEntriesAreBiased) {
   EXPECT_FALSE(lock.biased_to_this_thread());
   enter_times(lock, 1);
   EXPECT_TRUE(lock.biased_to_this_thread());
-  EXPECT_EQ(lock.lock(), biased_lock::entry::biased);
-  lock.unlock(biased_lock::entry::biased);
+  const biased_lock::entry biased = lock.lock();
+  EXPECT_NE(biased, nullptr) << "the owner's entry is the biased one";
+  lock.unlock(biased);
   // The shared entry stays open to the owner, and keeps its bias.
   lock.lock_shared();
   lock.unlock_shared();
@@ -115,8 +116,9 @@ TEST_F(BiasedLockTest, AnotherThreadTakesTheBiasAwayWithOneBarrier) {
   EXPECT_FALSE(lock.biased_to_this_thread());
   EXPECT_EQ(lock.revocations(), 1u);
   EXPECT_EQ(barriers_run.load(), 1);
-  EXPECT_EQ(lock.lock(), biased_lock::entry::shared);
-  lock.unlock(biased_lock::entry::shared);
+  const biased_lock::entry shared = lock.lock();
+  EXPECT_EQ(shared, nullptr) << "the entry after a revocation is the shared one";
+  lock.unlock(shared);
   // Earned back by another run.
   enter_times(lock, biased_lock::bias_after_entries);
   EXPECT_TRUE(lock.biased_to_this_thread());
@@ -131,17 +133,40 @@ TEST_F(BiasedLockTest, AShortRunEarnsNothingAndOthersEntriesBreakTheRun) {
   EXPECT_EQ(lock.revocations(), 0u);
 }
 
-TEST_F(BiasedLockTest, NoSecondThreadEverHoldsTheBias) {
+TEST_F(BiasedLockTest, AnotherThreadsRunEarnsTheBiasForIt) {
   biased_lock lock;
   enter_times(lock, biased_lock::bias_after_entries);
-  bool other_biased = true;
+  bool other_biased = false;
   std::thread other([&] {
-    enter_times(lock, 3 * biased_lock::bias_after_entries);
+    enter_times(lock, biased_lock::bias_after_entries);
     other_biased = lock.biased_to_this_thread();
   });
   other.join();
-  EXPECT_FALSE(other_biased);
+  EXPECT_TRUE(other_biased);
+  EXPECT_FALSE(lock.biased_to_this_thread());
   EXPECT_EQ(lock.revocations(), 1u);
+  // The other thread has ended and its slot is nobody's: this thread takes the bias away on
+  // entering.
+  enter_times(lock, 1);
+  EXPECT_EQ(lock.revocations(), 2u);
+}
+
+// A thread that ends gives its slot to a later thread; a lock biased to the ended thread is
+// then entered by whichever thread took the slot, biased, and by any other after one barrier.
+// (Threads made one after another usually get the ended one's slot.)
+TEST_F(BiasedLockTest, AnEndedOwnersBiasIsTakenAwayOrInherited) {
+  biased_lock lock;
+  on_other_thread(lock, biased_lock::bias_after_entries);
+  bool inherited = false;
+  std::uint64_t revocations_seen = 0;
+  std::thread later([&] {
+    enter_times(lock, 1);
+    inherited = lock.biased_to_this_thread();
+    revocations_seen = lock.revocations();
+  });
+  later.join();
+  // Either the later thread took the ended one's slot (no barrier) or it took the bias away.
+  EXPECT_EQ(revocations_seen, inherited ? 0u : 1u);
 }
 
 // Rounds of: the first thread alone, long enough to earn the bias, then every thread at once,

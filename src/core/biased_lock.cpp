@@ -1,5 +1,7 @@
 #include "core/biased_lock.hpp"
 
+#include "core/thread_slots.hpp"
+
 #include <new>
 #include <thread>
 
@@ -9,18 +11,6 @@ namespace {
 // Never freed: a revoker may read the slot of a thread that has ended.
 std::atomic<bias_slot*> first_slot{nullptr};
 
-bias_slot* take_slot() {
-  for (bias_slot* s = first_slot.load(std::memory_order_acquire); s != nullptr; s = s->next) {
-    bool expected = false;
-    if (s->taken.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) return s;
-  }
-  auto* fresh = new bias_slot();
-  fresh->next = first_slot.load(std::memory_order_relaxed);
-  while (!first_slot.compare_exchange_weak(fresh->next, fresh, std::memory_order_acq_rel)) {
-  }
-  return fresh;
-}
-
 constinit thread_local bias_slot* this_thread_slot = nullptr;
 constinit thread_local bool thread_ended = false;
 
@@ -28,7 +18,7 @@ constinit thread_local bool thread_ended = false;
 // destructors) take the shared route without a slot. Its identity is cleared first, so that a
 // later thread with the same identity does not take it for its own.
 struct slot_holder {
-  bias_slot* slot = take_slot();
+  bias_slot* slot = take_thread_slot(first_slot);
   slot_holder() { slot->identity.store(this_thread_identity(), std::memory_order_relaxed); }
   slot_holder(const slot_holder&) = delete;
   slot_holder& operator=(const slot_holder&) = delete;

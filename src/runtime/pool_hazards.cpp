@@ -1,6 +1,7 @@
 #include "runtime/pool_hazards.hpp"
 
 #include "backend/process_barrier.hpp"
+#include "core/thread_slots.hpp"
 
 namespace soma::detail {
 namespace {
@@ -14,21 +15,9 @@ struct alignas(64) hazard_slot {
 // Never freed: a reaper may scan a slot whose thread has gone.
 std::atomic<hazard_slot*> first_slot{nullptr};
 
-hazard_slot* take_slot() {
-  for (hazard_slot* s = first_slot.load(std::memory_order_acquire); s != nullptr; s = s->next) {
-    bool expected = false;
-    if (s->taken.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) return s;
-  }
-  auto* fresh = new hazard_slot();
-  fresh->next = first_slot.load(std::memory_order_relaxed);
-  while (!first_slot.compare_exchange_weak(fresh->next, fresh, std::memory_order_acq_rel)) {
-  }
-  return fresh;
-}
-
 // Gives the slot back when its thread exits.
 struct thread_slot {
-  hazard_slot* slot = take_slot();
+  hazard_slot* slot = take_thread_slot(first_slot);
   thread_slot() = default;
   thread_slot(const thread_slot&) = delete;
   thread_slot& operator=(const thread_slot&) = delete;

@@ -49,8 +49,11 @@ bias_slot* slot_of_this_thread() noexcept {
 
 void biased_lock::lock_shared() noexcept {
   mutex_.lock();
-  bias_slot* self = slot_of_this_thread();
   bias_slot* owner = owner_.load(std::memory_order_relaxed);
+  // No owner and no process barrier (ThreadSanitizer, no membarrier): no bias can be granted,
+  // so there is no run to count and this is the plain spin lock.
+  if (owner == nullptr && process_barrier_.load(std::memory_order_relaxed) == nullptr) return;
+  bias_slot* self = slot_of_this_thread();
   if (owner != nullptr && owner != self) revoke_locked(owner);
   count_entry_locked(self);
 }

@@ -77,8 +77,20 @@ extern constinit thread_local history_thread this_thread_history;
 class memory_history {
  public:
   static memory_history& process() {
-    static memory_history* const history = new memory_history();  // lives past static teardown
+    static memory_history* const history = made(new memory_history());  // lives past teardown
     return *history;
+  }
+  /// process() where recording is on (recording() read true): it was made before recording
+  /// started, so this is one load, not a call.
+  static memory_history& recording_one() noexcept {
+    return *instance_.load(std::memory_order_acquire);
+  }
+  /// The calling thread's history_thread, its address worked out once: reached through the
+  /// thread_local itself, a shared library works the address out again at each use.
+  static history_thread& this_thread() noexcept {
+    history_thread* t = &this_thread_history;
+    asm("" : "+r"(t));  // NOLINT(hicpp-no-assembler): keeps the address in a register
+    return *t;
   }
 
   /// Starts recording into a ring of capacity events (> 0), dropping what was recorded.
@@ -143,7 +155,13 @@ class memory_history {
   static bool pop_scope() noexcept;
 
  private:
+  static memory_history* made(memory_history* h) noexcept {
+    instance_.store(h, std::memory_order_release);
+    return h;
+  }
+
   static constinit inline std::atomic<bool> enabled_{false};  // one history per process
+  static constinit inline std::atomic<memory_history*> instance_{nullptr};  // process()'s
   // The ring in use. Rings are kept until exit: a writer that loaded one may still write into
   // it. start() with the same capacity restarts the ring in use instead of making another.
   std::atomic<history_ring*> ring_{nullptr};

@@ -91,8 +91,8 @@ inline std::uint64_t block_stamp(block& b, memory_history& history, history_thre
 
 /// Records an allocation and stamps the block with the thread's scope label.
 inline void allocated(const pool& p, block& b, std::uintptr_t stream) {
-  memory_history& history = memory_history::process();
-  history_thread& t = this_thread_history;
+  memory_history& history = memory_history::recording_one();
+  history_thread& t = memory_history::this_thread();
   const std::uint32_t scope = t.scope;
   b.scope.store(scope, std::memory_order_relaxed);
   history_event e = of_pool(history_kind::allocate, p, stream);

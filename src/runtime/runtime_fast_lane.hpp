@@ -71,10 +71,14 @@ inline bool runtime::free_fast(void* pointer, std::uintptr_t stream_handle) {
     found.live->set_state(block_state::live);
     return false;
   }
-  // History, a scope to clear, or a destroyed owner to reap: free()'s own continuation.
-  if (history_notes::on() || found.live->scope.load(std::memory_order_relaxed) != 0 ||
-      owner.is_destroyed()) [[unlikely]] {
+  // A scope to clear or a destroyed owner to reap: free()'s own continuation.
+  if (found.live->scope.load(std::memory_order_relaxed) != 0 || owner.is_destroyed())
+      [[unlikely]] {
     free_claimed(found, *stream);
+    return true;
+  }
+  if (history_notes::on()) [[unlikely]] {
+    free_recorded(owner, *found.live, *stream);
     return true;
   }
   free_into(owner, found.live, *stream);

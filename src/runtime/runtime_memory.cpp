@@ -126,8 +126,8 @@ void runtime::free_claimed(const live_entry<pool_object>& live, stream_object& s
   history_thread* thread = nullptr;  // this_thread_history, reached once
   std::uint64_t stamp = 0;
   if (recording) {
-    history = &memory_history::process();
-    thread = &this_thread_history;
+    history = &memory_history::recording_one();
+    thread = &memory_history::this_thread();
     stamp = history_notes::block_stamp(*live.live, *history, *thread);
   }
   free_into(owner, live.live, stream);
@@ -141,6 +141,16 @@ void runtime::free_claimed(const live_entry<pool_object>& live, stream_object& s
       // The free is done; the pool goes at a later reap (the next free of it, or teardown).
     }
   }
+}
+
+void runtime::free_recorded(pool_object& owner, block& b, stream_object& stream) {
+  memory_history& history = memory_history::recording_one();
+  history_thread& thread = memory_history::this_thread();
+  const std::uintptr_t address = b.address;
+  const std::size_t bytes = b.requested_bytes;
+  const std::uint64_t stamp = history_notes::block_stamp(b, history, thread);
+  free_into(owner, &b, stream);
+  history_notes::freed(owner, address, bytes, 0, stream.handle, stamp, history, thread);
 }
 
 void runtime::note_allocated(const pool_object& pool, block& b, const stream_object& stream) {

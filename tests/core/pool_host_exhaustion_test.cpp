@@ -351,6 +351,30 @@ TEST(S9_PoolHostExhaustion, ReleaseLeavesThePoolWholeWhicheverAllocationFails) {
       [](exhaustion_case& c) { c.the_pool->trim_to(0); });
 }
 
+TEST(S9_PoolHostExhaustion, AReleaseInsideAFreeBlockAndAChunkLeavesThePoolWhole) {
+  // The free block and its chunk both go on past the granules given back, on either side: the
+  // carve keeps two pieces and the chunk is cut in two, the most host memory a release takes.
+  sweep(
+      [] {
+        auto c = std::make_unique<exhaustion_case>(true);
+        c->free_pending(c->allocate(8 * kGranule, c->a), c->a);
+        exhaustion_case::prove(c->a);
+        block* before = c->allocate(kGranule + kGranule / 2, c->a);
+        block* middle = c->allocate(5 * kGranule, c->a);
+        block* after = c->allocate(kGranule + kGranule / 2, c->a);
+        EXPECT_EQ(middle->address, before->address + before->size_bytes);
+        EXPECT_EQ(after->address, middle->address + middle->size_bytes);
+        c->free_pending(middle, c->a);
+        exhaustion_case::prove(c->a);
+        return c;
+      },
+      [](exhaustion_case& c) {
+        c.the_pool->trim_to(0);
+        EXPECT_EQ(c.the_pool->statistics().reserved_bytes, 4 * kGranule)
+            << "granules 2 to 5 go back; the pieces beside them stay";
+      });
+}
+
 /// Four live blocks of two granules, the first and third freed: two holes of two granules.
 std::unique_ptr<exhaustion_case> two_holes(std::size_t max_size = 64 << 20) {
   auto c = std::make_unique<exhaustion_case>(true, max_size);

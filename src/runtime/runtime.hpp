@@ -141,8 +141,7 @@ class runtime {
   /// history, and the reaping of a destroyed owner.
   void free_claimed(const live_entry<pool_object>& live, stream_object& stream);
   /// The fast lane's free while history records: a block with no scope, of a live owner.
-  [[gnu::noinline]] static void free_recorded(pool_object& owner, block& b,
-                                              stream_object& stream);
+  [[gnu::noinline]] static void free_recorded(pool_object& owner, block& b, stream_object& stream);
   /// The free itself, once claimed: S2 on a native stream, then into the pool.
   static void free_into(pool_object& owner, block* b, stream_object& stream);
   /// The fast lanes' hit in pool's cache for stream, recorded in history when it records; the

@@ -72,8 +72,7 @@ inline bool runtime::free_fast(void* pointer, std::uintptr_t stream_handle) {
     return false;
   }
   // A scope to clear or a destroyed owner to reap: free()'s own continuation.
-  if (found.live->scope.load(std::memory_order_relaxed) != 0 || owner.is_destroyed())
-      [[unlikely]] {
+  if (found.live->scope.load(std::memory_order_relaxed) != 0 || owner.is_destroyed()) [[unlikely]] {
     free_claimed(found, *stream);
     return true;
   }

@@ -1,6 +1,6 @@
 // biased_lock: the stream cache's lock (S11's same-stream reuse is its fast path). The bias
-// is earned by a run of entries, taken away by any other thread, and never held by a second
-// thread; through all of it the lock excludes.
+// is earned by a run of entries, taken away by any other thread, and earned again by whichever
+// thread makes the next run; through all of it the lock excludes.
 #include "core/biased_lock.hpp"
 #include "core/stream_cache.hpp"
 
@@ -18,6 +18,8 @@
 #include <set>
 #include <thread>
 #include <vector>
+
+#include "cache_blocks.hpp"
 
 namespace {
 
@@ -233,13 +235,7 @@ TEST_F(BiasedLockTest, AStreamsPairsAndAnotherThreadsDrainsKeepEveryBlock) {
   std::atomic<int> drains{0};
   std::thread drainer([&] {
     while (!done.load()) {
-      std::vector<block*> taken;
-      for (block* b = cache.drain(); b != nullptr;) {
-        block* next = b->next_in_bin;
-        b->next_in_bin = nullptr;
-        taken.push_back(b);
-        b = next;
-      }
+      const std::vector<block*> taken = soma_test::drained(cache);
       {
         const std::lock_guard lock(returned_mutex);
         returned.insert(returned.end(), taken.begin(), taken.end());
@@ -274,7 +270,7 @@ TEST_F(BiasedLockTest, AStreamsPairsAndAnotherThreadsDrainsKeepEveryBlock) {
   done = true;
   drainer.join();
   held.insert(held.end(), returned.begin(), returned.end());
-  for (block* b = cache.drain(); b != nullptr; b = b->next_in_bin) held.push_back(b);
+  for (block* b : soma_test::drained(cache)) held.push_back(b);
   const std::set<block*> all(held.begin(), held.end());
   EXPECT_EQ(all.size(), blocks) << "a block lost";
   EXPECT_EQ(held.size(), blocks) << "a block handed out twice";

@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "cache_blocks.hpp"
+
 namespace {
 
 using soma::detail::block;
@@ -21,17 +23,7 @@ std::unique_ptr<block> make_block(std::uintptr_t address, std::size_t size) {
   return b;
 }
 
-/// Drains the cache; the blocks, unlinked again, in the order drain() linked them.
-std::vector<block*> drained(stream_cache& cache) {
-  std::vector<block*> out;
-  for (block* b = cache.drain(); b != nullptr;) {
-    block* next = b->next_in_bin;
-    b->next_in_bin = nullptr;
-    out.push_back(b);
-    b = next;
-  }
-  return out;
-}
+using soma_test::drained;
 
 TEST(S11_StreamCache, EmptyCacheMisses) {
   stream_cache cache;

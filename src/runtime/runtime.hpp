@@ -140,8 +140,11 @@ class runtime {
   /// free() once the block is claimed, of a pool neither imported nor exported: the free, its
   /// history, and the reaping of a destroyed owner.
   void free_claimed(const live_entry<pool_object>& live, stream_object& stream);
-  /// The fast lane's free while history records: a block with no scope, of a live owner.
-  [[gnu::noinline]] static void free_recorded(pool_object& owner, block& b, stream_object& stream);
+  /// A free while history records, of a live owner: the free and its event, with the scope the
+  /// block had (free_claimed's; the fast lane's has none). Kept out of line so the fast lane
+  /// stays small where nothing records.
+  [[gnu::noinline]] static void free_recorded(pool_object& owner, block& b, stream_object& stream,
+                                              std::uint32_t scope);
   /// The free itself, once claimed: S2 on a native stream, then into the pool.
   static void free_into(pool_object& owner, block* b, stream_object& stream);
   /// The fast lanes' hit in pool's cache for stream, recorded in history when it records; the

@@ -77,7 +77,7 @@ inline bool runtime::free_fast(void* pointer, std::uintptr_t stream_handle) {
     return true;
   }
   if (history_notes::on()) [[unlikely]] {
-    free_recorded(owner, *found.live, *stream);
+    free_recorded(owner, *found.live, *stream, 0);
     return true;
   }
   free_into(owner, found.live, *stream);

@@ -113,27 +113,17 @@ status runtime::free(void* pointer, std::uintptr_t stream_handle) {
 
 void runtime::free_claimed(const live_entry<pool_object>& live, stream_object& stream) {
   pool_object& owner = *live.owner;
-  const std::uintptr_t address = live.live->address;
   // Read before the free: once it is done another thread may tear the pool down.
   const bool owner_destroyed = owner.is_destroyed();
-  const std::size_t bytes = live.live->requested_bytes;
   // A scope belongs to one allocation: cleared here, so a block reused after recording stopped
   // shows none.
   const std::uint32_t scope = live.live->scope.load(std::memory_order_relaxed);
   if (scope != 0) live.live->scope.store(0, std::memory_order_relaxed);
-  const bool recording = history_notes::on() && !owner_destroyed;
-  memory_history* history = nullptr;
-  history_thread* thread = nullptr;  // this_thread_history, reached once
-  std::uint64_t stamp = 0;
-  if (recording) {
-    history = &memory_history::recording_one();
-    thread = &memory_history::this_thread();
-    stamp = history_notes::block_stamp(*live.live, *history, *thread);
-  }
-  free_into(owner, live.live, stream);
   // A destroyed owner may be gone once the free is done; its last frees go unrecorded.
-  if (recording)
-    history_notes::freed(owner, address, bytes, scope, stream.handle, stamp, *history, *thread);
+  if (history_notes::on() && !owner_destroyed)
+    free_recorded(owner, *live.live, stream, scope);
+  else
+    free_into(owner, live.live, stream);
   if (owner_destroyed) {
     try {
       pools_.reap();
@@ -143,14 +133,15 @@ void runtime::free_claimed(const live_entry<pool_object>& live, stream_object& s
   }
 }
 
-void runtime::free_recorded(pool_object& owner, block& b, stream_object& stream) {
+void runtime::free_recorded(pool_object& owner, block& b, stream_object& stream,
+                            std::uint32_t scope) {
   memory_history& history = memory_history::recording_one();
   history_thread& thread = memory_history::this_thread();
   const std::uintptr_t address = b.address;
   const std::size_t bytes = b.requested_bytes;
   const std::uint64_t stamp = history_notes::block_stamp(b, history, thread);
   free_into(owner, &b, stream);
-  history_notes::freed(owner, address, bytes, 0, stream.handle, stamp, history, thread);
+  history_notes::freed(owner, address, bytes, scope, stream.handle, stamp, history, thread);
 }
 
 void runtime::note_allocated(const pool_object& pool, block& b, const stream_object& stream) {

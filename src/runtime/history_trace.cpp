@@ -129,7 +129,10 @@ class trace_writer {
     std::string pools;
     for (const history_pool_settings& p : context.pools) {
       if (!pools.empty()) pools += ",";
-      pools += "{" + field("pool", labels_.pool(p.serial)) + "," +
+      // Appended, not "{" + ...: gcc 12 warns (-Wrestrict, a false positive) on the insert at
+      // the front that operator+(const char*, std::string&&) makes.
+      pools += '{';
+      pools += field("pool", labels_.pool(p.serial)) + "," +
                number("device", static_cast<std::uint64_t>(p.device)) + "," +
                number("granularity_bytes", p.granularity_bytes) + "," +
                number("max_size_bytes", p.max_size_bytes) + "," +

@@ -213,7 +213,9 @@ TEST_F(S5_HostPools, AnotherStreamReusesAFreeOnlyAfterAnEvent) {  // S11
   EXPECT_FALSE(reused[0][0]) << "a stream with no order after the free reused it";
   EXPECT_EQ(reused[0][0], reused[1][0]);
   EXPECT_EQ(reused[0][1], reused[1][1]) << "host and device pools reuse differently";
-  if (on_cpu_backend()) EXPECT_TRUE(reused[0][1]) << "the event's wait did not cover the free";
+  if (on_cpu_backend()) {
+    EXPECT_TRUE(reused[0][1]) << "the event's wait did not cover the free";
+  }
 }
 
 TEST_F(S5_HostPools, HostNumaPoolMemoryLivesOnItsNode) {

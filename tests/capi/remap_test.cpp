@@ -40,7 +40,9 @@ struct two_holes {
     }
     const std::uint64_t slack = pool_u64(pool, somaMemPoolAttrReservedMemCurrent) -
                                 pool_u64(pool, somaMemPoolAttrUsedMemCurrent);
-    if (slack != 0) EXPECT_EQ(somaMallocFromPoolAsync(&filler, slack, pool, stream), somaSuccess);
+    if (slack != 0) {
+      EXPECT_EQ(somaMallocFromPoolAsync(&filler, slack, pool, stream), somaSuccess);
+    }
     filler_bytes = slack;
     EXPECT_EQ(somaStreamSynchronize(stream), somaSuccess);
     EXPECT_EQ(gate.hold(stream), somaSuccess);
@@ -56,7 +58,9 @@ struct two_holes {
   /// Frees what stays live: the second and fourth blocks and the filler.
   void free_rest(somaStream_t stream) {
     for (void* p : {blocks[1], blocks[3], filler}) {
-      if (p != nullptr) EXPECT_EQ(somaFreeAsync(p, stream), somaSuccess);
+      if (p != nullptr) {
+        EXPECT_EQ(somaFreeAsync(p, stream), somaSuccess);
+      }
     }
   }
   std::size_t block_bytes;

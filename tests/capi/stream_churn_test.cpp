@@ -54,7 +54,9 @@ void serve_requests(int count, somaStream_t main_stream, somaEvent_t event) {
   constexpr int round = 50;
   for (int i = 0; i < count; ++i) {
     serve_request(main_stream, event);
-    if (i % round == round - 1) SOMA_ASSERT_OK(somaStreamSynchronize(main_stream));
+    if (i % round == round - 1) {
+      SOMA_ASSERT_OK(somaStreamSynchronize(main_stream));
+    }
   }
   // A device synchronize, not the main stream's: it settles every destroyed stream, so the
   // figure read next counts what soma keeps for streams whose work has run.

@@ -239,7 +239,8 @@ inline std::vector<role_outcome> run_roles(
     // Everything the child needs is prepared before fork: only exec-safe calls after it.
     std::string peers_text;
     for (std::size_t j = 0; j < n; ++j) {
-      peers_text += (j == 0 ? "" : ",") + std::to_string(link[i][j]);
+      if (j != 0) peers_text += ',';
+      peers_text += std::to_string(link[i][j]);
     }
     std::vector<std::string> environment;
     for (char** e = environ; *e != nullptr; ++e) {

@@ -12,6 +12,10 @@ if(SOMA_EXPENSIVE_CHECKS)
 endif()
 if(SOMA_SANITIZER STREQUAL "address")
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  # -O1, the level ASan's documentation recommends, instead of RelWithDebInfo's -O2: it finds the
+  # same errors, and gcc compiles the instrumented tests in about 60 % of the time (a test file
+  # of 1 100 lines: 40 s at -O2, 25 s at -O1), most of CI's asan stage.
+  add_compile_options($<$<CONFIG:RelWithDebInfo>:-O1>)
   add_link_options(-fsanitize=address,undefined)
 elseif(SOMA_SANITIZER STREQUAL "thread")
   add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)

@@ -30,6 +30,9 @@ allocation); --allocators picks (default: all but soma_compact):
   soma_noremap       the same with remap_free_memory=False (no remapping: what remapping costs
                      in step time and saves in memory)
   soma_compact       the same with compact_before_growth=True (and no remapping)
+  soma_history       soma's defaults with memory history recorded from the start
+                     (SOMA_HISTORY=1048576 events): its mean step against soma's in the same
+                     run is what recording costs (goal: at most 1.05x)
 
 Each run: warm-up steps (not timed), then --steps timed steps; a step is the data (token
 ids drawn on the GPU, causal mask), forward, loss, backward, AdamW step, zero_grad, timed
@@ -75,8 +78,13 @@ ALLOCATORS = {
     "soma_compact": None,
     "soma_remap": None,
     "soma_noremap": None,
+    "soma_history": None,
 }
-SOMA_ALLOCATORS = ("soma", "soma_compact", "soma_remap", "soma_noremap")
+SOMA_ALLOCATORS = ("soma", "soma_compact", "soma_remap", "soma_noremap", "soma_history")
+# soma_history: soma's defaults with memory history recording (SOMA_HISTORY) from the start, for
+# what recording costs a step (issue goal: at most 5 % over soma's own step time).
+HISTORY_EVENTS = 1 << 20
+HISTORY_OVERHEAD_GOAL = 1.05
 # What a run compares unless --allocators says otherwise (soma_compact on request: it costs a
 # synchronize per fragmenting step, docs/benchmarks.md).
 # soma_remap is soma_torch's default now (remapping before growth), so soma runs it.
@@ -197,7 +205,8 @@ def run_child(args):
                           compact_before_growth=allocator == "soma_compact",
                           remap_free_memory={"soma": None, "soma_compact": False,
                                              "soma_remap": True,
-                                             "soma_noremap": False}[allocator])
+                                             "soma_noremap": False,
+                                             "soma_history": None}[allocator])
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -350,6 +359,9 @@ def child_environment(allocator):
         env["PYTORCH_CUDA_ALLOC_CONF"] = ALLOCATORS[allocator]
     if allocator in SOMA_ALLOCATORS:
         env.setdefault("SOMA_BACKEND", "cuda")
+    env.pop("SOMA_HISTORY", None)
+    if allocator == "soma_history":
+        env["SOMA_HISTORY"] = str(HISTORY_EVENTS)
     return env
 
 
@@ -439,6 +451,10 @@ def summarize(results):
         best = fastest.get(result["workload"])
         result["vs_fastest"] = result["mean_ms"] / best["mean_ms"] if best else None
         result["fastest"] = best["allocator"] if best else None
+        soma = next((r for r in good if r["allocator"] == "soma"
+                     and r["workload"] == result["workload"]), None)
+        if result["allocator"] == "soma_history" and soma is not None:
+            result["vs_soma"] = result["mean_ms"] / soma["mean_ms"]
         if result["allocator"] in SOMA_ALLOCATORS:
             goal = RATIO_GOALS[result["workload"]]
             result["ratio_goal"] = goal
@@ -472,6 +488,10 @@ def table(results):
                 line += (f"; mean step {r['vs_fastest']:.3f} x the fastest of PyTorch's "
                          f"({r['fastest']}; goal <= {STEP_TIME_GOAL}: "
                          f"{'met' if r['step_time_goal_met'] else 'MISSED'})")
+            if "vs_soma" in r:
+                met = r["vs_soma"] <= HISTORY_OVERHEAD_GOAL
+                line += (f"; mean step {r['vs_soma']:.3f} x soma's without recording (goal <= "
+                         f"{HISTORY_OVERHEAD_GOAL}: {'met' if met else 'MISSED'})")
             verdicts.append(line)
     return "\n".join(rows + [""] + verdicts) + "\n"
 

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/check.hpp"
 #include "core/history_clock.hpp"
 #include "core/history_ring.hpp"
 
@@ -83,7 +84,9 @@ class memory_history {
   /// process() where recording is on (recording() read true): it was made before recording
   /// started, so this is one load, not a call.
   static memory_history& recording_one() noexcept {
-    return *instance_.load(std::memory_order_acquire);
+    memory_history* const history = instance_.load(std::memory_order_acquire);
+    SOMA_ASSERT(history != nullptr, "memory history read as recording before process() made it");
+    return *history;
   }
   /// The calling thread's history_thread, its address worked out once: reached through the
   /// thread_local itself, a shared library works the address out again at each use.

@@ -436,9 +436,10 @@ def merge_rounds(rounds):
 
 def summarize(results):
     """Adds each run's mean step time relative to native and to the fastest of PyTorch's
-    allocators, and the goal verdicts of soma's runs."""
+    allocators (soma_history's also relative to soma), and the goal verdicts of soma's runs."""
     good = [r for r in results if "error" not in r]
     native = {r["workload"]: r for r in good if r["allocator"] == "native"}
+    soma = {r["workload"]: r for r in good if r["allocator"] == "soma"}
     fastest = {}
     for r in good:
         if r["allocator"] in PYTORCH_ALLOCATORS:
@@ -451,10 +452,9 @@ def summarize(results):
         best = fastest.get(result["workload"])
         result["vs_fastest"] = result["mean_ms"] / best["mean_ms"] if best else None
         result["fastest"] = best["allocator"] if best else None
-        soma = next((r for r in good if r["allocator"] == "soma"
-                     and r["workload"] == result["workload"]), None)
-        if result["allocator"] == "soma_history" and soma is not None:
-            result["vs_soma"] = result["mean_ms"] / soma["mean_ms"]
+        without_history = soma.get(result["workload"])
+        if result["allocator"] == "soma_history" and without_history is not None:
+            result["vs_soma"] = result["mean_ms"] / without_history["mean_ms"]
         if result["allocator"] in SOMA_ALLOCATORS:
             goal = RATIO_GOALS[result["workload"]]
             result["ratio_goal"] = goal

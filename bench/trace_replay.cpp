@@ -5,7 +5,12 @@
 //
 //   trace_replay TRACE [--granularity BYTES] [--growth-step BYTES] [--partial-decommit]
 //                [--compact] [--no-remap] [--frees-at-one-point] [--max-ratio R]
+//                [--passes N] [--show-remaps]
 //
+// --passes N replays the trace N times on one pool, as a training loop goes on, keeping what the
+// first pass left live (the weights), and prints each pass's remaps and the peak so far: a pool
+// that has settled remaps nothing in later passes, and its peak stays. --show-remaps prints the
+// event, size and pool state of every allocation that remapped.
 // Defaults model the cuda backend on an H200 under soma_torch: 2 MiB granules, commits in
 // 32 MiB steps, release threshold never reached; by default with remapping before growth
 // (somaMemPoolAttrRemapFreeMemory = 1; the pool then commits granule by granule). --compact models
@@ -13,6 +18,7 @@
 // proven), the pool trimmed to 0, the allocation retried. The same trace is also replayed with
 // neither and with compaction alone, side by side: remaps, bytes remapped, and the synchronizes
 // remapping avoids.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +29,7 @@
 #include <sstream>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/pool.hpp"
 #include "core/memory_provider.hpp"
@@ -74,6 +81,8 @@ struct replay_options {
   bool compact = false;
   bool remap = true;
   bool position_per_free = true;
+  bool show_remaps = false;
+  int passes = 1;
 };
 
 // One pass over the trace ("a ID BYTES" allocates, "f ID" frees) on one stream.
@@ -102,34 +111,67 @@ replay_figures replay(const char* path, const replay_options& o) {
   std::string kind;
   std::uint64_t id = 0;
   std::size_t bytes = 0;
-  while (trace >> kind >> id) {
-    ++events;
-    if (kind == "a") {
-      trace >> bytes;
-      if (bytes == 0) continue;
-      if (o.verbose) {
-        const pool_statistics now = replayed.statistics();
-        std::printf("event %zu: allocate %zu (%.1f MiB), used %.3f GiB, reserved %.3f GiB\n",
-                    events, bytes, static_cast<double>(bytes) / (1 << 20),
-                    static_cast<double>(now.used_bytes) / (1 << 30),
-                    static_cast<double>(now.reserved_bytes) / (1 << 30));
+  // Further passes replay the trace again on the same pool, as a training loop runs on: a pool
+  // that has settled remaps nothing in them. What the first pass left live (the model's weights
+  // and the optimizer's state) stays, and its allocation and free are skipped.
+  std::unordered_set<std::uint64_t> kept;
+  for (int pass = 0; pass < o.passes && out.ok; ++pass) {
+    if (pass > 0) {
+      trace.clear();
+      trace.seekg(0);
+      for (const auto& [kept_id, unused] : live) kept.insert(kept_id);
+    }
+    const remap_statistics before_pass = replayed.remap_counts();
+    while (trace >> kind >> id) {
+      ++events;
+      if (kind == "a") {
+        trace >> bytes;
+        if (bytes == 0 || kept.count(id) != 0) continue;
+        if (o.verbose) {
+          const pool_statistics now = replayed.statistics();
+          std::printf("event %zu: allocate %zu (%.1f MiB), used %.3f GiB, reserved %.3f GiB\n",
+                      events, bytes, static_cast<double>(bytes) / (1 << 20),
+                      static_cast<double>(now.used_bytes) / (1 << 30),
+                      static_cast<double>(now.reserved_bytes) / (1 << 30));
+        }
+        const std::uint64_t remaps_before = replayed.remap_counts().remaps;
+        result<block*> made = replayed.allocate(bytes, stream, &hooks);
+        if (o.show_remaps && replayed.remap_counts().remaps != remaps_before) {
+          const pool_statistics now = replayed.statistics();
+          std::printf(
+              "pass %d event %zu: allocate %.1f MiB remapped; used %.3f GiB, reserved %.3f "
+              "GiB\n",
+              pass + 1, events, static_cast<double>(bytes) / (1 << 20),
+              static_cast<double>(now.used_bytes) / (1 << 30),
+              static_cast<double>(now.reserved_bytes) / (1 << 30));
+        }
+        if (!made.ok()) {
+          std::fprintf(stderr, "trace_replay: event %zu: %s\n", events,
+                       made.error().message().c_str());
+          out.ok = false;
+          break;
+        }
+        live[id] = made.value();
+      } else if (kind == "f") {
+        auto found = live.find(id);
+        if (found == live.end() || kept.count(id) != 0) continue;
+        // On cuda every free on a native stream is a point of its own (S2): soma cannot see the
+        // work enqueued around it, so it takes a position and nothing proves it complete.
+        if (o.position_per_free) (void)stream.note_enqueued();
+        replayed.free(found->second, stream);
+        live.erase(found);
       }
-      result<block*> made = replayed.allocate(bytes, stream, &hooks);
-      if (!made.ok()) {
-        std::fprintf(stderr, "trace_replay: event %zu: %s\n", events,
-                     made.error().message().c_str());
-        out.ok = false;
-        break;
-      }
-      live[id] = made.value();
-    } else if (kind == "f") {
-      auto found = live.find(id);
-      if (found == live.end()) continue;
-      // On cuda every free on a native stream is a point of its own (S2): soma cannot see the
-      // work enqueued around it, so it takes a position and nothing proves it complete.
-      if (o.position_per_free) (void)stream.note_enqueued();
-      replayed.free(found->second, stream);
-      live.erase(found);
+    }
+    if (o.passes > 1 && o.remap) {
+      const remap_statistics after_pass = replayed.remap_counts();
+      const pool_statistics now = replayed.statistics();
+      std::printf(
+          "pass %d: %llu remaps (%llu granules); peak reserved %.3f GiB, %.3f over peak used\n",
+          pass + 1, static_cast<unsigned long long>(after_pass.remaps - before_pass.remaps),
+          static_cast<unsigned long long>((after_pass.remapped_bytes - before_pass.remapped_bytes) /
+                                          o.granularity),
+          static_cast<double>(now.reserved_high_bytes) / (1 << 30),
+          static_cast<double>(now.reserved_high_bytes) / static_cast<double>(now.used_high_bytes));
     }
   }
   out.stats = replayed.statistics();
@@ -163,7 +205,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s TRACE [--granularity B] [--growth-step B] [--partial-decommit] "
                  "[--compact] [--no-remap] [--frees-at-one-point] [--max-ratio R] [--max-remaps N] "
-                 "[--max-remapped-granules N] [--verbose]\n",
+                 "[--max-remapped-granules N] [--passes N] [--show-remaps] [--verbose]\n",
                  argv[0]);
     return 2;
   }
@@ -180,6 +222,10 @@ int main(int argc, char** argv) {
       o.partial = true;
     else if (std::strcmp(argv[i], "--verbose") == 0)
       o.verbose = true;
+    else if (std::strcmp(argv[i], "--show-remaps") == 0)
+      o.show_remaps = true;
+    else if (std::strcmp(argv[i], "--passes") == 0 && i + 1 < argc)
+      o.passes = std::max(1, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--compact") == 0)
       o.compact = true;
     else if (std::strcmp(argv[i], "--no-remap") == 0)

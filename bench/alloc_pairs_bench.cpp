@@ -20,8 +20,6 @@
 #include "bench_support.hpp"
 
 #include <algorithm>
-#include <atomic>
-#include <barrier>
 #include <chrono>
 #include <cinttypes>
 #include <cstdint>
@@ -32,7 +30,6 @@
 #include <fstream>
 #include <malloc.h>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace {
@@ -147,52 +144,19 @@ double live_ns(const settings& config, Allocator& allocator, std::size_t bytes) 
 // stop; returns aggregate ns per pair (wall time / all pairs of all threads).
 template <class Allocator>
 double threaded_ns(const settings& config, std::vector<Allocator>& allocators, std::size_t bytes) {
-  const int thread_count = static_cast<int>(allocators.size());
-  std::vector<double> results;
-  for (int trial = 0; trial < config.trials; ++trial) {
-    std::atomic<bool> stop{false};
-    std::atomic<bool> go{false};
-    std::vector<long> pairs(static_cast<std::size_t>(thread_count), 0);
-    std::barrier start_line(thread_count + 1);
-    std::vector<std::thread> threads;
-    threads.reserve(static_cast<std::size_t>(thread_count));
-    for (int t = 0; t < thread_count; ++t) {
-      threads.emplace_back([&, t] {
+  return soma_bench::threaded_pairs_ns(
+      static_cast<int>(allocators.size()), config.trials, config.trial_seconds, 64,
+      [&](int t, int) {
         Allocator& allocator = allocators[static_cast<std::size_t>(t)];
-        for (int i = 0; i < 1000; ++i) allocator.deallocate(allocator.allocate(bytes));  // warm
-        start_line.arrive_and_wait();
-        go.wait(false);
-        long done = 0;
-        while (!stop.load(std::memory_order_relaxed)) {
-          for (int i = 0; i < 64; ++i) {
-            void* ptr = allocator.allocate(bytes);
-            escape(ptr);
-            allocator.deallocate(ptr);
-          }
-          done += 64;
-        }
-        pairs[static_cast<std::size_t>(t)] = done;
-      });
-    }
-    // The clock starts before any thread may count a pair. (Taken after the barrier, it started
-    // late whenever the threads outnumbered the cores and the main thread waited for one: 64
-    // threads on 2 cores then showed 148 M pairs/s.)
-    start_line.arrive_and_wait();
-    const clock_type::time_point start = clock_type::now();
-    go.store(true);
-    go.notify_all();
-    std::this_thread::sleep_for(std::chrono::duration<double>(config.trial_seconds));
-    // The clock stops with the threads' work, before the joins: waiting for threads that
-    // outnumber the cores to be scheduled and see the stop counted against them. A thread
-    // counts at most the 64 pairs it was in when told to stop.
-    const double elapsed = seconds_since(start);
-    stop.store(true);
-    for (std::thread& thread : threads) thread.join();
-    long total = 0;
-    for (long count : pairs) total += count;
-    results.push_back(elapsed * 1e9 / static_cast<double>(total));
-  }
-  return median(results);
+        for (int i = 0; i < 1000; ++i) allocator.deallocate(allocator.allocate(bytes));
+      },
+      [&](int t) {
+        Allocator& allocator = allocators[static_cast<std::size_t>(t)];
+        void* ptr = allocator.allocate(bytes);
+        escape(ptr);
+        allocator.deallocate(ptr);
+      },
+      [] {});
 }
 
 // ---- stream churn ----------------------------------------------------------------------------

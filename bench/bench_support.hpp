@@ -4,6 +4,8 @@
 #include <sys/utsname.h>
 
 #include <algorithm>
+#include <atomic>
+#include <barrier>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
@@ -88,6 +90,54 @@ void print_history_cost(const std::string& scenario, Measure measure, Record rec
   const double increase = 100.0 * (on_ns - off_ns) / off_ns;
   std::printf("%-48s %9.1f %9.1f %+8.1f %%   goal <= +5 %%: %s\n", scenario.c_str(), off_ns, on_ns,
               increase, increase <= 5.0 ? "met" : "NOT met");
+}
+
+/// Aggregate ns per pair of thread_count threads that run pairs until told to stop, the median of
+/// `trials` trials of about trial_seconds each. Each trial: before_trial() (outside the clock),
+/// then every thread t runs warm(t) and meets the others at a start line; the clock starts before
+/// any thread may count a pair (taken after the start line, it started late whenever threads
+/// outnumbered cores and the main thread waited for one), and each thread runs pair(t) in bursts
+/// of `burst`. The clock stops when the threads are told to stop, before the joins: joining
+/// threads that outnumber the cores waits for each to be scheduled again, which counted against
+/// the rows with many threads. A thread counts at most the burst it was in when told to stop.
+template <typename Warm, typename Pair, typename BeforeTrial>
+double threaded_pairs_ns(int thread_count, int trials, double trial_seconds, int burst, Warm warm,
+                         Pair pair, BeforeTrial before_trial) {
+  std::vector<double> results;
+  for (int trial = 0; trial < trials; ++trial) {
+    before_trial();
+    std::atomic<bool> stop{false};
+    std::atomic<bool> go{false};
+    std::vector<long> pairs(static_cast<std::size_t>(thread_count), 0);
+    std::barrier start_line(thread_count + 1);
+    std::vector<std::thread> threads;
+    threads.reserve(static_cast<std::size_t>(thread_count));
+    for (int t = 0; t < thread_count; ++t) {
+      threads.emplace_back([&, t] {
+        warm(t, trial);
+        start_line.arrive_and_wait();
+        go.wait(false);
+        long done = 0;
+        while (!stop.load(std::memory_order_relaxed)) {
+          for (int i = 0; i < burst; ++i) pair(t);
+          done += burst;
+        }
+        pairs[static_cast<std::size_t>(t)] = done;
+      });
+    }
+    start_line.arrive_and_wait();
+    const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    go.store(true);
+    go.notify_all();
+    std::this_thread::sleep_for(std::chrono::duration<double>(trial_seconds));
+    const double elapsed = seconds_since(start);
+    stop.store(true);
+    for (std::thread& thread : threads) thread.join();
+    long total = 0;
+    for (long count : pairs) total += count;
+    results.push_back(elapsed * 1e9 / static_cast<double>(std::max(total, 1L)));
+  }
+  return median(results);
 }
 
 inline void print_history_header() {

@@ -25,8 +25,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
-#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -37,7 +35,6 @@
 #include <fstream>
 #include <limits>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace {
@@ -208,57 +205,28 @@ double live_ns(const settings& config, const Side& side, std::size_t bytes) {
 
 // N threads, each with its own side (its own stream), run pairs until the main thread says
 // stop; returns aggregate ns per pair (wall time / all pairs of all threads), median of trials.
+// Streams are synchronized before each trial, outside the clock (S12).
 template <class Side>
 double threaded_ns(const settings& config, const std::vector<Side>& sides, std::size_t bytes) {
-  const int thread_count = static_cast<int>(sides.size());
-  std::vector<double> results;
-  for (int trial = 0; trial < config.trials; ++trial) {
-    for (const Side& side : sides) side.synchronize();
-    std::atomic<bool> stop{false};
-    std::atomic<bool> go{false};
-    std::vector<long> pairs(static_cast<std::size_t>(thread_count), 0);
-    std::barrier start_line(thread_count + 1);
-    std::vector<std::thread> threads;
-    threads.reserve(static_cast<std::size_t>(thread_count));
-    for (int t = 0; t < thread_count; ++t) {
-      threads.emplace_back([&, t] {
+  const double ns = soma_bench::threaded_pairs_ns(
+      static_cast<int>(sides.size()), config.trials, config.trial_seconds, 16,
+      [&](int t, int trial) {
         const Side& side = sides[static_cast<std::size_t>(t)];
         if (trial == 0) {
           for (int i = 0; i < side.warm_pairs(); ++i) side.deallocate(side.allocate(bytes));
         }
-        start_line.arrive_and_wait();
-        go.wait(false);
-        long done = 0;
-        while (!stop.load(std::memory_order_relaxed)) {
-          for (int i = 0; i < 16; ++i) {
-            void* ptr = side.allocate(bytes);
-            escape(ptr);
-            side.deallocate(ptr);
-          }
-          done += 16;
-        }
-        pairs[static_cast<std::size_t>(t)] = done;
+      },
+      [&](int t) {
+        const Side& side = sides[static_cast<std::size_t>(t)];
+        void* ptr = side.allocate(bytes);
+        escape(ptr);
+        side.deallocate(ptr);
+      },
+      [&] {
+        for (const Side& side : sides) side.synchronize();
       });
-    }
-    // The clock starts before any thread may count a pair (taken after the barrier, it started
-    // late whenever threads outnumbered cores and the main thread waited for one).
-    start_line.arrive_and_wait();
-    const clock_type::time_point start = clock_type::now();
-    go.store(true);
-    go.notify_all();
-    std::this_thread::sleep_for(std::chrono::duration<double>(config.trial_seconds));
-    // The clock stops with the threads' work, before the joins: joining 64 threads on 16 cores
-    // took a share of a 10 ms trial that grew with the threads and counted against them. A
-    // thread counts at most the 16 pairs it was in when told to stop.
-    const double elapsed = seconds_since(start);
-    stop.store(true);
-    for (std::thread& thread : threads) thread.join();
-    long total = 0;
-    for (long count : pairs) total += count;
-    results.push_back(elapsed * 1e9 / static_cast<double>(std::max(total, 1L)));
-  }
   for (const Side& side : sides) side.synchronize();
-  return median(results);
+  return ns;
 }
 
 // ---- report ---------------------------------------------------------------------------------

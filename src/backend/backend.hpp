@@ -10,6 +10,7 @@
 // soma::detail::error_code.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -173,8 +174,13 @@ class stream {
   virtual status synchronize() = 0;
   /// success when all enqueued work completed, not_ready otherwise; the sticky error if any.
   virtual status query() = 0;
-  /// The first asynchronous failure on this stream, or success.
-  virtual status sticky_error() = 0;
+  /// The first asynchronous failure on this stream, or success. Inline and one load for a
+  /// stream that never failed: every event record and enqueue asks.
+  status sticky_error() {
+    if (!failed_->load(std::memory_order_acquire)) [[likely]]
+      return status::success();
+    return failure();
+  }
   /// A block was freed on this stream (S2). cuda: the native stream may carry work soma never
   /// saw before the free, so the free takes a position of its own, complete only once the
   /// stream is shown to have run past it. cpu: every piece of work is soma's; nothing to do.
@@ -183,6 +189,13 @@ class stream {
   int device() const noexcept { return device_; }
   void* native_handle() const noexcept { return native_; }
 
+ protected:
+  /// failed: set once the stream failed, before failure() reports it; outlives the stream.
+  void watch_failures(const std::atomic<bool>& failed) noexcept { failed_ = &failed; }
+  /// The sticky failure, once the flag says there is one.
+  virtual status failure() = 0;
+
+ public:
   // Shorthands for enqueue, one per kind of work.
   status enqueue_host_task(host_task task) { return enqueue(work::host{std::move(task)}); }
   status enqueue_memset(void* destination, int value, std::size_t bytes) {
@@ -206,6 +219,8 @@ class stream {
  private:
   const int device_;
   void* const native_;
+  static constexpr std::atomic<bool> never_failed_{false};
+  const std::atomic<bool>* failed_ = &never_failed_;
 };
 
 /// An instantiated work_graph: launched as a whole, as often as wanted (S15).

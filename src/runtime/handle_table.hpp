@@ -94,11 +94,12 @@ class handle_table {
 
   /// find, or invalid_handle saying "<noun> 0x... is not a live <noun> (destroyed, or never
   /// created by <creator>)".
+  /// Inline where it finds the object (event record and wait resolve one each call); the
+  /// message is built out of line.
   result<T*> resolve(std::uintptr_t handle, const char* noun, const char* creator) const {
-    if (T* object = find(handle); object != nullptr) return object;
-    return status(error_code::invalid_handle,
-                  std::string(noun) + " " + format_address(handle) + " is not a live " + noun +
-                      " (destroyed, or never created by " + creator + ")");
+    if (T* object = find(handle); object != nullptr) [[likely]]
+      return object;
+    return not_live(handle, noun, creator);
   }
 
   /// Invalidates handle but keeps its slot out of use until release_slot: the caller still
@@ -148,6 +149,12 @@ class handle_table {
   static constexpr std::uint64_t low_bits = (std::uint64_t{1} << 56) - 1;
   static constexpr std::uint32_t generation_mask = 0xffffff;
 
+  [[gnu::noinline]] static status not_live(std::uintptr_t handle, const char* noun,
+                                           const char* creator) {
+    return status(error_code::invalid_handle,
+                  std::string(noun) + " " + format_address(handle) + " is not a live " + noun +
+                      " (destroyed, or never created by " + creator + ")");
+  }
   static std::uint64_t random_salt() {
     std::random_device device;
     const std::uint64_t high = device();

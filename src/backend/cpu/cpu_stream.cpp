@@ -104,6 +104,7 @@ maybe_task task_for(work::wait_stream&& w, const std::shared_ptr<stream_state>& 
 
 cpu_stream::cpu_stream(int device, stream_timeline& timeline)
     : stream(device, nullptr), state_(std::make_shared<stream_state>(timeline, device)) {
+  watch_failures(state_->failed);
   std::thread(serve, state_).detach();
 }
 
@@ -183,9 +184,7 @@ status cpu_stream::query() {
   return status::success();
 }
 
-status cpu_stream::sticky_error() {
-  // One load for a stream that never failed (every enqueue and event record asks).
-  if (!state_->failed.load(std::memory_order_acquire)) return status::success();
+status cpu_stream::failure() {
   std::lock_guard lock(state_->mutex);
   return state_->failed_at != 0 ? state_->sticky : status::success();
 }

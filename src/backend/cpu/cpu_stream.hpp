@@ -51,7 +51,7 @@ class cpu_stream final : public stream {
   status enqueue(stream_work item) override;
   status synchronize() override;
   status query() override;
-  status sticky_error() override;
+  status failure() override;
 
   const std::shared_ptr<stream_state>& state() const noexcept { return state_; }
 

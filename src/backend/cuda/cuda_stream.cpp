@@ -60,7 +60,9 @@ cuda_stream::cuda_stream(cuda_backend& owner, const driver_api& driver, int devi
       owns_native_(owns_native),
       timeline_(timeline),
       tracker_(tracker),
-      sticky_(std::make_shared<sticky_state>()) {}
+      sticky_(std::make_shared<sticky_state>()) {
+  watch_failures(sticky_->failed);
+}
 
 cuda_stream::~cuda_stream() {
   // The final marker goes on the stream before it is destroyed; the tracker keeps serving
@@ -314,8 +316,7 @@ status cuda_stream::query() {
   return sticky_error();
 }
 
-status cuda_stream::sticky_error() {
-  if (!sticky_->failed.load(std::memory_order_acquire)) return status::success();
+status cuda_stream::failure() {
   std::lock_guard lock(sticky_->mutex);
   return sticky_->failure;
 }

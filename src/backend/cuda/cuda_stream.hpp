@@ -63,7 +63,7 @@ class cuda_stream final : public stream {
   status enqueue(stream_work item) override;
   status synchronize() override;
   status query() override;
-  status sticky_error() override;
+  status failure() override;
   /// The free takes a position of its own (work soma never saw may come before it); on a
   /// stream that covers every position, a marker covers it at once.
   void note_free() override;

@@ -1,0 +1,154 @@
+// trace_calls: what each call of a PyTorch allocation trace costs through the C API, on the backend
+// soma picks (SOMA_BACKEND=cpu|cuda), with real memory. bench/trace_replay studies the same traces'
+// memory on the pool logic alone; this program times the calls a training step makes, so the two
+// backends can be compared on one host in one run (issue 14: a step within 1 % of PyTorch's own
+// allocators).
+//
+//   trace_calls TRACE [--passes N] [--remap 0|1|2]
+//
+// TRACE is a file of `a ID BYTES` and `f ID` lines (integrations/torch's SOMA_TORCH_TRACE; a .gz
+// is read through gzip -dc). The pool is soma_torch's: release threshold at the maximum,
+// somaMemPoolAttrRemapFreeMemory 1 unless --remap says otherwise; one soma stream. Each pass
+// replays the whole trace; what is still live at the end of a pass is freed outside the timing,
+// so every pass starts from the same live set and later passes show the pool warm.
+#include <soma/soma.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bench_support.hpp"
+
+namespace {
+
+struct trace_event {
+  bool allocate = false;
+  std::uint64_t id = 0;
+  std::size_t bytes = 0;
+};
+
+void check(somaError_t e, const char* what) {
+  if (e != somaSuccess) {
+    std::fprintf(stderr, "trace_calls: %s: %s\n", what, somaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+std::vector<trace_event> read_trace(const std::string& path) {
+  const bool gzipped = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+  const std::string command = "gzip -dc '" + path + "'";
+  FILE* in = gzipped ? popen(command.c_str(), "r") : std::fopen(path.c_str(), "r");
+  if (in == nullptr) {
+    std::fprintf(stderr, "trace_calls: cannot open %s\n", path.c_str());
+    std::exit(1);
+  }
+  std::vector<trace_event> events;
+  char kind = 0;
+  unsigned long long id = 0;
+  while (std::fscanf(in, " %c %llu", &kind, &id) == 2) {
+    trace_event e;
+    e.id = id;
+    if (kind == 'a') {
+      unsigned long long bytes = 0;
+      if (std::fscanf(in, "%llu", &bytes) != 1) break;
+      e.allocate = true;
+      e.bytes = static_cast<std::size_t>(bytes);
+    }
+    events.push_back(e);
+  }
+  if (gzipped) {
+    pclose(in);
+  } else {
+    std::fclose(in);
+  }
+  return events;
+}
+
+std::uint64_t attribute(somaMemPool_t pool, somaMemPoolAttr which) {
+  std::uint64_t value = 0;
+  check(somaMemPoolGetAttribute(pool, which, &value), "somaMemPoolGetAttribute");
+  return value;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: trace_calls TRACE [--passes N] [--remap 0|1|2]\n");
+    return 2;
+  }
+  const std::string path = argv[1];
+  int passes = 3;
+  int remap = 1;
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--passes") == 0 && i + 1 < argc) {
+      passes = std::max(1, std::atoi(argv[++i]));
+    } else if (std::strcmp(argv[i], "--remap") == 0 && i + 1 < argc) {
+      remap = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: trace_calls TRACE [--passes N] [--remap 0|1|2]\n");
+      return 2;
+    }
+  }
+  const std::vector<trace_event> events = read_trace(path);
+
+  const char* backend = nullptr;
+  check(somaGetBackendName(&backend), "somaGetBackendName");
+  somaMemPoolProps props{};
+  props.allocType = somaMemAllocationTypePinned;
+  props.location.type = somaMemLocationTypeDevice;
+  props.location.id = 0;
+  somaMemPool_t pool = nullptr;
+  check(somaMemPoolCreate(&pool, &props), "somaMemPoolCreate");
+  std::uint64_t threshold = UINT64_MAX;
+  check(somaMemPoolSetAttribute(pool, somaMemPoolAttrReleaseThreshold, &threshold),
+        "release threshold");
+  check(somaMemPoolSetAttribute(pool, somaMemPoolAttrRemapFreeMemory, &remap), "remap");
+  somaStream_t stream = nullptr;
+  check(somaStreamCreate(&stream), "somaStreamCreate");
+
+  soma_bench::print_cpu_and_kernel();
+  std::printf("trace_calls: %s, %zu events, backend %s, remap %d, %d passes\n", path.c_str(),
+              events.size(), backend, remap, passes);
+  std::printf("%-6s %12s %10s %10s %16s\n", "pass", "ns a call", "calls", "remaps",
+              "peak reserved");
+  std::unordered_map<std::uint64_t, void*> live;
+  live.reserve(events.size());
+  for (int pass = 1; pass <= passes; ++pass) {
+    const std::uint64_t remaps_before = attribute(pool, somaMemPoolAttrRemapCount);
+    std::size_t calls = 0;
+    const auto start = std::chrono::steady_clock::now();
+    for (const trace_event& e : events) {
+      if (e.allocate) {
+        if (e.bytes == 0) continue;
+        void* p = nullptr;
+        check(somaMallocFromPoolAsync(&p, e.bytes, pool, stream), "somaMallocFromPoolAsync");
+        live[e.id] = p;
+      } else {
+        auto found = live.find(e.id);
+        if (found == live.end()) continue;
+        check(somaFreeAsync(found->second, stream), "somaFreeAsync");
+        live.erase(found);
+      }
+      ++calls;
+    }
+    const double seconds = soma_bench::seconds_since(start);
+    for (const auto& [id, p] : live) check(somaFreeAsync(p, stream), "somaFreeAsync");
+    live.clear();
+    check(somaStreamSynchronize(stream), "somaStreamSynchronize");
+    std::printf("%-6d %12.1f %10zu %10llu %12.3f GiB\n", pass,
+                seconds * 1e9 / static_cast<double>(calls), calls,
+                static_cast<unsigned long long>(attribute(pool, somaMemPoolAttrRemapCount) -
+                                                remaps_before),
+                static_cast<double>(attribute(pool, somaMemPoolAttrReservedMemHigh)) / (1 << 30));
+  }
+  check(somaStreamDestroy(stream), "somaStreamDestroy");
+  check(somaMemPoolDestroy(pool), "somaMemPoolDestroy");
+  return 0;
+}

@@ -4,13 +4,15 @@
 // backends can be compared on one host in one run (issue 14: a step within 1 % of PyTorch's own
 // allocators).
 //
-//   trace_calls TRACE [--passes N] [--remap 0|1|2]
+//   trace_calls TRACE [--passes N] [--remap 0|1|2] [--per-remap]
 //
 // TRACE is a file of `a ID BYTES` and `f ID` lines (integrations/torch's SOMA_TORCH_TRACE; a .gz
 // is read through gzip -dc). The pool is soma_torch's: release threshold at the maximum,
 // somaMemPoolAttrRemapFreeMemory 1 unless --remap says otherwise; one soma stream. Each pass
 // replays the whole trace; what is still live at the end of a pass is freed outside the timing,
 // so every pass starts from the same live set and later passes show the pool warm.
+// --per-remap also times each allocation that remapped, apart (the remap count is read after every
+// allocation, which adds that read to every call's figure): what one remap costs, and a MiB of it.
 #include <soma/soma.h>
 
 #include <chrono>
@@ -86,13 +88,16 @@ int main(int argc, char** argv) {
   const std::string path = argv[1];
   int passes = 3;
   int remap = 1;
+  bool per_remap = false;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--passes") == 0 && i + 1 < argc) {
       passes = std::max(1, std::atoi(argv[++i]));
     } else if (std::strcmp(argv[i], "--remap") == 0 && i + 1 < argc) {
       remap = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--per-remap") == 0) {
+      per_remap = true;
     } else {
-      std::fprintf(stderr, "usage: trace_calls TRACE [--passes N] [--remap 0|1|2]\n");
+      std::fprintf(stderr, "usage: trace_calls TRACE [--passes N] [--remap 0|1|2] [--per-remap]\n");
       return 2;
     }
   }
@@ -116,19 +121,30 @@ int main(int argc, char** argv) {
   soma_bench::print_cpu_and_kernel();
   std::printf("trace_calls: %s, %zu events, backend %s, remap %d, %d passes\n", path.c_str(),
               events.size(), backend, remap, passes);
-  std::printf("%-6s %12s %10s %10s %16s\n", "pass", "ns a call", "calls", "remaps",
-              "peak reserved");
+  std::printf("%-6s %12s %10s %10s %16s", "pass", "ns a call", "calls", "remaps", "peak reserved");
+  if (per_remap) std::printf(" %14s %16s", "us a remap", "us a MiB moved");
+  std::printf("\n");
   std::unordered_map<std::uint64_t, void*> live;
   live.reserve(events.size());
   for (int pass = 1; pass <= passes; ++pass) {
     const std::uint64_t remaps_before = attribute(pool, somaMemPoolAttrRemapCount);
+    const std::uint64_t moved_before = attribute(pool, somaMemPoolAttrRemappedBytes);
     std::size_t calls = 0;
+    double remap_seconds = 0;
     const auto start = std::chrono::steady_clock::now();
     for (const trace_event& e : events) {
       if (e.allocate) {
         if (e.bytes == 0) continue;
         void* p = nullptr;
-        check(somaMallocFromPoolAsync(&p, e.bytes, pool, stream), "somaMallocFromPoolAsync");
+        if (per_remap) {
+          const std::uint64_t remaps = attribute(pool, somaMemPoolAttrRemapCount);
+          const auto called = std::chrono::steady_clock::now();
+          check(somaMallocFromPoolAsync(&p, e.bytes, pool, stream), "somaMallocFromPoolAsync");
+          if (attribute(pool, somaMemPoolAttrRemapCount) != remaps)
+            remap_seconds += soma_bench::seconds_since(called);
+        } else {
+          check(somaMallocFromPoolAsync(&p, e.bytes, pool, stream), "somaMallocFromPoolAsync");
+        }
         live[e.id] = p;
       } else {
         auto found = live.find(e.id);
@@ -142,11 +158,19 @@ int main(int argc, char** argv) {
     for (const auto& [id, p] : live) check(somaFreeAsync(p, stream), "somaFreeAsync");
     live.clear();
     check(somaStreamSynchronize(stream), "somaStreamSynchronize");
-    std::printf("%-6d %12.1f %10zu %10llu %12.3f GiB\n", pass,
+    const std::uint64_t remaps = attribute(pool, somaMemPoolAttrRemapCount) - remaps_before;
+    const double moved_mib =
+        static_cast<double>(attribute(pool, somaMemPoolAttrRemappedBytes) - moved_before) /
+        (1 << 20);
+    std::printf("%-6d %12.1f %10zu %10llu %12.3f GiB", pass,
                 seconds * 1e9 / static_cast<double>(calls), calls,
-                static_cast<unsigned long long>(attribute(pool, somaMemPoolAttrRemapCount) -
-                                                remaps_before),
+                static_cast<unsigned long long>(remaps),
                 static_cast<double>(attribute(pool, somaMemPoolAttrReservedMemHigh)) / (1 << 30));
+    if (per_remap && remaps > 0) {
+      std::printf(" %14.1f %16.1f", remap_seconds * 1e6 / static_cast<double>(remaps),
+                  moved_mib > 0 ? remap_seconds * 1e6 / moved_mib : 0.0);
+    }
+    std::printf("\n");
   }
   check(somaStreamDestroy(stream), "somaStreamDestroy");
   check(somaMemPoolDestroy(pool), "somaMemPoolDestroy");

@@ -5,12 +5,15 @@
 //
 //   trace_replay TRACE [--granularity BYTES] [--growth-step BYTES] [--partial-decommit]
 //                [--compact] [--no-remap] [--frees-at-one-point] [--max-ratio R]
-//                [--passes N] [--show-remaps]
+//                [--passes N] [--sync-passes] [--show-remaps] [--show-growths]
 //
 // --passes N replays the trace N times on one pool, as a training loop goes on, keeping what the
 // first pass left live (the weights), and prints each pass's remaps and the peak so far: a pool
-// that has settled remaps nothing in later passes, and its peak stays. --show-remaps prints the
-// event, size and pool state of every allocation that remapped.
+// that has settled remaps nothing in later passes, and its peak stays. --sync-passes instead frees
+// everything between passes and synchronizes the stream, as bench/trace_calls does on a real
+// backend: each later pass starts from memory proven free. --show-remaps prints the event, size
+// and pool state of every allocation that remapped; --show-growths, of every allocation that grew
+// the pool, with the free memory it found (blocks, pending bytes, the largest, whole granules).
 // Defaults model the cuda backend on an H200 under soma_torch: 2 MiB granules, commits in
 // 32 MiB steps, release threshold never reached; by default with remapping before growth
 // (somaMemPoolAttrRemapFreeMemory = 1; the pool then commits granule by granule). --compact models
@@ -82,8 +85,37 @@ struct replay_options {
   bool remap = true;
   bool position_per_free = true;
   bool show_remaps = false;
+  bool show_growths = false;
+  bool sync_passes = false;
   int passes = 1;
 };
+
+// --show-growths: the free memory a growth found, to tell fragmentation from need.
+void print_growth(const pool_snapshot& before, const pool& replayed, std::size_t event,
+                  std::size_t bytes, std::size_t granularity) {
+  std::size_t free_bytes = 0, pieces = 0, largest = 0, granules = 0, pending = 0;
+  for (const block_view& b : before.blocks) {
+    if (b.what == block_view::state::live) continue;
+    if (b.what == block_view::state::pending) pending += b.size_bytes;
+    free_bytes += b.size_bytes;
+    ++pieces;
+    largest = std::max(largest, b.size_bytes);
+    const std::uintptr_t from = (b.address + granularity - 1) / granularity * granularity;
+    const std::uintptr_t to = (b.address + b.size_bytes) / granularity * granularity;
+    if (to > from) granules += (to - from) / granularity;
+  }
+  constexpr double mib = 1 << 20;
+  constexpr double gib = 1 << 30;
+  std::printf(
+      "event %zu: allocate %.2f MiB grew by %.1f MiB; used %.3f GiB, reserved %.3f GiB; free "
+      "%.1f MiB in %zu blocks (%.1f MiB pending), the largest %.1f MiB, %zu whole granules in "
+      "them\n",
+      event, static_cast<double>(bytes) / mib,
+      static_cast<double>(replayed.statistics().reserved_bytes - before.reserved_bytes) / mib,
+      static_cast<double>(before.used_bytes) / gib,
+      static_cast<double>(before.reserved_bytes) / gib, static_cast<double>(free_bytes) / mib,
+      pieces, static_cast<double>(pending) / mib, static_cast<double>(largest) / mib, granules);
+}
 
 // One pass over the trace ("a ID BYTES" allocates, "f ID" frees) on one stream.
 replay_figures replay(const char* path, const replay_options& o) {
@@ -119,7 +151,17 @@ replay_figures replay(const char* path, const replay_options& o) {
     if (pass > 0) {
       trace.clear();
       trace.seekg(0);
-      for (const auto& [kept_id, unused] : live) kept.insert(kept_id);
+      if (o.sync_passes) {
+        // What bench/trace_calls does between passes: everything freed, the stream synchronized.
+        for (auto& [unused, b] : live) replayed.free(b, stream);
+        live.clear();
+        const std::uint64_t position = stream.note_enqueued();
+        stream.note_completed(position);
+        stream.prove_completed(position);
+        replayed.on_synchronize();
+      } else {
+        for (const auto& [kept_id, unused] : live) kept.insert(kept_id);
+      }
     }
     const remap_statistics before_pass = replayed.remap_counts();
     while (trace >> kind >> id) {
@@ -135,7 +177,12 @@ replay_figures replay(const char* path, const replay_options& o) {
                       static_cast<double>(now.reserved_bytes) / (1 << 30));
         }
         const std::uint64_t remaps_before = replayed.remap_counts().remaps;
+        pool_snapshot before;
+        if (o.show_growths) before = replayed.snapshot();
         result<block*> made = replayed.allocate(bytes, stream, &hooks);
+        if (o.show_growths && made.ok() &&
+            replayed.statistics().reserved_bytes > before.reserved_bytes)
+          print_growth(before, replayed, events, bytes, o.granularity);
         if (o.show_remaps && replayed.remap_counts().remaps != remaps_before) {
           const pool_statistics now = replayed.statistics();
           std::printf(
@@ -205,7 +252,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s TRACE [--granularity B] [--growth-step B] [--partial-decommit] "
                  "[--compact] [--no-remap] [--frees-at-one-point] [--max-ratio R] [--max-remaps N] "
-                 "[--max-remapped-granules N] [--passes N] [--show-remaps] [--verbose]\n",
+                 "[--max-remapped-granules N] [--passes N] [--sync-passes] [--show-remaps] "
+                 "[--show-growths] [--verbose]\n",
                  argv[0]);
     return 2;
   }
@@ -224,6 +272,10 @@ int main(int argc, char** argv) {
       o.verbose = true;
     else if (std::strcmp(argv[i], "--show-remaps") == 0)
       o.show_remaps = true;
+    else if (std::strcmp(argv[i], "--show-growths") == 0)
+      o.show_growths = true;
+    else if (std::strcmp(argv[i], "--sync-passes") == 0)
+      o.sync_passes = true;
     else if (std::strcmp(argv[i], "--passes") == 0 && i + 1 < argc)
       o.passes = std::max(1, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--compact") == 0)

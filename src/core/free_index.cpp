@@ -152,12 +152,26 @@ void free_index::merge_pending_runs() {
   for (const stream_timeline* stream : streams) merge_own_runs(stream);
 }
 
+bool free_index::joins_run_of(const block* b, const stream_timeline* stream) {
+  return b != nullptr && b->current_state() == block_state::indexed &&
+         (b->stamp.timeline == stream || b->stamp.timeline == nullptr ||
+          b->stamp.is_proven_complete());
+}
+
+void free_index::merge_run(block* start, const stream_timeline* stream) {
+  erase(start);
+  // Another stream's proven stamp is no stamp: positions of two streams do not compare.
+  if (start->stamp.timeline != stream) start->stamp = {};
+  while (joins_run_of(start->next_adjacent, stream)) {
+    block* next = start->next_adjacent;
+    erase(next);
+    if (next->stamp.timeline != stream) next->stamp = {};
+    merge_into(start, next);
+  }
+  add(start);
+}
+
 bool free_index::merge_runs_usable_by(const stream_timeline* stream, std::size_t min_bytes) {
-  auto joins = [stream](const block* b) {
-    return b != nullptr && b->current_state() == block_state::indexed &&
-           (b->stamp.timeline == stream || b->stamp.timeline == nullptr ||
-            b->stamp.is_proven_complete());
-  };
   // The smallest run that serves the request: found first, merged alone. Each run is measured
   // once, from its lowest block, whichever of its own blocks leads there first.
   block* best = nullptr;
@@ -166,10 +180,10 @@ bool free_index::merge_runs_usable_by(const stream_timeline* stream, std::size_t
   for (block* own : stamped_) {
     if (own->stamp.timeline != stream || measured.count(own) != 0) continue;
     block* start = own;
-    while (joins(start->previous_adjacent)) start = start->previous_adjacent;
+    while (joins_run_of(start->previous_adjacent, stream)) start = start->previous_adjacent;
     std::size_t bytes = 0;
     std::size_t pieces = 0;
-    for (const block* x = start; joins(x); x = x->next_adjacent) {
+    for (const block* x = start; joins_run_of(x, stream); x = x->next_adjacent) {
       measured.insert(x);
       bytes += x->size_bytes;
       ++pieces;
@@ -180,17 +194,33 @@ bool free_index::merge_runs_usable_by(const stream_timeline* stream, std::size_t
     }
   }
   if (best == nullptr) return false;
-  erase(best);
-  // Another stream's proven stamp is no stamp: positions of two streams do not compare.
-  if (best->stamp.timeline != stream) best->stamp = {};
-  while (joins(best->next_adjacent)) {
-    block* next = best->next_adjacent;
-    erase(next);
-    if (next->stamp.timeline != stream) next->stamp = {};
-    merge_into(best, next);
-  }
-  add(best);
+  merge_run(best, stream);
   return true;
+}
+
+bool free_index::merge_runs_for_granules(const stream_timeline* stream, std::size_t granule_bytes) {
+  auto whole_granules = [granule_bytes](std::uintptr_t from, std::uintptr_t to) -> std::size_t {
+    const std::uintptr_t low = (from + granule_bytes - 1) / granule_bytes * granule_bytes;
+    const std::uintptr_t high = to / granule_bytes * granule_bytes;
+    return high > low ? (high - low) / granule_bytes : 0;
+  };
+  std::vector<block*> gaining;
+  std::set<const block*> measured;
+  for (block* own : stamped_) {
+    if (own->stamp.timeline != stream || measured.count(own) != 0) continue;
+    block* start = own;
+    while (joins_run_of(start->previous_adjacent, stream)) start = start->previous_adjacent;
+    std::size_t apart = 0;
+    std::uintptr_t end = start->address;
+    for (const block* x = start; joins_run_of(x, stream); x = x->next_adjacent) {
+      measured.insert(x);
+      apart += whole_granules(x->address, x->end());
+      end = x->end();
+    }
+    if (whole_granules(start->address, end) > apart) gaining.push_back(start);
+  }
+  for (block* start : gaining) merge_run(start, stream);
+  return !gaining.empty();
 }
 
 template <typename Restamp>

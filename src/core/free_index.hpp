@@ -66,6 +66,12 @@ class free_index {
   /// other streams until that free is known complete, so only a run that serves the request
   /// merges, and only where stream would otherwise grow the pool or wait.
   bool merge_runs_usable_by(const stream_timeline* stream, std::size_t min_bytes);
+  /// Before a remap, which maps whole free granules again: merges each run that stream may use
+  /// at once (as merge_runs_usable_by) where the run holds more whole granules than its blocks
+  /// do apart. A granule whose bytes lie in two blocks (one proven complete, one freed on
+  /// stream later) is free, but only as one block can it be found and mapped again. True if
+  /// one merged.
+  bool merge_runs_for_granules(const stream_timeline* stream, std::size_t granule_bytes);
   /// Merges the indexed block after `indexed` into it; `indexed` keeps its stamp. Requires:
   /// that block is fresh memory (no stamp), which growth adds for the stream `indexed` is
   /// pending on, to be taken with it at once.
@@ -127,6 +133,11 @@ class free_index {
   node_reserve& nodes_;
   size_set by_size_;
   stamp_set stamped_;  // blocks whose free is not yet proven complete
+  /// A run merge_runs_usable_by and merge_runs_for_granules take: stream's own frees and blocks
+  /// proven complete, adjacent. Stream's frees among them are what make it a run.
+  static bool joins_run_of(const block* b, const stream_timeline* stream);
+  /// Merges the run that starts at start into it, under the latest of stream's stamps there.
+  void merge_run(block* start, const stream_timeline* stream);
   // Streams with adjacent indexed frees at different points of them (merge_own_runs' work).
   std::set<const stream_timeline*, std::less<>, reserve_allocator<const stream_timeline*>>
       unmerged_runs_;

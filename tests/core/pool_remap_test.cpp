@@ -367,6 +367,46 @@ TEST(S9_Remap, OnlyWholeGranulesOfAHoleAreTaken) {
   for (block* x : {head, tail, two, top}) p.the_pool->free(x, a);
 }
 
+// A free granule may lie in two blocks: one whose free a synchronize proved, one freed on the
+// stream since (on cuda every free is a point of its own). Neither block holds the granule
+// whole, but the stream may use both at once (S2), so the remap finds it. Before, the pool grew
+// instead: conv's trace replayed with a synchronize between passes reached 1.049 of peak used
+// in three passes (bench/trace_replay --sync-passes).
+TEST(S9_Remap, AGranuleFreedInAProvenAndAPendingPartIsMappedAgain) {
+  remap_pool p;
+  stream_timeline a(0);
+  // [low: 1.5 granules, live][proven: 1 granule][pending: 1 granule][high: 1.5 granules, live]
+  // [top: live, so no free block lies at the top of mapped memory to keep its granules].
+  block* low = p.allocate(kGranule + kGranule / 2, a);
+  block* proven = p.allocate(kGranule, a);
+  block* pending = p.allocate(kGranule, a);
+  block* high = p.allocate(kGranule + kGranule / 2, a);
+  block* top = p.allocate(kGranule, a);
+  const std::uintptr_t base = low->address;
+  ASSERT_EQ(proven->address, base + kGranule + kGranule / 2);
+  ASSERT_EQ(pending->address, proven->end());
+  ASSERT_EQ(high->address, pending->end());
+  p.free_pending(proven, a);
+  a.prove_completed(a.enqueued_position());  // a synchronize
+  p.free_pending(pending, a);                // a later point, not yet proven
+  // Free: granule 2 whole, across the two blocks, and half of granules 1 and 3.
+  const std::size_t commits_before = p.memory->commit_calls;
+  const std::uint64_t reserved = p.the_pool->statistics().reserved_bytes;
+  block* big = p.allocate(3 * kGranule, a);
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(big->how, served_by::remap) << "the granule split between two free blocks was lost";
+  EXPECT_EQ(p.the_pool->remap_counts().remapped_bytes, kGranule);
+  EXPECT_EQ(p.the_pool->statistics().reserved_bytes, reserved + 2 * kGranule)
+      << "more than the shortfall committed";
+  EXPECT_EQ(p.memory->commit_calls, commits_before + 1);
+  EXPECT_FALSE(overlaps(big, base + 2 * kGranule, kGranule));
+  // The halves of granules 1 and 3 stay free where they were.
+  EXPECT_EQ(p.the_pool->diagnose(base + kGranule + kGranule / 2).what,
+            address_diagnosis::kind::freed);
+  EXPECT_EQ(p.the_pool->diagnose(base + 3 * kGranule).what, address_diagnosis::kind::freed);
+  for (block* x : {low, high, top, big}) p.the_pool->free(x, a);
+}
+
 // The default, instead of failing: while the pool can grow it grows; where growth fails (the
 // cap), the free granules serve, with the shortfall committed, before any wait.
 TEST(S9_Remap, TheDefaultRemapsOnlyWhereGrowthFails) {

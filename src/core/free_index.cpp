@@ -171,20 +171,28 @@ void free_index::merge_run(block* start, const stream_timeline* stream) {
   add(start);
 }
 
-bool free_index::merge_runs_usable_by(const stream_timeline* stream, std::size_t min_bytes) {
-  // The smallest run that serves the request: found first, merged alone. Each run is measured
-  // once, from its lowest block, whichever of its own blocks leads there first.
-  block* best = nullptr;
-  std::size_t best_bytes = 0;
+template <typename Visit>
+void free_index::for_each_run_of(const stream_timeline* stream, Visit&& visit) {
+  // Each run is visited once, from its lowest block, whichever of its own blocks leads there
+  // first.
   std::set<const block*> measured;
   for (block* own : stamped_) {
     if (own->stamp.timeline != stream || measured.count(own) != 0) continue;
     block* start = own;
     while (joins_run_of(start->previous_adjacent, stream)) start = start->previous_adjacent;
+    for (const block* x = start; joins_run_of(x, stream); x = x->next_adjacent) measured.insert(x);
+    visit(start);
+  }
+}
+
+bool free_index::merge_runs_usable_by(const stream_timeline* stream, std::size_t min_bytes) {
+  // The smallest run that serves the request: found first, merged alone.
+  block* best = nullptr;
+  std::size_t best_bytes = 0;
+  for_each_run_of(stream, [&](block* start) {
     std::size_t bytes = 0;
     std::size_t pieces = 0;
     for (const block* x = start; joins_run_of(x, stream); x = x->next_adjacent) {
-      measured.insert(x);
       bytes += x->size_bytes;
       ++pieces;
     }
@@ -192,7 +200,7 @@ bool free_index::merge_runs_usable_by(const stream_timeline* stream, std::size_t
       best = start;
       best_bytes = bytes;
     }
-  }
+  });
   if (best == nullptr) return false;
   merge_run(best, stream);
   return true;
@@ -205,20 +213,15 @@ bool free_index::merge_runs_for_granules(const stream_timeline* stream, std::siz
     return high > low ? (high - low) / granule_bytes : 0;
   };
   std::vector<block*> gaining;
-  std::set<const block*> measured;
-  for (block* own : stamped_) {
-    if (own->stamp.timeline != stream || measured.count(own) != 0) continue;
-    block* start = own;
-    while (joins_run_of(start->previous_adjacent, stream)) start = start->previous_adjacent;
+  for_each_run_of(stream, [&](block* start) {
     std::size_t apart = 0;
     std::uintptr_t end = start->address;
     for (const block* x = start; joins_run_of(x, stream); x = x->next_adjacent) {
-      measured.insert(x);
       apart += whole_granules(x->address, x->end());
       end = x->end();
     }
     if (whole_granules(start->address, end) > apart) gaining.push_back(start);
-  }
+  });
   for (block* start : gaining) merge_run(start, stream);
   return !gaining.empty();
 }

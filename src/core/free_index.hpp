@@ -136,6 +136,10 @@ class free_index {
   /// A run merge_runs_usable_by and merge_runs_for_granules take: stream's own frees and blocks
   /// proven complete, adjacent. Stream's frees among them are what make it a run.
   static bool joins_run_of(const block* b, const stream_timeline* stream);
+  /// Calls visit(start) once for each run of stream (joins_run_of) holding one of its frees,
+  /// start being the run's lowest block.
+  template <typename Visit>
+  void for_each_run_of(const stream_timeline* stream, Visit&& visit);
   /// Merges the run that starts at start into it, under the latest of stream's stamps there.
   void merge_run(block* start, const stream_timeline* stream);
   // Streams with adjacent indexed frees at different points of them (merge_own_runs' work).

@@ -1,5 +1,6 @@
 #include "core/free_index.hpp"
 
+#include <iterator>
 #include <new>
 
 #include <vector>
@@ -77,7 +78,8 @@ block* free_index::insert(block* freed) {
   try {
     note_unmerged_neighbours(result);
   } catch (const std::bad_alloc&) {
-    // Only a hint is lost: the stream's runs merge at a later miss or a synchronize.
+    // Only a hint is lost: that run merges once another free of the stream is indexed beside
+    // it, or at a synchronize.
   }
   return result;
 }
@@ -91,19 +93,27 @@ void free_index::note_unmerged_neighbours(const block* b) {
   if (stream == nullptr) return;
   if (is_indexed_free_of(b->previous_adjacent, stream) ||
       is_indexed_free_of(b->next_adjacent, stream))
-    unmerged_runs_.insert(stream);
+    run_marks_.emplace(stream, b->address);
 }
 
 bool free_index::merge_own_runs(const stream_timeline* stream) {
-  if (unmerged_runs_.erase(stream) == 0) return false;
+  const auto first = run_marks_.lower_bound(run_mark{stream, 0});
+  auto last = first;
+  while (last != run_marks_.end() && last->first == stream) ++last;
+  if (first == last) return false;
+  std::vector<std::uintptr_t> marked;
+  for (auto it = first; it != last; ++it) marked.push_back(it->second);
+  run_marks_.erase(first, last);
   auto same_stream = [stream](const block* n) { return is_indexed_free_of(n, stream); };
-  std::vector<block*> starts;
-  for (block* b : stamped_) {
-    if (b->stamp.timeline == stream && !same_stream(b->previous_adjacent) &&
-        same_stream(b->next_adjacent))
-      starts.push_back(b);
-  }
-  for (block* start : starts) {
+  bool merged = false;
+  for (const std::uintptr_t address : marked) {
+    // The block there now: the one marked, or the block that absorbed it since.
+    auto at = all_blocks_.upper_bound(address);
+    if (at == all_blocks_.begin()) continue;
+    block* start = std::prev(at)->second;
+    if (address >= start->end() || !same_stream(start)) continue;
+    while (same_stream(start->previous_adjacent)) start = start->previous_adjacent;
+    if (!same_stream(start->next_adjacent)) continue;  // merged already, or taken apart
     erase(start);
     while (same_stream(start->next_adjacent)) {
       block* next = start->next_adjacent;
@@ -111,8 +121,20 @@ bool free_index::merge_own_runs(const stream_timeline* stream) {
       merge_into(start, next);
     }
     add(start);
+    merged = true;
   }
-  return !starts.empty();
+  return merged;
+}
+
+std::size_t free_index::streams_with_unmerged_runs() const noexcept {
+  std::size_t streams = 0;
+  const stream_timeline* last = nullptr;
+  for (const run_mark& mark : run_marks_) {
+    if (streams != 0 && mark.first == last) continue;
+    last = mark.first;
+    ++streams;
+  }
+  return streams;
 }
 
 block* free_index::take_best_fit(std::size_t size_bytes, const stream_timeline* stream) {
@@ -148,7 +170,9 @@ void free_index::absorb_next(block* indexed) {
 
 void free_index::merge_pending_runs() {
   // Every stream with such runs was noted as they formed (note_unmerged_neighbours).
-  const std::vector<const stream_timeline*> streams(unmerged_runs_.begin(), unmerged_runs_.end());
+  std::vector<const stream_timeline*> streams;
+  for (const run_mark& mark : run_marks_)
+    if (streams.empty() || streams.back() != mark.first) streams.push_back(mark.first);
   for (const stream_timeline* stream : streams) merge_own_runs(stream);
 }
 
@@ -196,7 +220,11 @@ bool free_index::merge_runs_usable_by(const stream_timeline* stream, std::size_t
       bytes += x->size_bytes;
       ++pieces;
     }
-    if (pieces > 1 && bytes >= min_bytes && (best == nullptr || bytes < best_bytes)) {
+    // Ties go to the lower address: the order of stamped_ is the blocks' own addresses in host
+    // memory, which the history of merges decides.
+    if (pieces > 1 && bytes >= min_bytes &&
+        (best == nullptr || bytes < best_bytes ||
+         (bytes == best_bytes && start->address < best->address))) {
       best = start;
       best_bytes = bytes;
     }
@@ -261,7 +289,8 @@ void free_index::move_stamps(const stream_timeline* forgotten, free_stamp replac
     return b->stamp.timeline == forgotten;
   });
   // No block names it any more; a stream per request would otherwise leave one entry each.
-  unmerged_runs_.erase(forgotten);
+  run_marks_.erase(run_marks_.lower_bound(run_mark{forgotten, 0}),
+                   run_marks_.upper_bound(run_mark{forgotten, UINTPTR_MAX}));
 }
 
 }  // namespace soma::detail

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "core/block.hpp"
 #include "core/block_store.hpp"
@@ -33,7 +34,7 @@ class free_index {
         nodes_(nodes),
         by_size_(by_size_then_address{}, reserve_allocator<block*>(nodes)),
         stamped_(std::less<>{}, reserve_allocator<block*>(nodes)),
-        unmerged_runs_(std::less<>{}, reserve_allocator<const stream_timeline*>(nodes)) {}
+        run_marks_(std::less<>{}, reserve_allocator<run_mark>(nodes)) {}
   free_index(const free_index&) = delete;
   free_index& operator=(const free_index&) = delete;
   ~free_index();
@@ -56,8 +57,8 @@ class free_index {
   /// Merges the runs of adjacent blocks that `stream` freed at different points of it, each run
   /// into one block under its latest stamp; true if one merged. Done when that stream misses
   /// in its cache, not at insert: until then another stream may take the earlier pieces on
-  /// their own (ordered after them, or once they completed). Costs nothing when insert saw no
-  /// such neighbours of stream since its last call.
+  /// their own (ordered after them, or once they completed). Visits only the runs insert saw
+  /// form since its last call.
   bool merge_own_runs(const stream_timeline* stream);
   /// Of the runs of adjacent free blocks that stream may use at once (S2: its own frees, at
   /// whatever points of it, and frees proven complete) holding at least one of its own and at
@@ -100,12 +101,12 @@ class free_index {
     return sum;
   }
   std::size_t block_count() const noexcept { return by_size_.size(); }
-  /// Nodes one insert may take: its two sets, and the note of a stream's unmerged runs (which,
+  /// Nodes one insert may take: its two sets, and the mark of a stream's unmerged run (which,
   /// where it cannot be had, is dropped; a step that inserts several blocks must not find the
   /// nodes it made ahead taken by it). A remove or a merge takes none.
   static constexpr std::size_t nodes_needed = 3;
   /// How many streams have runs for merge_own_runs (tests: none outlives its stream).
-  std::size_t streams_with_unmerged_runs() const noexcept { return unmerged_runs_.size(); }
+  std::size_t streams_with_unmerged_runs() const noexcept;
 
  private:
   struct by_size_then_address {
@@ -142,9 +143,11 @@ class free_index {
   void for_each_run_of(const stream_timeline* stream, Visit&& visit);
   /// Merges the run that starts at start into it, under the latest of stream's stamps there.
   void merge_run(block* start, const stream_timeline* stream);
-  // Streams with adjacent indexed frees at different points of them (merge_own_runs' work).
-  std::set<const stream_timeline*, std::less<>, reserve_allocator<const stream_timeline*>>
-      unmerged_runs_;
+  // Where a stream's free was indexed beside another of its frees made at a different point:
+  // merge_own_runs' work, found from these addresses rather than by walking every pending
+  // block (on cuda, where every free is a point of its own, that walk was a tenth of a replay).
+  using run_mark = std::pair<const stream_timeline*, std::uintptr_t>;
+  std::set<run_mark, std::less<>, reserve_allocator<run_mark>> run_marks_;
   std::size_t free_bytes_ = 0;
 };
 

@@ -162,6 +162,40 @@ TEST_F(FreeIndex, S2_OnlyTheSmallestRunThatServesMerges) {
   EXPECT_EQ(all_blocks_.at(kBase + 512)->stamp.position, 5u);
 }
 
+// Two runs of the same size: the lower one merges, whatever order the blocks' own memory has
+// (the pending set is ordered by it, which the history of merges decides).
+TEST_F(FreeIndex, S2_OfTwoRunsOfOneSizeTheLowerMerges) {
+  for (int i = 0; i < 7; ++i) a_.note_enqueued();
+  auto high = make_run({256, 256}, kBase + 4096);
+  auto low = make_run({256, 256});
+  high[0]->stamp = free_stamp{&a_, 2};
+  high[1]->stamp = free_stamp{&a_, 5};
+  low[0]->stamp = free_stamp{&a_, 3};
+  low[1]->stamp = free_stamp{&a_, 7};
+  for (block* b : {high[0], high[1], low[0], low[1]}) index_.insert(b);
+  ASSERT_TRUE(index_.merge_runs_usable_by(&a_, 512));
+  EXPECT_EQ(all_blocks_.at(kBase)->size_bytes, 512u) << "the lower run merged";
+  EXPECT_EQ(all_blocks_.at(kBase + 4096)->size_bytes, 256u) << "the higher run stays in pieces";
+}
+
+// A run is found from where a free joined it, also after that free merged into a neighbour at
+// the same point of the stream: merge_own_runs visits the block that holds the address now.
+TEST_F(FreeIndex, S2_ARunIsFoundAfterItsMarkedFreeMergedIntoANeighbour) {
+  for (int i = 0; i < 7; ++i) a_.note_enqueued();
+  auto run = make_run({256, 256, 256});
+  run[0]->stamp = free_stamp{&a_, 3};
+  run[1]->stamp = free_stamp{&a_, 7};  // joins a's run at 3: marked here
+  run[2]->stamp = free_stamp{&a_, 7};  // the same point: merges into run[1] at insert
+  index_.insert(run[0]);
+  index_.insert(run[1]);
+  index_.insert(run[2]);
+  EXPECT_EQ(index_.block_count(), 2u);
+  ASSERT_TRUE(index_.merge_own_runs(&a_));
+  EXPECT_EQ(index_.block_count(), 1u);
+  EXPECT_EQ(all_blocks_.at(kBase)->size_bytes, 768u);
+  EXPECT_EQ(all_blocks_.at(kBase)->stamp.position, 7u);
+}
+
 // S2: when a stream misses, its own frees at different points merge into whole holes under
 // their latest stamp; proven neighbours and other streams' frees stay apart, and with nothing
 // new to merge the call does nothing.

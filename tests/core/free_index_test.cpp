@@ -43,6 +43,16 @@ class FreeIndex : public ::testing::Test {
     return run;
   }
 
+  /// Each block freed on a_ at its position (a_ stands at 7), then indexed, in that order.
+  void index_pending_on_a(const std::vector<block*>& blocks,
+                          const std::vector<std::uint64_t>& positions) {
+    while (a_.enqueued_position() < 7) a_.note_enqueued();
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      blocks[i]->stamp = free_stamp{&a_, positions[i]};
+      index_.insert(blocks[i]);
+    }
+  }
+
   soma::detail::node_reserve nodes_;  // the nodes of the maps and sets below
   soma::detail::block_store store_;   // merged blocks go back here (deleted with the fixture)
   soma::detail::block_map all_blocks_{
@@ -145,14 +155,9 @@ TEST_F(FreeIndex, S2_RunsAStreamMayUseMergeUnderItsLatestFree) {
 // Only the smallest run that serves the request merges: every other run keeps its pieces
 // usable by other streams as they were.
 TEST_F(FreeIndex, S2_OnlyTheSmallestRunThatServesMerges) {
-  for (int i = 0; i < 7; ++i) a_.note_enqueued();
   auto big = make_run({512, 512});
   auto small = make_run({256, 256}, kBase + 4096);
-  big[0]->stamp = free_stamp{&a_, 2};
-  big[1]->stamp = free_stamp{&a_, 5};
-  small[0]->stamp = free_stamp{&a_, 3};
-  small[1]->stamp = free_stamp{&a_, 7};
-  for (block* b : {big[0], big[1], small[0], small[1]}) index_.insert(b);
+  index_pending_on_a({big[0], big[1], small[0], small[1]}, {2, 5, 3, 7});
   ASSERT_TRUE(index_.merge_runs_usable_by(&a_, 512));
   EXPECT_EQ(index_.block_count(), 3u);
   block* merged = all_blocks_.at(kBase + 4096);
@@ -165,14 +170,9 @@ TEST_F(FreeIndex, S2_OnlyTheSmallestRunThatServesMerges) {
 // Two runs of the same size: the lower one merges, whatever order the blocks' own memory has
 // (the pending set is ordered by it, which the history of merges decides).
 TEST_F(FreeIndex, S2_OfTwoRunsOfOneSizeTheLowerMerges) {
-  for (int i = 0; i < 7; ++i) a_.note_enqueued();
   auto high = make_run({256, 256}, kBase + 4096);
   auto low = make_run({256, 256});
-  high[0]->stamp = free_stamp{&a_, 2};
-  high[1]->stamp = free_stamp{&a_, 5};
-  low[0]->stamp = free_stamp{&a_, 3};
-  low[1]->stamp = free_stamp{&a_, 7};
-  for (block* b : {high[0], high[1], low[0], low[1]}) index_.insert(b);
+  index_pending_on_a({high[0], high[1], low[0], low[1]}, {2, 5, 3, 7});
   ASSERT_TRUE(index_.merge_runs_usable_by(&a_, 512));
   EXPECT_EQ(all_blocks_.at(kBase)->size_bytes, 512u) << "the lower run merged";
   EXPECT_EQ(all_blocks_.at(kBase + 4096)->size_bytes, 256u) << "the higher run stays in pieces";
@@ -181,14 +181,9 @@ TEST_F(FreeIndex, S2_OfTwoRunsOfOneSizeTheLowerMerges) {
 // A run is found from where a free joined it, also after that free merged into a neighbour at
 // the same point of the stream: merge_own_runs visits the block that holds the address now.
 TEST_F(FreeIndex, S2_ARunIsFoundAfterItsMarkedFreeMergedIntoANeighbour) {
-  for (int i = 0; i < 7; ++i) a_.note_enqueued();
   auto run = make_run({256, 256, 256});
-  run[0]->stamp = free_stamp{&a_, 3};
-  run[1]->stamp = free_stamp{&a_, 7};  // joins a's run at 3: marked here
-  run[2]->stamp = free_stamp{&a_, 7};  // the same point: merges into run[1] at insert
-  index_.insert(run[0]);
-  index_.insert(run[1]);
-  index_.insert(run[2]);
+  // run[1] joins a's free at 3: marked there; run[2], at the same point, merges into it.
+  index_pending_on_a(run, {3, 7, 7});
   EXPECT_EQ(index_.block_count(), 2u);
   ASSERT_TRUE(index_.merge_own_runs(&a_));
   EXPECT_EQ(index_.block_count(), 1u);

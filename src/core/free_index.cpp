@@ -93,7 +93,39 @@ void free_index::note_unmerged_neighbours(const block* b) {
   if (stream == nullptr) return;
   if (is_indexed_free_of(b->previous_adjacent, stream) ||
       is_indexed_free_of(b->next_adjacent, stream))
-    run_marks_.emplace(stream, b->address);
+    note_run_mark(run_mark{stream, b->address});
+}
+
+void free_index::note_run_mark(const run_mark& mark) {
+  // A stream that frees and never misses (a stream frees are deferred to, say) would leave a
+  // mark per free; once marks outnumber the pending blocks, those that no longer mark a run go.
+  if (run_marks_.size() >= 2 * stamped_.size() + 64) prune_run_marks();
+  run_marks_.insert(mark);
+}
+
+const block* free_index::run_marked_by(const run_mark& mark) const noexcept {
+  auto at = all_blocks_.upper_bound(mark.second);
+  if (at == all_blocks_.begin()) return nullptr;
+  const block* b = std::prev(at)->second;
+  if (mark.second >= b->end() || !is_indexed_free_of(b, mark.first)) return nullptr;
+  return is_indexed_free_of(b->previous_adjacent, mark.first) ||
+                 is_indexed_free_of(b->next_adjacent, mark.first)
+             ? b
+             : nullptr;
+}
+
+void free_index::prune_run_marks() noexcept {
+  // Marks are ordered by stream, then address: of several marks in one block, the first stays.
+  const block* kept = nullptr;
+  for (auto it = run_marks_.begin(); it != run_marks_.end();) {
+    const block* b = run_marked_by(*it);
+    if (b == nullptr || b == kept) {
+      it = run_marks_.erase(it);
+    } else {
+      kept = b;
+      ++it;
+    }
+  }
 }
 
 bool free_index::merge_own_runs(const stream_timeline* stream) {
@@ -108,10 +140,9 @@ bool free_index::merge_own_runs(const stream_timeline* stream) {
   bool merged = false;
   for (const std::uintptr_t address : marked) {
     // The block there now: the one marked, or the block that absorbed it since.
-    auto at = all_blocks_.upper_bound(address);
-    if (at == all_blocks_.begin()) continue;
-    block* start = std::prev(at)->second;
-    if (address >= start->end() || !same_stream(start)) continue;
+    const block* there = run_marked_by(run_mark{stream, address});
+    if (there == nullptr) continue;
+    block* start = all_blocks_.at(there->address);
     while (same_stream(start->previous_adjacent)) start = start->previous_adjacent;
     if (!same_stream(start->next_adjacent)) continue;  // merged already, or taken apart
     erase(start);

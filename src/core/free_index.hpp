@@ -107,6 +107,8 @@ class free_index {
   static constexpr std::size_t nodes_needed = 3;
   /// How many streams have runs for merge_own_runs (tests: none outlives its stream).
   std::size_t streams_with_unmerged_runs() const noexcept;
+  /// Marks of runs kept for merge_own_runs (tests: bounded by the pending blocks).
+  std::size_t run_mark_count() const noexcept { return run_marks_.size(); }
 
  private:
   struct by_size_then_address {
@@ -147,6 +149,12 @@ class free_index {
   // merge_own_runs' work, found from these addresses rather than by walking every pending
   // block (on cuda, where every free is a point of its own, that walk was a tenth of a replay).
   using run_mark = std::pair<const stream_timeline*, std::uintptr_t>;
+  void note_run_mark(const run_mark& mark);
+  /// The block that holds the mark's address, if it is a free of the mark's stream beside
+  /// another (a run); nullptr otherwise.
+  const block* run_marked_by(const run_mark& mark) const noexcept;
+  /// Drops the marks that no longer mark a run, and all but one in each block.
+  void prune_run_marks() noexcept;
   std::set<run_mark, std::less<>, reserve_allocator<run_mark>> run_marks_;
   std::size_t free_bytes_ = 0;
 };

@@ -191,6 +191,26 @@ TEST_F(FreeIndex, S2_ARunIsFoundAfterItsMarkedFreeMergedIntoANeighbour) {
   EXPECT_EQ(all_blocks_.at(kBase)->stamp.position, 7u);
 }
 
+// A stream whose frees a synchronize proves before it ever misses (one that frees are deferred
+// to) leaves no mark behind for each of them: marks stay bounded by the pending blocks.
+TEST_F(FreeIndex, S2_MarksOfRunsAStreamNeverMergedStayBounded) {
+  for (int round = 0; round < 1000; ++round) {
+    auto run = make_run({256, 256}, kBase + static_cast<std::uintptr_t>(round) * 4096);
+    const std::uint64_t first = a_.note_enqueued();
+    const std::uint64_t second = a_.note_enqueued();
+    run[0]->stamp = free_stamp{&a_, first};
+    run[1]->stamp = free_stamp{&a_, second};
+    index_.insert(run[0]);
+    index_.insert(run[1]);  // a run of a's: marked
+    a_.prove_completed(second);
+    index_.promote(/*only_proven=*/true);  // no longer pending: the mark marks nothing
+  }
+  EXPECT_EQ(index_.block_count(), 1000u);
+  EXPECT_LE(index_.run_mark_count(), 65u);
+  EXPECT_FALSE(index_.merge_own_runs(&a_)) << "no run is left to merge";
+  EXPECT_EQ(index_.run_mark_count(), 0u);
+}
+
 // S2: when a stream misses, its own frees at different points merge into whole holes under
 // their latest stamp; proven neighbours and other streams' frees stay apart, and with nothing
 // new to merge the call does nothing.

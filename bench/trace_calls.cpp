@@ -15,6 +15,7 @@
 // allocation, which adds that read to every call's figure): what one remap costs, and a MiB of it.
 #include <soma/soma.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>

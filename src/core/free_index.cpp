@@ -103,10 +103,10 @@ void free_index::note_run_mark(const run_mark& mark) {
   run_marks_.insert(mark);
 }
 
-const block* free_index::run_marked_by(const run_mark& mark) const noexcept {
+block* free_index::run_marked_by(const run_mark& mark) const noexcept {
   auto at = all_blocks_.upper_bound(mark.second);
   if (at == all_blocks_.begin()) return nullptr;
-  const block* b = std::prev(at)->second;
+  block* b = std::prev(at)->second;
   if (mark.second >= b->end() || !is_indexed_free_of(b, mark.first)) return nullptr;
   return is_indexed_free_of(b->previous_adjacent, mark.first) ||
                  is_indexed_free_of(b->next_adjacent, mark.first)
@@ -140,11 +140,10 @@ bool free_index::merge_own_runs(const stream_timeline* stream) {
   bool merged = false;
   for (const std::uintptr_t address : marked) {
     // The block there now: the one marked, or the block that absorbed it since.
-    const block* there = run_marked_by(run_mark{stream, address});
-    if (there == nullptr) continue;
-    block* start = all_blocks_.at(there->address);
+    // Nothing there any more: merged already, taken, or proven.
+    block* start = run_marked_by(run_mark{stream, address});
+    if (start == nullptr) continue;
     while (same_stream(start->previous_adjacent)) start = start->previous_adjacent;
-    if (!same_stream(start->next_adjacent)) continue;  // merged already, or taken apart
     erase(start);
     while (same_stream(start->next_adjacent)) {
       block* next = start->next_adjacent;
@@ -157,14 +156,11 @@ bool free_index::merge_own_runs(const stream_timeline* stream) {
   return merged;
 }
 
-std::size_t free_index::streams_with_unmerged_runs() const noexcept {
-  std::size_t streams = 0;
-  const stream_timeline* last = nullptr;
-  for (const run_mark& mark : run_marks_) {
-    if (streams != 0 && mark.first == last) continue;
-    last = mark.first;
-    ++streams;
-  }
+std::vector<const stream_timeline*> free_index::streams_with_marks() const {
+  // Marks are ordered by stream first.
+  std::vector<const stream_timeline*> streams;
+  for (const run_mark& mark : run_marks_)
+    if (streams.empty() || streams.back() != mark.first) streams.push_back(mark.first);
   return streams;
 }
 
@@ -201,10 +197,7 @@ void free_index::absorb_next(block* indexed) {
 
 void free_index::merge_pending_runs() {
   // Every stream with such runs was noted as they formed (note_unmerged_neighbours).
-  std::vector<const stream_timeline*> streams;
-  for (const run_mark& mark : run_marks_)
-    if (streams.empty() || streams.back() != mark.first) streams.push_back(mark.first);
-  for (const stream_timeline* stream : streams) merge_own_runs(stream);
+  for (const stream_timeline* stream : streams_with_marks()) merge_own_runs(stream);
 }
 
 bool free_index::joins_run_of(const block* b, const stream_timeline* stream) {

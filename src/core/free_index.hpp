@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include "core/block.hpp"
 #include "core/block_store.hpp"
@@ -106,7 +107,7 @@ class free_index {
   /// nodes it made ahead taken by it). A remove or a merge takes none.
   static constexpr std::size_t nodes_needed = 3;
   /// How many streams have runs for merge_own_runs (tests: none outlives its stream).
-  std::size_t streams_with_unmerged_runs() const noexcept;
+  std::size_t streams_with_unmerged_runs() const { return streams_with_marks().size(); }
   /// Marks of runs kept for merge_own_runs (tests: bounded by the pending blocks).
   std::size_t run_mark_count() const noexcept { return run_marks_.size(); }
 
@@ -152,7 +153,9 @@ class free_index {
   void note_run_mark(const run_mark& mark);
   /// The block that holds the mark's address, if it is a free of the mark's stream beside
   /// another (a run); nullptr otherwise.
-  const block* run_marked_by(const run_mark& mark) const noexcept;
+  block* run_marked_by(const run_mark& mark) const noexcept;
+  /// The streams that have marks, each once.
+  std::vector<const stream_timeline*> streams_with_marks() const;
   /// Drops the marks that no longer mark a run, and all but one in each block.
   void prune_run_marks() noexcept;
   std::set<run_mark, std::less<>, reserve_allocator<run_mark>> run_marks_;

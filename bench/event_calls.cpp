@@ -15,7 +15,10 @@
 
 #include "backend/cuda/cuda_backend.hpp"
 #include "fake_cuda_driver.hpp"
+#include "backend/process_barrier.hpp"
+#include "core/biased_lock.hpp"
 #include "runtime/device_table.hpp"
+#include "runtime/pool_hazards.hpp"
 #include "runtime/stream_registry.hpp"
 
 namespace {
@@ -76,6 +79,9 @@ int main(int argc, char** argv) {
   }
   fake_cuda::driver_state gpu;
   fake_cuda::state = &gpu;
+  // As the runtime sets it up (runtime::runtime): biased locks where the process barrier works.
+  if (sd::pool_hazards::asymmetric())
+    sd::biased_lock::use_process_barrier(&sd::backend::process_barrier);
   const cu::driver_api driver = fake_cuda::make_driver();
   std::unique_ptr<cu::cuda_backend> backend = take(cu::cuda_backend::create(driver), "backend");
   sd::device_table devices(*backend);

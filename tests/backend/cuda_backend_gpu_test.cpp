@@ -6,6 +6,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -202,6 +203,62 @@ TEST_F(cuda_gpu, EventsRecordQueryAndSynchronize) {
   release = true;
   EXPECT_TRUE(e.value()->synchronize().ok());
   EXPECT_TRUE(e.value()->query().ok());
+}
+
+// S12 whatever context the application's thread has current, another or none: a record and a
+// wait still order one stream after the other, and leave the thread's context as it was. They
+// ask the driver for no context first (call_in_stream_context): this shows the driver takes the
+// stream's, or that soma makes the call again within it.
+TEST_F(cuda_gpu, S12_RecordAndWaitOrderStreamsWhateverContextIsCurrent) {
+  const cuda::driver_api& driver = *cuda::process_driver().value();
+  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(library, nullptr);
+  using create_fn = cuda::CUresult (*)(cuda::CUcontext*, unsigned, int);
+  using destroy_fn = cuda::CUresult (*)(cuda::CUcontext);
+  const auto create = reinterpret_cast<create_fn>(dlsym(library, "cuCtxCreate_v2"));
+  const auto destroy = reinterpret_cast<destroy_fn>(dlsym(library, "cuCtxDestroy_v2"));
+  ASSERT_TRUE(create != nullptr && destroy != nullptr);
+  stream_timeline a_line(0), b_line(1);
+  auto a = backend_->create_stream(0, a_line);
+  auto b = backend_->create_stream(0, b_line);
+  auto e = backend_->create_event();
+  ASSERT_TRUE(a.ok() && b.ok() && e.ok());
+  ASSERT_TRUE(e.value()->record(*a.value()).ok());  // its CUevent, made in a's context
+  cuda::CUcontext before = nullptr;
+  ASSERT_EQ(driver.cuCtxGetCurrent(&before), cuda::CUDA_SUCCESS);
+  cuda::CUcontext other = nullptr;
+  ASSERT_EQ(create(&other, 0, 0), cuda::CUDA_SUCCESS);  // a second context of device 0
+  for (cuda::CUcontext current : {other, cuda::CUcontext{nullptr}}) {
+    ASSERT_EQ(driver.cuCtxSetCurrent(current), cuda::CUDA_SUCCESS);
+    std::atomic<bool> release{false};
+    std::atomic<bool> b_ran{false};
+    ASSERT_TRUE(a.value()
+                    ->enqueue_host_task([&] {
+                      while (!release.load()) std::this_thread::yield();
+                      return status::success();
+                    })
+                    .ok());
+    status recorded = e.value()->record(*a.value());
+    ASSERT_TRUE(recorded.ok()) << recorded.message();
+    status waited = b.value()->enqueue_wait(*e.value());
+    ASSERT_TRUE(waited.ok()) << waited.message();
+    ASSERT_TRUE(b.value()
+                    ->enqueue_host_task([&] {
+                      b_ran = true;
+                      return status::success();
+                    })
+                    .ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_FALSE(b_ran.load()) << "b ran before the work a recorded";
+    release = true;
+    ASSERT_TRUE(b.value()->synchronize().ok());
+    EXPECT_TRUE(b_ran.load());
+    cuda::CUcontext after = nullptr;
+    ASSERT_EQ(driver.cuCtxGetCurrent(&after), cuda::CUDA_SUCCESS);
+    EXPECT_EQ(after, current);
+  }
+  EXPECT_EQ(destroy(other), cuda::CUDA_SUCCESS);
+  EXPECT_EQ(driver.cuCtxSetCurrent(before), cuda::CUDA_SUCCESS);
 }
 
 TEST_F(cuda_gpu, ExportedMemoryImportsIntoASecondMapping) {

@@ -631,6 +631,65 @@ TEST_F(cuda_fake_driver, EventsLiveOnTheRecordingStreamsDevice) {
   EXPECT_EQ(gpu_.live_events, 0);
 }
 
+// S12: a record and a wait name their stream, whose context the driver uses, so neither asks
+// which context is current (a cuCtxGetCurrent each, 16 ns on an H200 host) and neither changes
+// the application's.
+TEST_F(cuda_fake_driver, S12_RecordAndWaitAskNoContextWhereTheDriverNeedsNone) {
+  auto backend = open();
+  stream_timeline a_line(0), b_line(1);
+  auto a = stream_on(*backend, 0, a_line);
+  auto b = stream_on(*backend, 0, b_line);
+  auto e = backend->create_event();
+  ASSERT_TRUE(e.ok());
+  ASSERT_TRUE(e.value()->record(*a).ok());  // the first record makes the CUevent: in context
+  fake_cuda::current_context = fake_cuda::context_of(1);  // the application works on device 1
+  const int queries = gpu_.context_queries;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(e.value()->record(*a).ok());
+    ASSERT_TRUE(b->enqueue_wait(*e.value()).ok());
+  }
+  EXPECT_EQ(gpu_.context_queries, queries);
+  EXPECT_EQ(fake_cuda::current_context, fake_cuda::context_of(1));
+  EXPECT_EQ(b_line.enqueued_position(), 3u);
+  EXPECT_EQ(gpu_.run(fake_stream(*b)), 0);  // b waits for a's records
+  gpu_.run_all();
+  EXPECT_TRUE(e.value()->query().ok());
+}
+
+// A driver that wanted the stream's context current would refuse the call: it is made again
+// with the context current, and the application's context is restored.
+TEST_F(cuda_fake_driver, S12_ARecordOrWaitRefusedWithoutItsContextIsMadeAgainInIt) {
+  auto backend = open();
+  stream_timeline a_line(0), b_line(1);
+  auto a = stream_on(*backend, 0, a_line);
+  auto b = stream_on(*backend, 0, b_line);
+  auto e = backend->create_event();
+  ASSERT_TRUE(e.ok());
+  gpu_.records_need_current_context = true;
+  for (cuda::CUcontext application : {cuda::CUcontext{nullptr}, fake_cuda::context_of(1)}) {
+    fake_cuda::current_context = application;
+    const int records = gpu_.event_records;
+    ASSERT_TRUE(e.value()->record(*a).ok());
+    ASSERT_TRUE(b->enqueue_wait(*e.value()).ok());
+    EXPECT_EQ(gpu_.event_records, records + 1);
+    EXPECT_EQ(fake_cuda::current_context, application);
+    EXPECT_EQ(gpu_.run(fake_stream(*b)), 0);  // the wait is there: b waits for a
+    gpu_.run_all();
+    EXPECT_TRUE(e.value()->query().ok());
+  }
+  // The first record made the CUevent in context; the later record and both waits were
+  // refused once each.
+  EXPECT_EQ(gpu_.refused_without_context, 3);
+  // With the context current, a refusal is the driver's answer: it stands, not made again.
+  fake_cuda::current_context = fake_cuda::context_of(0);
+  gpu_.failing_event_records = 1;
+  const int records = gpu_.event_records;
+  EXPECT_EQ(e.value()->record(*a).code(), error_code::launch_failure);
+  EXPECT_EQ(gpu_.event_records, records);
+  EXPECT_EQ(gpu_.failing_event_records, 0);
+  fake_cuda::current_context = nullptr;
+}
+
 TEST_F(cuda_fake_driver, AdoptedStreamMustBeOfTheDevicesPrimaryContextAndIsNeverDestroyed) {
   auto backend = open();
   fake_cuda::current_context = fake_cuda::context_of(1);

@@ -119,7 +119,12 @@ struct driver_state {
   int destroyed_stream_calls = 0;  // queries, records, synchronizes on a destroyed CUstream
   int failing_event_records = 0;   // the next this many cuEventRecord calls fail
   int retained_contexts = 0;
-  int context_errors = 0;  // calls made without the context they need
+  int context_errors = 0;   // calls made without the context they need
+  int context_queries = 0;  // cuCtxGetCurrent calls
+  // A driver that refuses a record or a stream wait unless the stream's context is current
+  // (CUDA_ERROR_INVALID_CONTEXT). The real one takes the context from the stream (the default).
+  bool records_need_current_context = false;
+  int refused_without_context = 0;  // records and waits refused so
   std::vector<std::unique_ptr<graph_state>> graphs;
   std::vector<std::unique_ptr<exec_state>> execs;
   std::vector<std::string> graph_calls;  // graph and capture entry points, in call order
@@ -178,6 +183,13 @@ inline int current_device() {
 }
 inline stream_state* as_stream(cu::CUstream s) { return reinterpret_cast<stream_state*>(s); }
 inline event_state* as_event(cu::CUevent e) { return reinterpret_cast<event_state*>(e); }
+/// Under records_need_current_context: false (and counted) if s's context is not current.
+inline bool has_stream_context(cu::CUstream s) {
+  if (!state->records_need_current_context || current_context == context_of(as_stream(s)->device))
+    return true;
+  ++state->refused_without_context;
+  return false;
+}
 
 // ---- entry points -----------------------------------------------------------------------
 inline cu::CUresult init(unsigned) { return cu::CUDA_SUCCESS; }
@@ -231,6 +243,7 @@ inline cu::CUresult release_context(cu::CUdevice) {
   return cu::CUDA_SUCCESS;
 }
 inline cu::CUresult get_current(cu::CUcontext* c) {
+  ++state->context_queries;
   *c = current_context;
   return cu::CUDA_SUCCESS;
 }
@@ -401,6 +414,7 @@ inline cu::CUresult stream_query(cu::CUstream s) {
   return as_stream(s)->queue.empty() ? cu::CUDA_SUCCESS : cu::CUDA_ERROR_NOT_READY;
 }
 inline cu::CUresult stream_wait(cu::CUstream s, cu::CUevent e, unsigned) {
+  if (!has_stream_context(s)) return cu::CUDA_ERROR_INVALID_CONTEXT;
   as_stream(s)->queue.push_back(
       {operation::wait, nullptr, nullptr, as_event(e), as_event(e)->recorded});
   return cu::CUDA_SUCCESS;
@@ -464,6 +478,7 @@ inline cu::CUresult event_record(cu::CUevent e, cu::CUstream s) {
   if (destroyed(s)) return cu::CUDA_ERROR_INVALID_HANDLE;
   // As in CUDA: an event records only on a stream of its own device.
   if (as_event(e)->device != as_stream(s)->device) return cu::CUDA_ERROR_INVALID_HANDLE;
+  if (!has_stream_context(s)) return cu::CUDA_ERROR_INVALID_CONTEXT;
   if (as_stream(s)->capture != nullptr) {  // soma never records on a capturing stream
     ++state->capture_errors;
     return capture_unsupported;

@@ -13,9 +13,14 @@ cuda_event::~cuda_event() {
   }
 }
 
-result<CUevent> cuda_event::event_in_locked(CUcontext context, int device) {
+CUevent cuda_event::made_in_locked(CUcontext context) const noexcept {
   for (const per_context& created : created_)
     if (created.context == context) return created.event;
+  return nullptr;
+}
+
+result<CUevent> cuda_event::event_in_locked(CUcontext context, int device) {
+  if (CUevent made = made_in_locked(context)) return made;
   CUevent made = nullptr;
   if (status s =
           driver_.check(driver_.cuEventCreate(&made, CU_EVENT_DISABLE_TIMING), "cuEventCreate",
@@ -34,7 +39,7 @@ result<CUevent> cuda_event::event_in(CUcontext context, int device) {
 void cuda_event::note_recorded(CUevent recorded, CUcontext context,
                                std::shared_ptr<sticky_state> sticky, std::uint64_t position) {
   std::lock_guard lock(mutex_);
-  event_ = recorded;
+  event_.store(recorded, std::memory_order_release);
   context_ = context;
   sticky_ = std::move(sticky);
   recorded_position_ = position;
@@ -47,15 +52,26 @@ status cuda_event::record(stream& s) {
   // position the runtime read before calling here.
   std::lock_guard issuing(target.issue_mutex());
   std::lock_guard lock(mutex_);
-  context_scope scope(driver_, target.context());
-  if (!scope.entered().ok()) return scope.entered();
-  result<CUevent> chosen = event_in_locked(target.context(), target.device());
-  if (!chosen.ok()) return chosen.take_error();
-  if (status s =
-          driver_.check(driver_.cuEventRecord(chosen.value(), target.native()), "cuEventRecord");
-      !s.ok())
-    return s;
-  event_ = chosen.value();
+  CUevent chosen = made_in_locked(target.context());
+  if (chosen != nullptr) [[likely]] {
+    // Recorded in this context before: no context check unless the record fails.
+    if (status s =
+            call_in_stream_context(driver_, target.context(), "cuEventRecord",
+                                   [&] { return driver_.cuEventRecord(chosen, target.native()); });
+        !s.ok())
+      return s;
+  } else {
+    // The first record in this context creates its CUevent there, which needs it current.
+    context_scope scope(driver_, target.context());
+    if (!scope.entered().ok()) return scope.entered();
+    result<CUevent> made = event_in_locked(target.context(), target.device());
+    if (!made.ok()) return made.take_error();
+    chosen = made.value();
+    if (status s = driver_.check(driver_.cuEventRecord(chosen, target.native()), "cuEventRecord");
+        !s.ok())
+      return s;
+  }
+  event_.store(chosen, std::memory_order_release);
   // Recorded on the same stream again: no reference-count traffic.
   if (sticky_ != target.sticky()) sticky_ = target.sticky();
   recorded_position_ = target.enqueued_position();
@@ -65,10 +81,11 @@ status cuda_event::record(stream& s) {
 
 status cuda_event::query() {
   std::lock_guard lock(mutex_);
-  if (event_ == nullptr) return status::success();  // never recorded: nothing to wait for
+  const CUevent recorded = event_.load(std::memory_order_relaxed);
+  if (recorded == nullptr) return status::success();  // never recorded: nothing to wait for
   context_scope scope(driver_, context_);
   if (!scope.entered().ok()) return scope.entered();
-  const CUresult state = driver_.cuEventQuery(event_);
+  const CUresult state = driver_.cuEventQuery(recorded);
   if (state == CUDA_ERROR_NOT_READY) {
     return status(error_code::not_ready, "the work the event captured has not completed yet");
   }
@@ -85,7 +102,7 @@ status cuda_event::synchronize() {
     // Not held while blocking: a record or a stream wait on this event must not stall
     // behind a host wait. created_ keeps the handle valid if a record moves devices.
     std::lock_guard lock(mutex_);
-    waited = event_;
+    waited = event_.load(std::memory_order_relaxed);
     context = context_;
     sticky = sticky_;
     position = recorded_position_;

@@ -1,6 +1,7 @@
 // A cuda backend event: a CUevent created with CU_EVENT_DISABLE_TIMING.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -30,13 +31,10 @@ class cuda_event final : public event {
   status query() override;
   status synchronize() override;
 
-  /// Runs use(event, context) with the latest recorded CUevent (nullptr if never recorded)
-  /// under this event's lock, so a concurrent record cannot change it meanwhile.
-  template <typename Use>
-  status with_recorded(Use&& use) {
-    std::lock_guard lock(mutex_);
-    return use(event_, context_);
-  }
+  /// The latest recorded CUevent (nullptr if never recorded): what a stream wait waits on. One
+  /// load, no lock (a wait is half of every ping-pong): a record on another thread meanwhile
+  /// yields the CUevent of either record, both valid (created_ keeps them), as the lock gave.
+  CUevent recorded() const noexcept { return event_.load(std::memory_order_acquire); }
 
   /// This event's CUevent in context (of device), created there at first use as a record
   /// would: what a graph's event record or wait node names. Requires: context is current.
@@ -49,6 +47,8 @@ class cuda_event final : public event {
 
  private:
   result<CUevent> event_in_locked(CUcontext context, int device);
+  /// The CUevent made in context before, or nullptr.
+  CUevent made_in_locked(CUcontext context) const noexcept;
 
   const driver_api& driver_;
   // A spin lock: taken on every record and wait (ping-pong), held for a field update or one
@@ -58,7 +58,9 @@ class cuda_event final : public event {
     CUcontext context = nullptr;
     CUevent event = nullptr;
   };
-  CUevent event_ = nullptr;  // the latest record's; null until the first record
+  // The latest record's; null until the first record. Written under mutex_, read by recorded()
+  // without it.
+  std::atomic<CUevent> event_{nullptr};
   // A host task that failed at or before the recorded position is this event's failure
   // too (a CUevent knows nothing of soma's host tasks).
   std::shared_ptr<sticky_state> sticky_;

@@ -165,17 +165,20 @@ status cuda_stream::issue(work::write_value32& w) {
 status cuda_stream::issue(work::wait_event& w) {
   auto& awaited = static_cast<cuda_event&>(*w.awaited);
   if (status failed = sticky_error(); !failed.ok()) return failed;
-  context_scope scope(driver_, context_);
-  if (!scope.entered().ok()) return scope.entered();
   std::lock_guard lock(tracker_.issue_mutex());
-  return awaited.with_recorded([&](CUevent recorded, CUcontext) {
-    if (recorded == nullptr) return status::success();  // never recorded: nothing to wait for
-    timeline_.note_enqueued();
-    status waited = driver_.check(
-        driver_.cuStreamWaitEvent(native_, recorded, CU_EVENT_WAIT_DEFAULT), "cuStreamWaitEvent");
-    if (waited.ok()) (void)tracker_.cover_enqueued_locked();
-    return waited;
+  const CUevent recorded = awaited.recorded();
+  if (recorded == nullptr) return status::success();  // never recorded: nothing to wait for
+  timeline_.note_enqueued();
+  // No context check unless the wait fails (call_in_stream_context).
+  status waited = call_in_stream_context(driver_, context_, "cuStreamWaitEvent", [&] {
+    return driver_.cuStreamWaitEvent(native_, recorded, CU_EVENT_WAIT_DEFAULT);
   });
+  if (waited.ok() && tracker_.covers_every_position()) [[unlikely]] {
+    // A marker is recorded now: that needs the context current.
+    context_scope scope(driver_, context_);
+    if (scope.entered().ok()) (void)tracker_.cover_enqueued_locked();
+  }
+  return waited;
 }
 
 status cuda_stream::issue(work::wait_stream& w) {

@@ -190,6 +190,8 @@ class context_scope {
   context_scope& operator=(const context_scope&) = delete;
   /// The result of making the context current (a broken driver, a destroyed context).
   const status& entered() const noexcept { return entered_; }
+  /// True if the context was not current before (it is now, until the scope ends).
+  bool switched() const noexcept { return switched_; }
 
  private:
   void enter(CUcontext context) noexcept;
@@ -199,5 +201,24 @@ class context_scope {
   bool switched_ = false;
   status entered_;
 };
+
+/// Makes call() (a driver call whose handles name their context: a record or a wait on a stream
+/// soma created) without first asking which context is current, and only if it fails, again
+/// within a context_scope. The driver takes the context from the stream (src/backend/cuda/
+/// README.md, "Which context a record or a wait needs"), so the cuCtxGetCurrent that
+/// context_scope makes on every call, 16 ns on an H200 host, four in a ping-pong, is paid only
+/// after a failure: where the context was current already, the first failure stands.
+template <typename Call>
+status call_in_stream_context(const driver_api& driver, CUcontext context, const char* name,
+                              Call&& call) {
+  if (forked_after_start()) [[unlikely]]
+    return forked_child_error();
+  const CUresult first = call();
+  if (first == CUDA_SUCCESS) [[likely]]
+    return status::success();
+  context_scope scope(driver, context);
+  if (!scope.entered().ok()) return scope.entered();
+  return driver.check(scope.switched() ? call() : first, name);
+}
 
 }  // namespace soma::detail::backend::cuda

@@ -7,10 +7,10 @@
 //   trace_calls TRACE [--passes N] [--remap 0|1|2] [--per-remap]
 //
 // TRACE is a file of `a ID BYTES` and `f ID` lines (integrations/torch's SOMA_TORCH_TRACE; a .gz
-// is read through gzip -dc). The pool is soma_torch's: release threshold at the maximum,
-// somaMemPoolAttrRemapFreeMemory 1 unless --remap says otherwise; one soma stream. Each pass
-// replays the whole trace; what is still live at the end of a pass is freed outside the timing,
-// so every pass starts from the same live set and later passes show the pool warm.
+// is read through gzip -dc; bench/torch_trace.hpp). The pool is soma_torch's: release threshold at
+// the maximum, somaMemPoolAttrRemapFreeMemory 1 unless --remap says otherwise; one soma stream.
+// Each pass replays the whole trace; what is still live at the end of a pass is freed outside the
+// timing, so every pass starts from the same live set and later passes show the pool warm.
 // --per-remap also times each allocation that remapped, apart (the remap count is read after every
 // allocation, which adds that read to every call's figure): what one remap costs, and a MiB of it.
 #include <soma/soma.h>
@@ -27,50 +27,15 @@
 #include <vector>
 
 #include "bench_support.hpp"
+#include "torch_trace.hpp"
 
 namespace {
-
-struct trace_event {
-  bool allocate = false;
-  std::uint64_t id = 0;
-  std::size_t bytes = 0;
-};
 
 void check(somaError_t e, const char* what) {
   if (e != somaSuccess) {
     std::fprintf(stderr, "trace_calls: %s: %s\n", what, somaGetErrorString(e));
     std::exit(1);
   }
-}
-
-std::vector<trace_event> read_trace(const std::string& path) {
-  const bool gzipped = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
-  const std::string command = "gzip -dc '" + path + "'";
-  FILE* in = gzipped ? popen(command.c_str(), "r") : std::fopen(path.c_str(), "r");
-  if (in == nullptr) {
-    std::fprintf(stderr, "trace_calls: cannot open %s\n", path.c_str());
-    std::exit(1);
-  }
-  std::vector<trace_event> events;
-  char kind = 0;
-  unsigned long long id = 0;
-  while (std::fscanf(in, " %c %llu", &kind, &id) == 2) {
-    trace_event e;
-    e.id = id;
-    if (kind == 'a') {
-      unsigned long long bytes = 0;
-      if (std::fscanf(in, "%llu", &bytes) != 1) break;
-      e.allocate = true;
-      e.bytes = static_cast<std::size_t>(bytes);
-    }
-    events.push_back(e);
-  }
-  if (gzipped) {
-    pclose(in);
-  } else {
-    std::fclose(in);
-  }
-  return events;
 }
 
 std::uint64_t attribute(somaMemPool_t pool, somaMemPoolAttr which) {
@@ -102,7 +67,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const std::vector<trace_event> events = read_trace(path);
+  const std::vector<soma_bench::trace_event> events =
+      soma_bench::read_torch_trace(path, "trace_calls");
 
   const char* backend = nullptr;
   check(somaGetBackendName(&backend), "somaGetBackendName");
@@ -133,7 +99,7 @@ int main(int argc, char** argv) {
     std::size_t calls = 0;
     double remap_seconds = 0;
     const auto start = std::chrono::steady_clock::now();
-    for (const trace_event& e : events) {
+    for (const soma_bench::trace_event& e : events) {
       if (e.allocate) {
         if (e.bytes == 0) continue;
         void* p = nullptr;

@@ -202,10 +202,10 @@ class context_scope {
   status entered_;
 };
 
-/// Makes call() (a driver call whose handles name their context: a record or a wait on a stream
-/// soma created) without first asking which context is current, and only if it fails, again
-/// within a context_scope. The driver takes the context from the stream (src/backend/cuda/
-/// README.md, "Which context a record or a wait needs"), so the cuCtxGetCurrent that
+/// Makes call() (a driver call whose handles name their context: a record or a wait on one of
+/// soma's streams) without first asking which context is current, and only if it fails, again
+/// within a context_scope. The stream names its context (src/backend/cuda/README.md, "Which
+/// context a record or a wait needs"), so the cuCtxGetCurrent that
 /// context_scope makes on every call, 16 ns on an H200 host, four in a ping-pong, is paid only
 /// after a failure: where the context was current already, the first failure stands.
 template <typename Call>

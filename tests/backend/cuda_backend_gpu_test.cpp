@@ -52,6 +52,30 @@ class cuda_gpu : public ::testing::Test {
     return 0;
   }
 
+  /// Enqueues on s a host task that holds the stream until `release` turns true: work after it
+  /// waits, so a test can see what is ordered after what.
+  static status enqueue_gate(be::stream& s, const std::atomic<bool>& release) {
+    return s.enqueue_host_task([&release] {
+      while (!release.load()) std::this_thread::yield();
+      return status::success();
+    });
+  }
+
+  /// Checks that work enqueued on b now waits for the gate holding another stream (what b was
+  /// ordered after), then opens the gate and sees b's work run.
+  static void expect_held_by_gate(be::stream& b, std::atomic<bool>& release) {
+    std::atomic<bool> b_ran{false};
+    ASSERT_TRUE(b.enqueue_host_task([&b_ran] {
+                   b_ran = true;
+                   return status::success();
+                 }).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_FALSE(b_ran.load()) << "b ran before the work it was ordered after";
+    release = true;
+    ASSERT_TRUE(b.synchronize().ok());
+    EXPECT_TRUE(b_ran.load());
+  }
+
   void TearDown() override {
     for (const region& r : regions_) {
       backend_->unmap(r.base, r.bytes);
@@ -104,12 +128,7 @@ TEST_F(cuda_gpu, MarkersLearnCompletionWithoutBlocking) {
   auto s = backend_->create_stream(0, timeline);
   ASSERT_TRUE(s.ok());
   std::atomic<bool> release{false};
-  ASSERT_TRUE(s.value()
-                  ->enqueue_host_task([&] {
-                    while (!release.load()) std::this_thread::yield();
-                    return status::success();
-                  })
-                  .ok());
+  ASSERT_TRUE(enqueue_gate(*s.value(), release).ok());
   ASSERT_TRUE(s.value()->enqueue_memset(reinterpret_cast<void*>(base), 0, granule_bytes_).ok());
   EXPECT_FALSE(timeline.has_completed(2));  // records a marker behind the memset
   EXPECT_EQ(s.value()->query().code(), error_code::not_ready);
@@ -162,26 +181,10 @@ TEST_F(cuda_gpu, WaitForOrdersOneStreamAfterAnother) {
   auto b = backend_->create_stream(0, b_line);
   ASSERT_TRUE(a.ok() && b.ok());
   std::atomic<bool> release{false};
-  ASSERT_TRUE(a.value()
-                  ->enqueue_host_task([&] {
-                    while (!release.load()) std::this_thread::yield();
-                    return status::success();
-                  })
-                  .ok());
+  ASSERT_TRUE(enqueue_gate(*a.value(), release).ok());
   ASSERT_TRUE(a.value()->enqueue_memset(reinterpret_cast<void*>(base), 1, granule_bytes_).ok());
   ASSERT_TRUE(b.value()->enqueue_wait_for(*a.value(), 2).ok());
-  std::atomic<bool> b_ran{false};
-  ASSERT_TRUE(b.value()
-                  ->enqueue_host_task([&] {
-                    b_ran = true;
-                    return status::success();
-                  })
-                  .ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_FALSE(b_ran.load());
-  release = true;
-  ASSERT_TRUE(b.value()->synchronize().ok());
-  EXPECT_TRUE(b_ran.load());
+  expect_held_by_gate(*b.value(), release);
   EXPECT_TRUE(a_line.has_completed(2));
 }
 
@@ -192,12 +195,7 @@ TEST_F(cuda_gpu, EventsRecordQueryAndSynchronize) {
   ASSERT_TRUE(s.ok() && e.ok());
   EXPECT_TRUE(e.value()->query().ok());  // never recorded
   std::atomic<bool> release{false};
-  ASSERT_TRUE(s.value()
-                  ->enqueue_host_task([&] {
-                    while (!release.load()) std::this_thread::yield();
-                    return status::success();
-                  })
-                  .ok());
+  ASSERT_TRUE(enqueue_gate(*s.value(), release).ok());
   ASSERT_TRUE(e.value()->record(*s.value()).ok());
   EXPECT_EQ(e.value()->query().code(), error_code::not_ready);
   release = true;
@@ -231,28 +229,12 @@ TEST_F(cuda_gpu, S12_RecordAndWaitOrderStreamsWhateverContextIsCurrent) {
   for (cuda::CUcontext current : {other, cuda::CUcontext{nullptr}}) {
     ASSERT_EQ(driver.cuCtxSetCurrent(current), cuda::CUDA_SUCCESS);
     std::atomic<bool> release{false};
-    std::atomic<bool> b_ran{false};
-    ASSERT_TRUE(a.value()
-                    ->enqueue_host_task([&] {
-                      while (!release.load()) std::this_thread::yield();
-                      return status::success();
-                    })
-                    .ok());
+    ASSERT_TRUE(enqueue_gate(*a.value(), release).ok());
     status recorded = e.value()->record(*a.value());
     ASSERT_TRUE(recorded.ok()) << recorded.message();
     status waited = b.value()->enqueue_wait(*e.value());
     ASSERT_TRUE(waited.ok()) << waited.message();
-    ASSERT_TRUE(b.value()
-                    ->enqueue_host_task([&] {
-                      b_ran = true;
-                      return status::success();
-                    })
-                    .ok());
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    EXPECT_FALSE(b_ran.load()) << "b ran before the work a recorded";
-    release = true;
-    ASSERT_TRUE(b.value()->synchronize().ok());
-    EXPECT_TRUE(b_ran.load());
+    expect_held_by_gate(*b.value(), release);
     cuda::CUcontext after = nullptr;
     ASSERT_EQ(driver.cuCtxGetCurrent(&after), cuda::CUDA_SUCCESS);
     EXPECT_EQ(after, current);

@@ -143,6 +143,24 @@ class cuda_fake_driver : public ::testing::Test {
     EXPECT_TRUE(created.ok()) << created.error().message();
     return std::move(created.value());
   }
+  /// What the event tests start from: a backend, stream a on device 0, stream b on b_device,
+  /// and one event. Members go in reverse order: the event and streams before their timelines
+  /// and the backend.
+  struct event_setup {
+    std::unique_ptr<cuda::cuda_backend> backend;
+    stream_timeline a_line{0}, b_line{1};
+    std::unique_ptr<be::stream> a, b;
+    std::unique_ptr<be::event> e;
+  };
+  void set_up_events(event_setup& s, int b_device) {
+    s.backend = open();
+    ASSERT_NE(s.backend, nullptr);
+    s.a = stream_on(*s.backend, 0, s.a_line);
+    s.b = stream_on(*s.backend, b_device, s.b_line);
+    auto made = s.backend->create_event();
+    ASSERT_TRUE(made.ok()) << made.error().message();
+    s.e = std::move(made.value());
+  }
   /// A CUstream the application made on device (for adoption), as the fake driver sees it.
   static cuda::CUstream native_stream(int device) {
     cuda::CUstream native = nullptr;
@@ -604,30 +622,27 @@ TEST_F(cuda_fake_driver, WaitForOrdersAfterAMarkerOfTheOtherStream) {
 }
 
 TEST_F(cuda_fake_driver, EventsLiveOnTheRecordingStreamsDevice) {
-  auto backend = open();
-  stream_timeline a_line(0), b_line(1);
-  auto a = stream_on(*backend, 0, a_line);
-  auto b = stream_on(*backend, 1, b_line);
-  auto e = backend->create_event();
-  ASSERT_TRUE(e.ok());
-  EXPECT_TRUE(e.value()->query().ok());  // never recorded
-  EXPECT_TRUE(e.value()->synchronize().ok());
+  event_setup s;
+  set_up_events(s, 1);
+  auto& [backend, a_line, b_line, a, b, e] = s;
+  EXPECT_TRUE(e->query().ok());  // never recorded
+  EXPECT_TRUE(e->synchronize().ok());
   int x = 0;
   ASSERT_TRUE(b->enqueue_memset(&x, 0, sizeof x).ok());
-  ASSERT_TRUE(e.value()->record(*b).ok());
-  EXPECT_EQ(e.value()->query().code(), error_code::not_ready);
+  ASSERT_TRUE(e->record(*b).ok());
+  EXPECT_EQ(e->query().code(), error_code::not_ready);
   gpu_.run_all();
-  EXPECT_TRUE(e.value()->query().ok());
+  EXPECT_TRUE(e->query().ok());
   ASSERT_TRUE(a->enqueue_memset(&x, 0, sizeof x).ok());
-  ASSERT_TRUE(e.value()->record(*a).ok());  // another device: a new CUevent there
-  EXPECT_EQ(e.value()->query().code(), error_code::not_ready);
-  EXPECT_TRUE(e.value()->synchronize().ok());
+  ASSERT_TRUE(e->record(*a).ok());  // another device: a new CUevent there
+  EXPECT_EQ(e->query().code(), error_code::not_ready);
+  EXPECT_TRUE(e->synchronize().ok());
   EXPECT_EQ(gpu_.live_events, 2);
-  ASSERT_TRUE(e.value()->record(*b).ok());  // back on device 1: its CUevent again
-  EXPECT_EQ(e.value()->query().code(), error_code::not_ready);
-  EXPECT_TRUE(e.value()->synchronize().ok());
+  ASSERT_TRUE(e->record(*b).ok());  // back on device 1: its CUevent again
+  EXPECT_EQ(e->query().code(), error_code::not_ready);
+  EXPECT_TRUE(e->synchronize().ok());
   EXPECT_EQ(gpu_.live_events, 2);
-  e.value().reset();
+  e.reset();
   EXPECT_EQ(gpu_.live_events, 0);
 }
 
@@ -635,47 +650,41 @@ TEST_F(cuda_fake_driver, EventsLiveOnTheRecordingStreamsDevice) {
 // which context is current (a cuCtxGetCurrent each, 16 ns on an H200 host) and neither changes
 // the application's.
 TEST_F(cuda_fake_driver, S12_RecordAndWaitAskNoContextWhereTheDriverNeedsNone) {
-  auto backend = open();
-  stream_timeline a_line(0), b_line(1);
-  auto a = stream_on(*backend, 0, a_line);
-  auto b = stream_on(*backend, 0, b_line);
-  auto e = backend->create_event();
-  ASSERT_TRUE(e.ok());
-  ASSERT_TRUE(e.value()->record(*a).ok());  // the first record makes the CUevent: in context
+  event_setup s;
+  set_up_events(s, 0);
+  auto& [backend, a_line, b_line, a, b, e] = s;
+  ASSERT_TRUE(e->record(*a).ok());  // the first record makes the CUevent: in context
   fake_cuda::current_context = fake_cuda::context_of(1);  // the application works on device 1
   const int queries = gpu_.context_queries;
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(e.value()->record(*a).ok());
-    ASSERT_TRUE(b->enqueue_wait(*e.value()).ok());
+    ASSERT_TRUE(e->record(*a).ok());
+    ASSERT_TRUE(b->enqueue_wait(*e).ok());
   }
   EXPECT_EQ(gpu_.context_queries, queries);
   EXPECT_EQ(fake_cuda::current_context, fake_cuda::context_of(1));
   EXPECT_EQ(b_line.enqueued_position(), 3u);
   EXPECT_EQ(gpu_.run(fake_stream(*b)), 0);  // b waits for a's records
   gpu_.run_all();
-  EXPECT_TRUE(e.value()->query().ok());
+  EXPECT_TRUE(e->query().ok());
 }
 
 // A driver that wanted the stream's context current would refuse the call: it is made again
 // with the context current, and the application's context is restored.
 TEST_F(cuda_fake_driver, S12_ARecordOrWaitRefusedWithoutItsContextIsMadeAgainInIt) {
-  auto backend = open();
-  stream_timeline a_line(0), b_line(1);
-  auto a = stream_on(*backend, 0, a_line);
-  auto b = stream_on(*backend, 0, b_line);
-  auto e = backend->create_event();
-  ASSERT_TRUE(e.ok());
+  event_setup s;
+  set_up_events(s, 0);
+  auto& [backend, a_line, b_line, a, b, e] = s;
   gpu_.records_need_current_context = true;
   for (cuda::CUcontext application : {cuda::CUcontext{nullptr}, fake_cuda::context_of(1)}) {
     fake_cuda::current_context = application;
     const int records = gpu_.event_records;
-    ASSERT_TRUE(e.value()->record(*a).ok());
-    ASSERT_TRUE(b->enqueue_wait(*e.value()).ok());
+    ASSERT_TRUE(e->record(*a).ok());
+    ASSERT_TRUE(b->enqueue_wait(*e).ok());
     EXPECT_EQ(gpu_.event_records, records + 1);
     EXPECT_EQ(fake_cuda::current_context, application);
     EXPECT_EQ(gpu_.run(fake_stream(*b)), 0);  // the wait is there: b waits for a
     gpu_.run_all();
-    EXPECT_TRUE(e.value()->query().ok());
+    EXPECT_TRUE(e->query().ok());
   }
   // The first record made the CUevent in context; the later record and both waits were
   // refused once each.
@@ -684,7 +693,7 @@ TEST_F(cuda_fake_driver, S12_ARecordOrWaitRefusedWithoutItsContextIsMadeAgainInI
   fake_cuda::current_context = fake_cuda::context_of(0);
   gpu_.failing_event_records = 1;
   const int records = gpu_.event_records;
-  EXPECT_EQ(e.value()->record(*a).code(), error_code::launch_failure);
+  EXPECT_EQ(e->record(*a).code(), error_code::launch_failure);
   EXPECT_EQ(gpu_.event_records, records);
   EXPECT_EQ(gpu_.failing_event_records, 0);
   fake_cuda::current_context = nullptr;

@@ -1,5 +1,7 @@
 #include "backend/cuda/cuda_event.hpp"
 
+#include <optional>
+
 #include "backend/cuda/cuda_stream.hpp"
 
 namespace soma::detail::backend::cuda {
@@ -52,25 +54,23 @@ status cuda_event::record(stream& s) {
   // position the runtime read before calling here.
   std::lock_guard issuing(target.issue_mutex());
   std::lock_guard lock(mutex_);
+  // The first record in this context creates its CUevent there, which needs it current (and
+  // records within the same scope).
+  std::optional<context_scope> creating;
   CUevent chosen = made_in_locked(target.context());
-  if (chosen != nullptr) [[likely]] {
-    // Recorded in this context before: no context check unless the record fails.
-    if (status s =
-            call_in_stream_context(driver_, target.context(), "cuEventRecord",
-                                   [&] { return driver_.cuEventRecord(chosen, target.native()); });
-        !s.ok())
-      return s;
-  } else {
-    // The first record in this context creates its CUevent there, which needs it current.
-    context_scope scope(driver_, target.context());
-    if (!scope.entered().ok()) return scope.entered();
+  if (chosen == nullptr) [[unlikely]] {
+    creating.emplace(driver_, target.context());
+    if (!creating->entered().ok()) return creating->entered();
     result<CUevent> made = event_in_locked(target.context(), target.device());
     if (!made.ok()) return made.take_error();
     chosen = made.value();
-    if (status s = driver_.check(driver_.cuEventRecord(chosen, target.native()), "cuEventRecord");
-        !s.ok())
-      return s;
   }
+  // Otherwise no context check unless the record fails (call_in_stream_context).
+  if (status s =
+          call_in_stream_context(driver_, target.context(), "cuEventRecord",
+                                 [&] { return driver_.cuEventRecord(chosen, target.native()); });
+      !s.ok())
+    return s;
   event_.store(chosen, std::memory_order_release);
   // Recorded on the same stream again: no reference-count traffic.
   if (sticky_ != target.sticky()) sticky_ = target.sticky();

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace soma_bench {
@@ -138,6 +139,21 @@ double threaded_pairs_ns(int thread_count, int trials, double trial_seconds, int
     results.push_back(elapsed * 1e9 / static_cast<double>(std::max(total, 1L)));
   }
   return median(results);
+}
+
+/// For each of `configurations`, the median of `trials` results of trial(configuration, round),
+/// taken in rounds: each round runs every configuration once, in turn, so that a slow or fast
+/// phase of the host weighs on all of them alike. For rows compared with each other.
+template <typename Trial>
+std::vector<double> interleaved_medians(std::size_t configurations, int trials, Trial trial) {
+  std::vector<std::vector<double>> results(configurations);
+  for (int round = 0; round < trials; ++round) {
+    for (std::size_t c = 0; c < configurations; ++c) results[c].push_back(trial(c, round));
+  }
+  std::vector<double> medians;
+  medians.reserve(configurations);
+  for (std::vector<double>& r : results) medians.push_back(median(std::move(r)));
+  return medians;
 }
 
 inline void print_history_header() {

@@ -204,15 +204,17 @@ double live_ns(const settings& config, const Side& side, std::size_t bytes) {
 }
 
 // N threads, each with its own side (its own stream), run pairs until the main thread says
-// stop; returns aggregate ns per pair (wall time / all pairs of all threads), median of trials.
-// Streams are synchronized before each trial, outside the clock (S12).
+// stop; returns aggregate ns per pair (wall time / all pairs of all threads), median of `trials`
+// trials (config's by default). Streams are synchronized before each trial, outside the clock
+// (S12). Warm pairs run before the first trial unless `warm` is false.
 template <class Side>
-double threaded_ns(const settings& config, const std::vector<Side>& sides, std::size_t bytes) {
+double threaded_ns(const settings& config, const std::vector<Side>& sides, std::size_t bytes,
+                   int trials = 0, bool warm = true) {
   const double ns = soma_bench::threaded_pairs_ns(
-      static_cast<int>(sides.size()), config.trials, config.trial_seconds, 16,
+      static_cast<int>(sides.size()), trials > 0 ? trials : config.trials, config.trial_seconds, 16,
       [&](int t, int trial) {
         const Side& side = sides[static_cast<std::size_t>(t)];
-        if (trial == 0) {
+        if (warm && trial == 0) {
           for (int i = 0; i < side.warm_pairs(); ++i) side.deallocate(side.allocate(bytes));
         }
       },
@@ -361,15 +363,19 @@ std::vector<Side> sides_for_threads(int count, std::vector<Stream>& streams) {
   return sides;
 }
 
-// Returns soma's aggregate M pairs/s. goal_mps: NaN for none.
-double run_threads(const settings& config, int thread_count, double goal_mps) {
+// Prints the row of thread_count threads; soma's figure is measured here unless given
+// (soma_ns, from interleaved_soma_ns). goal_mps: NaN for none.
+void run_threads(const settings& config, int thread_count, double goal_mps,
+                 double soma_ns = kNone) {
   std::vector<somaStream_t> soma_streams;
   std::vector<cudaStream_t> driver_streams;
-  const std::vector<soma_side> soma = sides_for_threads<soma_side>(thread_count, soma_streams);
+  if (std::isnan(soma_ns)) {
+    const std::vector<soma_side> soma = sides_for_threads<soma_side>(thread_count, soma_streams);
+    soma_ns = threaded_ns(config, soma, kThreadPairBytes);
+  }
   const std::vector<driver_side> driver =
       sides_for_threads<driver_side>(thread_count, driver_streams);
   const std::vector<cuda_malloc_side> cuda_malloc(static_cast<std::size_t>(thread_count));
-  const double soma_ns = threaded_ns(config, soma, kThreadPairBytes);
   const double driver_ns = threaded_ns(config, driver, kThreadPairBytes);
   const double cuda_malloc_ns = threaded_ns(config, cuda_malloc, kThreadPairBytes);
   print_rate_row("(c) " + std::to_string(thread_count) + " thread(s), own stream each, " +
@@ -377,7 +383,22 @@ double run_threads(const settings& config, int thread_count, double goal_mps) {
                  soma_ns, driver_ns, cuda_malloc_ns, goal_mps);
   for (somaStream_t stream : soma_streams) soma_side::destroy_stream(stream);
   for (cudaStream_t stream : driver_streams) driver_side::destroy_stream(stream);
-  return 1e3 / soma_ns;
+}
+
+// soma's aggregate ns per pair for each thread count, the trials taken in rounds (one trial of
+// each count in turn, soma_bench::interleaved_medians): rows that are compared with each other
+// (32 and 64 threads against 16) then meet the host's slow and fast phases alike. Measured one
+// row after another, a phase of the host between them decided which came out ahead.
+std::vector<double> interleaved_soma_ns(const settings& config, const std::vector<int>& counts) {
+  std::vector<somaStream_t> streams;
+  std::vector<std::vector<soma_side>> sides;
+  for (int count : counts) sides.push_back(sides_for_threads<soma_side>(count, streams));
+  const std::vector<double> ns =
+      soma_bench::interleaved_medians(counts.size(), config.trials, [&](std::size_t c, int round) {
+        return threaded_ns(config, sides[c], kThreadPairBytes, 1, round == 0);
+      });
+  for (somaStream_t stream : streams) soma_side::destroy_stream(stream);
+  return ns;
 }
 
 // (d): returns ns per iteration (2 pairs + 2 records + 2 waits), or with allocate == false the
@@ -588,8 +609,11 @@ int main(int argc, char** argv) {
   print_rate_header();
   // Goals: 100 M pairs/s at 16 threads; more threads than cores must not fall below that row.
   for (int thread_count : {1, 2, 4, 8}) run_threads(config, thread_count, kNone);
-  const double sixteen = run_threads(config, 16, 100.0);
-  for (int thread_count : {32, 64}) run_threads(config, thread_count, sixteen);
+  const std::vector<double> many = interleaved_soma_ns(config, {16, 32, 64});
+  const double sixteen = 1e3 / many[0];
+  run_threads(config, 16, 100.0, many[0]);
+  run_threads(config, 32, sixteen, many[1]);
+  run_threads(config, 64, sixteen, many[2]);
 
   std::printf(
       "\ndriver = cudaMallocAsync/cudaFreeAsync (device default pool); cudaMalloc = "

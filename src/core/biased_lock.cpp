@@ -26,6 +26,7 @@ struct slot_holder {
     this_thread_slot = nullptr;
     thread_ended = true;
     slot->identity.store(nullptr, std::memory_order_relaxed);
+    slot->thread_data = nullptr;
     slot->inside.store(nullptr, std::memory_order_release);
     slot->taken.store(false, std::memory_order_release);
   }

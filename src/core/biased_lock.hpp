@@ -36,6 +36,10 @@ struct alignas(64) bias_slot {
   std::atomic<const void*> inside{nullptr};
   std::atomic<bool> taken{true};
   bias_slot* next = nullptr;
+  /// Its thread's own data for work done inside biased locks (memory history's per-thread
+  /// state, history_log): found through the entry, without a thread_local. Only its thread
+  /// reads or writes it; cleared when the slot is given back.
+  void* thread_data = nullptr;
 };
 
 /// A spin lock with a bias. After `bias_after_entries` entries in a row by one thread, that
@@ -111,6 +115,8 @@ class biased_lock {
     scope(const scope&) = delete;
     scope& operator=(const scope&) = delete;
     ~scope() { lock_.unlock(how_); }
+    /// The calling thread's slot where it entered with the bias, else nullptr.
+    entry how() const noexcept { return how_; }
 
    private:
     biased_lock& lock_;

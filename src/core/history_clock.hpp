@@ -30,6 +30,12 @@ class history_clock {
   void start();
   /// The beat stops within one beat of `running` turning false.
   void stop() noexcept { running_.store(false, std::memory_order_release); }
+  /// The beat now: it moves about every millisecond while recording is on, and at each
+  /// advance(). A stream cache's log reads the counter again when it has moved (history_log).
+  static std::uint64_t beat() noexcept { return beat_.load(std::memory_order_acquire); }
+  /// Moves the beat on now: whoever acts on a change of it (a log that checks its chunk is
+  /// still in the ring in use) does so at its next event.
+  static void advance() noexcept { beat_.fetch_add(1, std::memory_order_release); }
 
   /// A thread's last stamp and how many more events may reuse it. Trivially destructible.
   struct thread_state {
@@ -78,7 +84,8 @@ class history_clock {
   }
   void beat_loop();
 
-  alignas(64) std::atomic<std::uint64_t> beat_{0};
+  // One per process (one clock beats at a time: memory history's).
+  alignas(64) static constinit inline std::atomic<std::uint64_t> beat_{0};
   alignas(64) std::atomic<bool> running_{false};
   mutable std::mutex mutex_;  // beating_, origin_
   bool beating_ = false;

@@ -58,12 +58,14 @@ void history_ring::release(cursor& c) noexcept {
   c.chunk = nullptr;
 }
 
-bool history_ring::claim(cursor& c) noexcept {
-  thread_exit.cursor = &c;  // so that the chunk goes back when the thread ends
+bool history_ring::claim(cursor& c, std::uint32_t entry_words) noexcept {
+  if (entry_words == 8) thread_exit.cursor = &c;  // so that the chunk goes back when it ends
+  // A cursor of another ring hands its chunk back there (rings live until exit).
   release(c);
   c.ring = this;
   c.epoch = epoch_.load(std::memory_order_relaxed);
-  c.index = chunk_events_;  // if no chunk is free, the next event tries again
+  // If no chunk is free, the next event tries again.
+  c.index = entry_words == 8 ? chunk_events_ : log_entries();
   for (std::size_t tries = 0; tries < chunk_count_; ++tries) {
     const std::uint64_t n = next_claim_.fetch_add(1, std::memory_order_relaxed);
     chunk_header& h = chunks_[n % chunk_count_];
@@ -73,11 +75,13 @@ bool history_ring::claim(cursor& c) noexcept {
       continue;
     // Seqlock: readers that saw the old events see the claim change and skip the chunk.
     const std::uint64_t previous = h.claim.load(std::memory_order_relaxed);
+    // (A log's chunk counts its entries: its events and the few marks among them.)
     if (previous != 0 && (previous / 2 - 1) >= first_claim_.load(std::memory_order_relaxed))
       dropped_.fetch_add(h.count.load(std::memory_order_relaxed), std::memory_order_relaxed);
     h.claim.store(2 * n + 1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
     h.count.store(0, std::memory_order_relaxed);
+    h.entry_words.store(entry_words, std::memory_order_relaxed);
     h.claim.store(2 * n + 2, std::memory_order_release);
     c.chunk = &h;
     c.slots = slots_ + (n % chunk_count_) * chunk_events_;
@@ -95,18 +99,19 @@ std::vector<history_ring::chunk_events> history_ring::read(std::uint64_t* droppe
     const chunk_header& h = chunks_[i];
     const std::uint64_t claim = h.claim.load(std::memory_order_acquire);
     if (claim == 0 || claim % 2 == 1 || claim / 2 - 1 < first) continue;
-    const std::uint32_t count = std::min(h.count.load(std::memory_order_acquire), chunk_events_);
-    chunk_events events{claim / 2 - 1, std::vector<std::uint64_t>(std::size_t{count} * 8)};
+    const std::uint32_t entry_words = h.entry_words.load(std::memory_order_relaxed);
+    const std::size_t words =
+        std::min<std::size_t>(std::size_t{h.count.load(std::memory_order_acquire)} * entry_words,
+                              std::size_t{chunk_events_} * 8);
+    chunk_events events{claim / 2 - 1, entry_words, std::vector<std::uint64_t>(words)};
     history_slot* slots = slots_ + i * chunk_events_;
-    for (std::size_t e = 0; e < count; ++e) {
-      for (std::size_t w = 0; w < 8; ++w) {
-        events.words[e * 8 + w] =
-            std::atomic_ref<std::uint64_t>(slots[e].words[w]).load(std::memory_order_relaxed);
-      }
+    for (std::size_t w = 0; w < words; ++w) {
+      events.words[w] =
+          std::atomic_ref<std::uint64_t>(slots[w / 8].words[w % 8]).load(std::memory_order_relaxed);
     }
     std::atomic_thread_fence(std::memory_order_acquire);
     if (h.claim.load(std::memory_order_relaxed) != claim) continue;  // reused while read
-    if (count > 0) out.push_back(std::move(events));
+    if (words > 0) out.push_back(std::move(events));
   }
   std::sort(out.begin(), out.end(),
             [](const chunk_events& a, const chunk_events& b) { return a.claim < b.claim; });

@@ -1,7 +1,9 @@
-// The ring memory history records into: chunks of event slots, each filled by one thread at a
+// The ring memory history records into: chunks of event slots, each filled by one writer at a
 // time, so that recording an event takes no atomic read-modify-write and no shared cache line.
-// A thread claims a chunk with one atomic add, fills it, and claims the next; a claim takes the
-// oldest chunk that no thread is filling, and its events count as dropped.
+// A writer claims a chunk with one atomic add, fills it, and claims the next; a claim takes the
+// oldest chunk that no writer is filling, and its events count as dropped. Writers are threads
+// (events of eight words) and stream caches' logs (history_log: entries of two words, written
+// under the cache's lock).
 #pragma once
 
 #include <atomic>
@@ -42,8 +44,9 @@ class history_ring {
   /// A chunk's state, apart from its slots (so that a reader's loads do not share its lines).
   struct alignas(64) chunk_header {
     std::atomic<std::uint64_t> claim{0};  ///< 2n+1 while claim n resets it, 2n+2 after
-    std::atomic<std::uint32_t> count{0};  ///< events written (by its one writer)
+    std::atomic<std::uint32_t> count{0};  ///< events (entries of a log's chunk) written
     std::atomic<std::uint32_t> state{unused};
+    std::atomic<std::uint32_t> entry_words{8};  ///< 8: a thread's events; 2: a log's entries
   };
   /// A thread's place in a ring: its chunk and the next slot. Trivially destructible, so that a
   /// thread_local one is reached without a guard; a thread ending hands its chunk back.
@@ -79,10 +82,26 @@ class history_ring {
     c.chunk->count.store(++c.index, std::memory_order_release);
   }
 
-  /// One chunk's events as read: claim order, then the events in the order written.
+  /// A log's chunk holds this many entries of two words (a thread's holds a quarter as many
+  /// events of eight).
+  std::uint32_t log_entries() const noexcept { return chunk_events_ * 4; }
+  /// Claims a fresh chunk of two-word entries for a log's cursor (history_log), handing back
+  /// the one it had; false (counted as dropped) if every chunk is being filled. Unlike a
+  /// thread's, the chunk is not handed back when the calling thread ends: the log hands it back.
+  /// The log writes its entries into c.slots (four to a slot) and publishes them through the
+  /// chunk's count.
+  bool claim_for_log(cursor& c) noexcept { return claim(c, 2); }
+  /// Hands back the chunk a cursor fills (a log that goes away).
+  static void hand_back(cursor& c) noexcept { release(c); }
+  /// The epoch restart() moved on from: a cursor claimed before it writes nowhere a reader looks.
+  std::uint64_t epoch() const noexcept { return epoch_.load(std::memory_order_relaxed); }
+
+  /// One chunk's events as read: claim order, then the events (or a log's entries) in the order
+  /// written.
   struct chunk_events {
     std::uint64_t claim = 0;
-    std::vector<std::uint64_t> words;  ///< 8 per event
+    std::uint32_t entry_words = 8;     ///< 8: events of a thread; 2: entries of a log
+    std::vector<std::uint64_t> words;  ///< entry_words per event or entry
   };
   /// Every chunk with events claimed since the last restart; chunks being reused while read are
   /// skipped. `dropped` gets the events lost to reuse or to a full ring.
@@ -90,7 +109,9 @@ class history_ring {
 
  private:
   static constexpr std::size_t spare_chunks = 64;
-  bool claim(cursor& c) noexcept;
+  /// Claims a chunk of entries of entry_words words: 8 for a thread's cursor (handed back when
+  /// the thread ends), 2 for a log's.
+  bool claim(cursor& c, std::uint32_t entry_words = 8) noexcept;
   static void release(cursor& c) noexcept;
   friend struct history_ring_thread_exit;
 

@@ -1,5 +1,7 @@
 #include "core/memory_history.hpp"
 
+#include "core/history_log.hpp"
+
 #include <algorithm>
 
 namespace soma::detail {
@@ -38,6 +40,9 @@ void memory_history::start(std::size_t capacity) {
     rings_.push_back(std::make_unique<history_ring>(capacity));
     ring_.store(rings_.back().get(), std::memory_order_release);
   }
+  // Stream caches' logs check their chunk at a beat's change: this one sends them to the ring
+  // restarted or made above.
+  history_clock::advance();
   enabled_.store(true, std::memory_order_release);
 }
 
@@ -59,11 +64,16 @@ std::vector<history_event> memory_history::events(std::uint64_t* dropped) const 
   if (r == nullptr) return out;
   std::uint64_t lost = 0;
   for (const history_ring::chunk_events& chunk : r->read(&lost)) {
+    if (chunk.entry_words == 2) {  // a stream cache's log
+      decode_log(chunk.words.data(), chunk.words.size() / 2, out);
+      continue;
+    }
     for (std::size_t i = 0; i + 8 <= chunk.words.size(); i += 8)
       out.push_back(decode(chunk.words.data() + i));
   }
-  // Chunks come in claim order, each thread's events in its order: a stable sort by stamp
-  // keeps a thread's events that share a stamp in order.
+  // Chunks come in claim order, each chunk's events in their order: a stable sort by stamp
+  // keeps the events of a chunk that share a stamp in order. A thread's events in different
+  // chunks, and one block's, never share a stamp (history_log, memory_history::record).
   std::stable_sort(out.begin(), out.end(), [](const history_event& a, const history_event& b) {
     return a.time_ns < b.time_ns;
   });

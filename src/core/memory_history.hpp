@@ -3,6 +3,7 @@
 // the cost is one relaxed load per allocation and free.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -68,8 +69,11 @@ history_event decode(const std::uint64_t* words) noexcept;
 /// What memory history keeps per thread, in one thread_local: reached once per event.
 struct history_thread {
   history_ring::cursor cursor;
-  history_clock::thread_state clock;
-  std::uint32_t scope = 0;  ///< the innermost open scope label, 0 for none
+  history_clock::thread_state clock;  ///< clock.last: the stamp of the thread's last event
+  std::uint32_t scope = 0;            ///< the innermost open scope label, 0 for none
+  /// The stream cache log (history_log) the thread's last event went to; nullptr where it went
+  /// to the thread's own chunk. An event in another place than the last takes a later stamp.
+  const void* log = nullptr;
 };
 extern constinit thread_local history_thread this_thread_history;
 
@@ -107,7 +111,7 @@ class memory_history {
 
   /// Records e, stamped now, if recording is on.
   void record(history_event e) noexcept {
-    if (enabled()) record(e, history_clock::exact(this_thread_history.clock));
+    if (enabled()) record(e, exact_stamp(0));
   }
   /// Records e with a stamp from cheap_stamp().
   void record(history_event e, std::uint64_t stamp) noexcept {
@@ -120,22 +124,25 @@ class memory_history {
     history_ring* r = ring_.load(std::memory_order_acquire);
     if (r == nullptr) return;
     e.time_ns = stamp;
+    t.log = nullptr;
     r->write(t.cursor, encode(e));
   }
+  /// The ring recording goes into (nullptr before the first start()).
+  history_ring* ring_in_use() const noexcept { return ring_.load(std::memory_order_acquire); }
   /// A stamp for an allocation or a free (history_clock::cheap): never before floor + 1, the
   /// block's previous stamp, so that one block's events keep their order across threads.
   std::uint64_t cheap_stamp(std::uint64_t floor) noexcept {
     return cheap_stamp(floor, this_thread_history);
   }
   std::uint64_t cheap_stamp(std::uint64_t floor, history_thread& t) noexcept {
-    return clock_.cheap(t.clock, floor);
+    return clock_.cheap(t.clock, after_log(t, floor));
   }
   /// A stamp read now, raised above floor (history_clock::exact).
   static std::uint64_t exact_stamp(std::uint64_t floor) noexcept {
     return exact_stamp(floor, this_thread_history);
   }
   static std::uint64_t exact_stamp(std::uint64_t floor, history_thread& t) noexcept {
-    return history_clock::exact(t.clock, floor);
+    return history_clock::exact(t.clock, after_log(t, floor));
   }
 
   /// The recorded events (at most capacity, the newest), oldest first, with their times in
@@ -158,6 +165,11 @@ class memory_history {
   static bool pop_scope() noexcept;
 
  private:
+  /// A floor that puts an event of the thread's own chunk after its last event where that
+  /// went to a stream cache's log (another chunk, so a shared stamp would not keep the order).
+  static std::uint64_t after_log(const history_thread& t, std::uint64_t floor) noexcept {
+    return t.log != nullptr ? std::max(floor, t.clock.last) : floor;
+  }
   static memory_history* made(memory_history* h) noexcept {
     instance_.store(h, std::memory_order_release);
     return h;

@@ -40,6 +40,26 @@ void pool::note_history(history_kind kind, std::uintptr_t address, std::size_t b
   history.record(e);
 }
 
+void pool::record_allocated(block& b, const stream_timeline& stream) const noexcept {
+  memory_history& history = memory_history::recording_one();
+  history_thread& t = memory_history::this_thread();
+  // Read now, not reused: the block's memory may come from other threads' frees.
+  const std::uint64_t stamp =
+      memory_history::exact_stamp(b.history_stamp.load(std::memory_order_relaxed), t);
+  b.history_stamp.store(stamp, std::memory_order_relaxed);
+  b.scope.store(t.scope, std::memory_order_relaxed);
+  history_event e;
+  e.kind = history_kind::allocate;
+  e.pool = serial_;
+  e.device = static_cast<std::int16_t>(config_.device);
+  e.stream = stream.history_name();
+  e.address = b.address;
+  e.bytes = b.requested_bytes;
+  e.how = static_cast<std::uint8_t>(b.how);
+  e.label = t.scope;
+  history.record(e, stamp, t);
+}
+
 pool::~pool() {
   {
     std::lock_guard lock(mutex_);
@@ -98,6 +118,7 @@ stream_cache* pool::create_cache(std::uint32_t slot) {
   if (cache == nullptr) {
     cache_storage_.push_back(std::make_unique<stream_cache>());
     cache = cache_storage_.back().get();
+    cache->set_history_pool(serial_, config_.device);
     cache->next_in_pool = first_cache_.load(std::memory_order_relaxed);
     first_cache_.store(cache, std::memory_order_release);
     cache_slot.store(cache, std::memory_order_release);
@@ -193,8 +214,26 @@ result<block*> pool::allocate_missed(std::size_t requested_bytes, const stream_t
   return found.taken;
 }
 
-void pool::free_to_index(block* live, std::int64_t unpublish) noexcept {
+void pool::free_to_index(block* live, std::int64_t unpublish, const free_note* noted) noexcept {
   const call_census::scope in_call(calls_);
+  // Recorded while the block is still the caller's: once in the index another thread may take
+  // it, and its allocation must stamp after this.
+  if (noted != nullptr) {
+    memory_history& history = memory_history::recording_one();
+    history_thread& t = memory_history::this_thread();
+    const std::uint64_t stamp =
+        history.cheap_stamp(live->history_stamp.load(std::memory_order_relaxed), t);
+    live->history_stamp.store(stamp, std::memory_order_relaxed);
+    history_event e;
+    e.kind = history_kind::free;
+    e.pool = serial_;
+    e.device = static_cast<std::int16_t>(config_.device);
+    e.stream = noted->stream->history_name();
+    e.address = live->address;
+    e.bytes = live->requested_bytes;
+    e.label = noted->scope;
+    history.record(e, stamp, t);
+  }
   if (unpublish != 0) used_published_bytes_.fetch_sub(unpublish, std::memory_order_acq_rel);
   std::lock_guard lock(mutex_);
   if (directory_ != nullptr) directory_->forget(live);

@@ -120,11 +120,17 @@ class pool {
                           stream_hooks* hooks = nullptr) {
     if (block* hit = allocate_cached(requested_bytes, stream)) [[likely]]
       return hit;
-    return allocate_missed(requested_bytes, stream, hooks);
+    result<block*> missed = allocate_missed(requested_bytes, stream, hooks);
+    // The slow path's allocation is recorded here (a hit of the stream's cache went into the
+    // cache's log with the pop).
+    if (memory_history::recording() && missed.ok()) [[unlikely]]
+      record_allocated(*missed.value(), stream);
+    return missed;
   }
   /// allocate()'s fast path alone: a block of the stream's cache, or nullptr (a miss, or a
   /// request above the max size) where allocate() would go on to the slow path.
-  block* allocate_cached(std::size_t requested_bytes, const stream_timeline& stream) {
+  [[gnu::always_inline]] block* allocate_cached(std::size_t requested_bytes,
+                                                const stream_timeline& stream) {
     if (requested_bytes > config_.max_size_bytes) [[unlikely]]
       return nullptr;
     const call_census::scope in_call(calls_);
@@ -133,7 +139,7 @@ class pool {
       return nullptr;
     std::int64_t publish = 0;
     block* hit = cache->pop(round_up(requested_bytes, allocation_alignment_bytes),
-                            static_cast<std::int64_t>(requested_bytes), &publish);
+                            static_cast<std::int64_t>(requested_bytes), &publish, &stream);
     if (hit == nullptr) return nullptr;
     hit->how = served_by::stream_cache;
     make_live(hit, requested_bytes);
@@ -145,9 +151,16 @@ class pool {
   /// pointer table by the caller. Inline, the fast path (into the stream's cache).
   /// Never fails: where host memory runs out, the block waits on a list of its own for the next
   /// slow path to file it (free_to_index).
-  void free(block* live, const stream_timeline& stream) noexcept {
+  [[gnu::always_inline]] void free(block* live, const stream_timeline& stream) noexcept {
     SOMA_ASSERT(live->is_live(), "the caller frees a live block");
     const call_census::scope in_call(calls_);
+    // Memory history, or a scope label to take off (it belongs to one allocation: a block
+    // reused once recording stopped shows none): the same free, noted.
+    if (memory_history::recording() || live->scope.load(std::memory_order_relaxed) != 0)
+        [[unlikely]] {
+      free_noted(live, stream);
+      return;
+    }
     const auto bytes = static_cast<std::int64_t>(live->requested_bytes);
     live->stamp = free_stamp{&stream, stream.enqueued_position()};
     live->set_state(block_state::cached);
@@ -155,6 +168,20 @@ class pool {
     if (cache != nullptr && cache->push(live, bytes)) [[likely]]
       return;
     free_to_index(live, cache == nullptr ? bytes : 0);
+  }
+  /// free() where memory history records or the block has a scope label: the free and its
+  /// record (into the stream cache's log, or the thread's chunk on the way to the index).
+  /// Inline as free() is: a call would cost recording what its whole log entry does.
+  [[gnu::always_inline]] void free_noted(block* live, const stream_timeline& stream) noexcept {
+    const auto bytes = static_cast<std::int64_t>(live->requested_bytes);
+    free_note note;
+    const free_note* noted = note_free(*live, stream, note);
+    live->stamp = free_stamp{&stream, stream.enqueued_position()};
+    live->set_state(block_state::cached);
+    stream_cache* cache = cache_for_free(stream);
+    if (cache != nullptr && cache->push(live, bytes, noted)) [[likely]]
+      return;
+    free_to_index(live, cache == nullptr ? bytes : 0, noted);
   }
 
   /// Moves every cached block of stream into the index; called when a stream is destroyed
@@ -362,7 +389,24 @@ class pool {
   /// free() past its fast path: no cache for the stream (unpublish `unpublish` bytes first), or
   /// the cache is full; the block goes to the index, or, where filing it finds host memory
   /// exhausted, to unfiled_ (never lost, never an error: a free does not fail).
-  [[gnu::noinline]] void free_to_index(block* live, std::int64_t unpublish) noexcept;
+  /// With a note, records the free (memory history) before the block is in the index.
+  [[gnu::noinline]] void free_to_index(block* live, std::int64_t unpublish,
+                                       const free_note* noted = nullptr) noexcept;
+  /// Takes the scope label off a block being freed into note; returns the note where memory
+  /// history records, else nullptr. b's stamp still names its previous free.
+  static const free_note* note_free(block& b, const stream_timeline& stream,
+                                    free_note& note) noexcept {
+    note.scope = b.scope.load(std::memory_order_relaxed);
+    if (note.scope != 0) b.scope.store(0, std::memory_order_relaxed);
+    if (!memory_history::recording()) return nullptr;
+    note.stream = &stream;
+    // Served by the stream's cache, b was freed on the stream before: its allocation went into
+    // the same log as this free will.
+    note.elsewhere = !(b.how == served_by::stream_cache && b.stamp.timeline == &stream);
+    return &note;
+  }
+  /// Records an allocation of the slow path (memory history), stamped after b's previous free.
+  [[gnu::noinline]] void record_allocated(block& b, const stream_timeline& stream) const noexcept;
   /// Files the blocks of unfiled_ in the index (at the next slow path, release or teardown);
   /// where host memory is still short, the rest stay.
   void file_unfiled_locked() noexcept;

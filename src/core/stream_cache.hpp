@@ -10,8 +10,18 @@
 #include "core/block.hpp"
 #include "core/check.hpp"
 #include "core/biased_lock.hpp"
+#include "core/history_log.hpp"
+#include "core/stream_timeline.hpp"
 
 namespace soma::detail {
+
+/// What a free into the cache records in memory history (history_log::freed), given where
+/// recording is on.
+struct free_note {
+  const stream_timeline* stream;  ///< the freeing stream
+  std::uint32_t scope;            ///< the block's scope label, taken off it
+  bool elsewhere;                 ///< the block's allocation may be recorded in another chunk
+};
 
 /// Blocks freed on one stream, kept for that stream's next allocations of the same size.
 /// Reuse within one stream needs no ordering check (S11: always allowed), so a hit is a
@@ -29,10 +39,11 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
 
   /// A cached block of exactly size_bytes, or nullptr. On a hit, requested_bytes join this
   /// stream's used share; if the share turns positive it is taken out into *publish (else 0)
-  /// for the caller to publish pool-wide.
+  /// for the caller to publish pool-wide. Where memory history records, the hit goes into the
+  /// cache's log as an allocation on `stream` (nullptr: a stream named 0).
   /// Inline with push: they are the pool's fast path.
   block* pop(std::size_t size_bytes, std::int64_t requested_bytes = 0,
-             std::int64_t* publish = nullptr) {
+             std::int64_t* publish = nullptr, const stream_timeline* stream = nullptr) {
     std::int64_t ignored = 0;
     if (publish == nullptr) publish = &ignored;
     *publish = 0;
@@ -47,12 +58,16 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
     const std::int64_t share = used_delta_bytes_.load(std::memory_order_relaxed) + requested_bytes;
     if (share > 0) *publish = share;
     used_delta_bytes_.store(share > 0 ? 0 : share, std::memory_order_release);
+    if (memory_history::recording()) [[unlikely]]
+      log_.allocated(*taken, static_cast<std::uint64_t>(requested_bytes),
+                     stream != nullptr ? stream->history_name() : 0, lock.how());
     return taken;
   }
   /// Takes freed_bytes off this stream's used share and caches the block; false if over
   /// capacity, or if a new size's bin could not be made for want of host memory (the caller
-  /// sends it to the index; the share is taken off either way). Never throws.
-  bool push(block* freed, std::int64_t freed_bytes = 0) noexcept {
+  /// sends it to the index; the share is taken off either way). With a note (memory history
+  /// records), a cached block's free goes into the cache's log. Never throws.
+  bool push(block* freed, std::int64_t freed_bytes = 0, const free_note* note = nullptr) noexcept {
     SOMA_ASSERT(freed->next_in_bin == nullptr && freed->size_bytes != 0,
                 "a block is in one bin at most, and has a size");
     const biased_lock::scope lock(mutex_);
@@ -67,6 +82,10 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
     freed->next_in_bin = b->head;
     b->head = freed;
     cached_bytes_ += freed->size_bytes;
+    if (note != nullptr) [[unlikely]] {
+      log_.freed(*freed, static_cast<std::uint64_t>(freed_bytes), note->stream->history_name(),
+                 note->scope, note->elsewhere, lock.how());
+    }
     return true;
   }
   /// Takes every cached block out: the first of them, linked by next_in_bin (nullptr if none).
@@ -90,6 +109,12 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
   /// The cache's lock (tests: its bias and revocations).
   const biased_lock& lock() const noexcept { return mutex_; }
 
+  /// Names the cache's pool in its memory history (at creation).
+  void set_history_pool(std::uint32_t serial, int device) noexcept {
+    const biased_lock::scope lock(mutex_);
+    log_.set_pool(serial, device);
+  }
+
   /// Next cache of the same pool (a list readers walk without the pool lock).
   stream_cache* next_in_pool = nullptr;
 
@@ -112,6 +137,7 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
   static constexpr std::size_t initial_bin_slots = 32;
 
   mutable biased_lock mutex_;
+  history_log log_;        // under mutex_
   std::vector<bin> bins_;  // open addressing by size; power-of-two capacity
   std::size_t bins_used_ = 0;
   std::size_t last_bin_ = 0;  // reset with bins_ by drain, so it stays in range

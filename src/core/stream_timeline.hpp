@@ -107,6 +107,14 @@ class stream_timeline {
 
   /// Slot of this stream's cache in every pool; reused after the stream is destroyed.
   std::uint32_t cache_slot() const noexcept { return cache_slot_; }
+  /// How memory history names the stream (the runtime's handle; 0 unless set). Atomic: the
+  /// runtime names a stream once its handle exists, which another thread may already use.
+  std::uintptr_t history_name() const noexcept {
+    return history_name_.load(std::memory_order_relaxed);
+  }
+  void set_history_name(std::uintptr_t name) noexcept {
+    history_name_.store(name, std::memory_order_relaxed);
+  }
   void set_cache_slot(std::uint32_t slot) noexcept { cache_slot_ = slot; }
 
  private:
@@ -142,6 +150,7 @@ class stream_timeline {
   vector_clock clock_;
   std::size_t prune_at_ = 16;  // clock_mutex_
   std::uint32_t cache_slot_;
+  std::atomic<std::uintptr_t> history_name_{0};
 };
 
 /// Where a block was freed: stream and position. A null timeline means the free is proven

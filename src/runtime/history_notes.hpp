@@ -75,45 +75,6 @@ inline void record_settings(pool_settings s) {
 
 inline void settings(const pool_object& p) { record_settings(settings_of(p)); }
 
-/// The stamp of an allocation or free of b, after b's previous one. Taken while the calling
-/// thread holds b (before a free hands it back), so that a thread that reuses it stamps after.
-/// Cheap (history_clock) for frees and for the stream cache's reuse of the same block; an
-/// allocation carved from the free index reads the clock, so that it comes after the frees of
-/// every block whose memory it takes.
-inline std::uint64_t block_stamp(block& b, memory_history& history, history_thread& t,
-                                 bool exact = false) noexcept {
-  const std::uint64_t floor = b.history_stamp.load(std::memory_order_relaxed);
-  const std::uint64_t stamp =
-      exact ? memory_history::exact_stamp(floor, t) : history.cheap_stamp(floor, t);
-  b.history_stamp.store(stamp, std::memory_order_relaxed);
-  return stamp;
-}
-
-/// Records an allocation and stamps the block with the thread's scope label.
-inline void allocated(const pool& p, block& b, std::uintptr_t stream) {
-  memory_history& history = memory_history::recording_one();
-  history_thread& t = memory_history::this_thread();
-  const std::uint32_t scope = t.scope;
-  b.scope.store(scope, std::memory_order_relaxed);
-  history_event e = of_pool(history_kind::allocate, p, stream);
-  e.address = b.address;
-  e.bytes = b.requested_bytes;
-  e.how = static_cast<std::uint8_t>(b.how);
-  e.label = scope;
-  history.record(e, block_stamp(b, history, t, b.how != served_by::stream_cache), t);
-}
-
-/// Records a free stamped (block_stamp) before the block went back to the pool.
-inline void freed(const pool& p, std::uintptr_t address, std::size_t bytes, std::uint32_t scope,
-                  std::uintptr_t stream, std::uint64_t stamp, memory_history& history,
-                  history_thread& t) {
-  history_event e = of_pool(history_kind::free, p, stream);
-  e.address = address;
-  e.bytes = bytes;
-  e.label = scope;
-  history.record(e, stamp, t);
-}
-
 inline void out_of_memory(const pool& p, std::size_t bytes, std::uintptr_t stream,
                           const std::string& message) {
   memory_history& history = memory_history::process();

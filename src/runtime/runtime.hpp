@@ -137,22 +137,15 @@ class runtime {
   /// The live allocation that starts at address, claimed for its free (block::claim_for_free);
   /// {} if none is live there.
   live_entry<pool_object> claim_for_free(std::uintptr_t address);
-  /// free() once the block is claimed, of a pool neither imported nor exported: the free, its
-  /// history, and the reaping of a destroyed owner.
+  /// free() once the block is claimed, of a pool neither imported nor exported: the free (which
+  /// the pool records in memory history), and the reaping of a destroyed owner.
   void free_claimed(const live_entry<pool_object>& live, stream_object& stream);
-  /// A free while history records, of a live owner: the free and its event, with the scope the
-  /// block had (free_claimed's; the fast lane's has none). Kept out of line so the fast lane
-  /// stays small where nothing records.
-  [[gnu::noinline]] static void free_recorded(pool_object& owner, block& b, stream_object& stream,
-                                              std::uint32_t scope);
   /// The free itself, once claimed: S2 on a native stream, then into the pool.
-  static void free_into(pool_object& owner, block* b, stream_object& stream);
-  /// The fast lanes' hit in pool's cache for stream, recorded in history when it records; the
-  /// caller has published pool and withdraws it after.
-  inline void* take_cached(pool_object& pool, std::size_t bytes, stream_object& stream);
-  /// History's allocation event for a hit of the fast lane.
-  [[gnu::noinline]] static void note_allocated(const pool_object& pool, block& b,
-                                               const stream_object& stream);
+  [[gnu::always_inline]] static void free_into(pool_object& owner, block* b, stream_object& stream);
+  /// The fast lanes' hit in pool's cache for stream (recorded in memory history by the cache);
+  /// the caller has published pool and withdraws it after.
+  [[gnu::always_inline]] inline void* take_cached(pool_object& pool, std::size_t bytes,
+                                                  stream_object& stream);
   void name_pending_streams(pool_report& report) const;
   /// What an out-of-memory failure of pool adds to its message (out_of_memory_advice.hpp).
   std::string explain_out_of_memory(pool_object& pool, std::size_t bytes,

@@ -7,7 +7,6 @@
 
 #include <cstdint>
 
-#include "runtime/history_notes.hpp"
 #include "runtime/runtime.hpp"
 
 namespace soma::detail {
@@ -21,10 +20,9 @@ struct published_pool {
 };
 
 inline void* runtime::take_cached(pool_object& pool, std::size_t bytes, stream_object& stream) {
+  // Memory history: the stream's cache records a hit in its log (history_log).
   block* hit = pool.allocate_cached(bytes, stream.timeline);
   if (hit == nullptr) return nullptr;
-  if (history_notes::on()) [[unlikely]]
-    note_allocated(pool, *hit, stream);
   return reinterpret_cast<void*>(hit->address);
 }
 
@@ -71,13 +69,10 @@ inline bool runtime::free_fast(void* pointer, std::uintptr_t stream_handle) {
     found.live->set_state(block_state::live);
     return false;
   }
-  // A scope to clear or a destroyed owner to reap: free()'s own continuation.
-  if (found.live->scope.load(std::memory_order_relaxed) != 0 || owner.is_destroyed()) [[unlikely]] {
+  // A destroyed owner to reap: free()'s own continuation. (The pool records the free in memory
+  // history and takes a scope label off the block.)
+  if (owner.is_destroyed()) [[unlikely]] {
     free_claimed(found, *stream);
-    return true;
-  }
-  if (history_notes::on()) [[unlikely]] {
-    free_recorded(owner, *found.live, *stream, 0);
     return true;
   }
   free_into(owner, found.live, *stream);

@@ -40,8 +40,8 @@ result<void*> runtime::allocate_in(pool_object& pool, std::size_t bytes, stream_
   }
   if (!taken.ok()) return taken.take_error();
   // The pool put the block in pointers_ (its block_directory) when its slow path handed it out;
-  // a block from the stream's cache kept its entry from before.
-  if (history_notes::on()) history_notes::allocated(pool, *taken.value(), stream.handle);
+  // a block from the stream's cache kept its entry from before. The pool recorded it in memory
+  // history.
   return reinterpret_cast<void*>(taken.value()->address);
 }
 
@@ -115,15 +115,7 @@ void runtime::free_claimed(const live_entry<pool_object>& live, stream_object& s
   pool_object& owner = *live.owner;
   // Read before the free: once it is done another thread may tear the pool down.
   const bool owner_destroyed = owner.is_destroyed();
-  // A scope belongs to one allocation: cleared here, so a block reused after recording stopped
-  // shows none.
-  const std::uint32_t scope = live.live->scope.load(std::memory_order_relaxed);
-  if (scope != 0) live.live->scope.store(0, std::memory_order_relaxed);
-  // A destroyed owner may be gone once the free is done; its last frees go unrecorded.
-  if (history_notes::on() && !owner_destroyed)
-    free_recorded(owner, *live.live, stream, scope);
-  else
-    free_into(owner, live.live, stream);
+  free_into(owner, live.live, stream);
   if (owner_destroyed) {
     try {
       pools_.reap();
@@ -131,21 +123,6 @@ void runtime::free_claimed(const live_entry<pool_object>& live, stream_object& s
       // The free is done; the pool goes at a later reap (the next free of it, or teardown).
     }
   }
-}
-
-void runtime::free_recorded(pool_object& owner, block& b, stream_object& stream,
-                            std::uint32_t scope) {
-  memory_history& history = memory_history::recording_one();
-  history_thread& thread = memory_history::this_thread();
-  const std::uintptr_t address = b.address;
-  const std::size_t bytes = b.requested_bytes;
-  const std::uint64_t stamp = history_notes::block_stamp(b, history, thread);
-  free_into(owner, &b, stream);
-  history_notes::freed(owner, address, bytes, scope, stream.handle, stamp, history, thread);
-}
-
-void runtime::note_allocated(const pool_object& pool, block& b, const stream_object& stream) {
-  history_notes::allocated(pool, b, stream.handle);
 }
 
 live_entry<pool_object> runtime::claim_for_free(std::uintptr_t address) {

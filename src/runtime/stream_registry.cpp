@@ -58,6 +58,7 @@ result<stream_object*> stream_registry::add(int device, unsigned flags, bool is_
   s->timeline.set_cache_slot(slot);
   s->flags = flags;
   s->handle = handle;
+  s->timeline.set_history_name(handle);
   result<std::unique_ptr<backend::stream>> queue =
       adopt_native != nullptr
           ? platform_.adopt_stream(device, adopt_native, s->timeline, native_may_end_first)

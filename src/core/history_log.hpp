@@ -1,0 +1,137 @@
+// A stream cache's memory history: the allocations and frees of its pops and pushes, written
+// under the lock the cache already holds as entries of two words into a chunk of the process's
+// ring (history_ring). A thread's own events take eight words and a reach of its thread_local
+// state each; a pair recorded that way cost +38-45 % (docs/benchmarks.md, "Memory history").
+//
+// A chunk's entries: the pool and stream they belong to (a source entry, again where the cache
+// serves another stream), the time (a mark entry, only where the time moved), a scope label (for
+// the next event only), and the events. Times come from marks: a new one is taken where the
+// clock's beat moved, where the thread's last event was elsewhere (so that one thread's events
+// keep their order across chunks), and where a block's previous event, recorded elsewhere,
+// carries a later stamp (so that one block's events keep theirs).
+#pragma once
+
+#include <cstdint>
+
+#include <vector>
+
+#include "core/biased_lock.hpp"
+#include "core/block.hpp"
+#include "core/memory_history.hpp"
+
+namespace soma::detail {
+
+/// What an entry of a log's chunk is: the top byte of its first word.
+enum class log_entry : std::uint8_t {
+  event = 1,   ///< first: bytes (48 bits) | kind << 48; second: the address
+  mark = 2,    ///< second: the stamp of the events after it
+  source = 3,  ///< first: pool serial | device << 32; second: the stream (history_name)
+  scope = 4,   ///< first: the label of the next event
+};
+
+/// Decodes a log chunk's entries (2 words each) into events, appended to out.
+void decode_log(const std::uint64_t* words, std::size_t entries, std::vector<history_event>& out);
+
+/// One stream cache's log. Every member runs under the cache's lock.
+class history_log {
+ public:
+  history_log() = default;
+  ~history_log() { history_ring::hand_back(cursor_); }
+  history_log(const history_log&) = delete;
+  history_log& operator=(const history_log&) = delete;
+
+  /// The pool the cache belongs to, named in every chunk.
+  void set_pool(std::uint32_t serial, int device) noexcept {
+    pool_ = serial;
+    device_ = static_cast<std::uint16_t>(static_cast<std::int16_t>(device));
+  }
+
+  /// b was allocated from the cache for `bytes` on stream: records it with the thread's scope,
+  /// which b then carries. Where recording is on.
+  /// `how`: the cache lock's entry (the thread's bias slot, or nullptr).
+  void allocated(block& b, std::uint64_t bytes, std::uintptr_t stream, bias_slot* how) noexcept {
+    history_thread& t = thread_of(how);
+    if (!fast(t, stream) || t.scope != 0) [[unlikely]] {
+      note_slow(t, history_kind::allocate, b, bytes, stream, t.scope, 0);
+      return;
+    }
+    put_event(history_kind::allocate, b, bytes);
+  }
+  /// b, allocated for `bytes` with the scope label `scope`, was freed into the cache on
+  /// stream. `elsewhere`: b's allocation may have been recorded in another chunk (another
+  /// stream's cache, or the pool's slow path), so its stamp is a floor.
+  void freed(block& b, std::uint64_t bytes, std::uintptr_t stream, std::uint32_t scope,
+             bool elsewhere, bias_slot* how) noexcept {
+    history_thread& t = thread_of(how);
+    const std::uint64_t floor = elsewhere ? b.history_stamp.load(std::memory_order_relaxed) : 0;
+    if (!fast(t, stream) || scope != 0 || floor >= mark_) [[unlikely]] {
+      note_slow(t, history_kind::free, b, bytes, stream, scope, floor);
+      return;
+    }
+    put_event(history_kind::free, b, bytes);
+  }
+
+ private:
+  /// The calling thread's memory history state: through its bias slot where it entered the
+  /// cache's lock with the bias (a load), else its thread_local (a call in a shared library).
+  static history_thread& thread_of(bias_slot* how) noexcept {
+    if (how != nullptr && how->thread_data != nullptr) [[likely]]
+      return *static_cast<history_thread*>(how->thread_data);
+    history_thread& t = memory_history::this_thread();
+    if (how != nullptr) how->thread_data = &t;
+    return t;
+  }
+  /// The event fits the chunk as it stands: same beat, the thread's last event was here at the
+  /// chunk's mark (another thread moved the mark since, or the thread's last event was
+  /// elsewhere: a new mark), same stream, and room. Loads only: stores are what a pair is
+  /// short of.
+  bool fast(const history_thread& t, std::uintptr_t stream) const noexcept {
+    return beat_ == history_clock::beat() && t.log == this && t.clock.last == mark_ &&
+           stream == stream_ && entries() < limit_;
+  }
+  /// Entries written to the chunk: its count is the one index (a second would be a store
+  /// more an event).
+  std::uint32_t entries() const noexcept { return chunk_->count.load(std::memory_order_relaxed); }
+  /// An event's first word. An allocation from the cache was served by it, served_by's 0, as
+  /// a free's event says (how is 0): the word has no field for it.
+  static std::uint64_t event_word(history_kind kind, std::uint64_t bytes) {
+    static_assert(static_cast<int>(served_by::stream_cache) == 0);
+    constexpr std::uint64_t byte_mask = (std::uint64_t{1} << 48) - 1;
+    return (bytes & byte_mask) | std::uint64_t{static_cast<std::uint8_t>(kind)} << 48 |
+           std::uint64_t{static_cast<std::uint8_t>(log_entry::event)} << 56;
+  }
+  /// Writes entry n of the chunk (n < limit_); published by the next publish().
+  void put(std::uint32_t n, std::uint64_t first, std::uint64_t second) noexcept {
+    std::uint64_t* words = cursor_.slots[n / 4].words + std::size_t{n % 4} * 2;
+    std::atomic_ref<std::uint64_t>(words[0]).store(first, std::memory_order_relaxed);
+    std::atomic_ref<std::uint64_t>(words[1]).store(second, std::memory_order_relaxed);
+  }
+  void publish(std::uint32_t entries) noexcept {
+    chunk_->count.store(entries, std::memory_order_release);
+  }
+  /// The event, at the chunk's mark, which b then carries (a floor for its next event).
+  void put_event(history_kind kind, block& b, std::uint64_t bytes) noexcept {
+    const std::uint32_t n = entries();
+    put(n, event_word(kind, bytes), b.address);
+    publish(n + 1);
+    if (b.history_stamp.load(std::memory_order_relaxed) != mark_)
+      b.history_stamp.store(mark_, std::memory_order_relaxed);
+  }
+  [[gnu::noinline]] void note_slow(history_thread& t, history_kind kind, block& b,
+                                   std::uint64_t bytes, std::uintptr_t stream, std::uint32_t scope,
+                                   std::uint64_t floor) noexcept;
+
+  // Where no chunk is claimed: no room, so the next event claims one.
+  static constinit inline history_ring::chunk_header no_chunk{};
+
+  history_ring::cursor cursor_;  // its index unused: the chunk's count is the index
+  history_ring::chunk_header* chunk_ = &no_chunk;  // cursor_'s chunk, or no_chunk
+  std::uint32_t limit_ = 0;                        // entries a chunk holds; 0 until the first claim
+  std::uint64_t beat_ = ~std::uint64_t{0};
+  std::uint64_t mark_ = 0;     // the stamp of the chunk's events so far
+  std::uintptr_t stream_ = 0;  // the stream the chunk's source names
+  std::uint32_t pool_ = 0;
+  std::uint16_t device_ = 0xffff;
+};
+
+}  // namespace soma::detail

@@ -14,6 +14,8 @@ std::uint64_t tagged(log_entry what, std::uint64_t low) {
 void history_log::note_slow(history_thread& t, history_kind kind, block& b, std::uint64_t bytes,
                             std::uintptr_t stream, std::uint32_t scope,
                             std::uint64_t floor) noexcept {
+  // The block carries its scope whether or not the event can be written.
+  if (scope != 0 && kind == history_kind::allocate) b.scope.store(scope, std::memory_order_relaxed);
   const std::uint64_t beat = history_clock::beat();
   history_ring* ring = memory_history::recording_one().ring_in_use();
   if (ring == nullptr) return;
@@ -21,7 +23,10 @@ void history_log::note_slow(history_thread& t, history_kind kind, block& b, std:
   bool fresh = false;
   if (cursor_.ring != ring || cursor_.epoch != ring->epoch() || chunk_ == &no_chunk ||
       entries() + 4 > limit_) {
+    // No room until a claim succeeds: the claim hands the old chunk back first, and where it
+    // then finds none free the fast path must not go on writing into the chunk given back.
     chunk_ = &no_chunk;
+    limit_ = 0;
     if (!ring->claim_for_log(cursor_)) return;  // every chunk is being filled: dropped
     chunk_ = cursor_.chunk;
     limit_ = ring->log_entries();
@@ -42,10 +47,7 @@ void history_log::note_slow(history_thread& t, history_kind kind, block& b, std:
     mark_ = stamp;
   }
   beat_ = beat;
-  if (scope != 0) {
-    put(n++, tagged(log_entry::scope, scope), 0);
-    if (kind == history_kind::allocate) b.scope.store(scope, std::memory_order_relaxed);
-  }
+  if (scope != 0) put(n++, tagged(log_entry::scope, scope), 0);
   publish(n);
   t.log = this;
   t.clock.last = mark_;

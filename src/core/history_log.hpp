@@ -51,20 +51,26 @@ class history_log {
   /// `how`: the cache lock's entry (the thread's bias slot, or nullptr).
   void allocated(block& b, std::uint64_t bytes, std::uintptr_t stream, bias_slot* how) noexcept {
     history_thread& t = thread_of(how);
-    if (!fast(t, stream) || t.scope != 0) [[unlikely]] {
-      note_slow(t, history_kind::allocate, b, bytes, stream, t.scope, 0);
+    // b's previous event is its free into this cache, at or before the chunk's mark; a later
+    // stamp means that free is not here (it was dropped), and the stamp is then a floor.
+    const std::uint64_t floor = b.history_stamp.load(std::memory_order_relaxed);
+    if (!fast(t, stream) || t.scope != 0 || floor > mark_) [[unlikely]] {
+      note_slow(t, history_kind::allocate, b, bytes, stream, t.scope, floor);
       return;
     }
     put_event(history_kind::allocate, b, bytes);
   }
   /// b, allocated for `bytes` with the scope label `scope`, was freed into the cache on
   /// stream. `elsewhere`: b's allocation may have been recorded in another chunk (another
-  /// stream's cache, or the pool's slow path), so its stamp is a floor.
+  /// stream's cache, or the pool's slow path), so that even its stamp equal to the chunk's
+  /// mark does not order it.
   void freed(block& b, std::uint64_t bytes, std::uintptr_t stream, std::uint32_t scope,
              bool elsewhere, bias_slot* how) noexcept {
     history_thread& t = thread_of(how);
-    const std::uint64_t floor = elsewhere ? b.history_stamp.load(std::memory_order_relaxed) : 0;
-    if (!fast(t, stream) || scope != 0 || floor >= mark_) [[unlikely]] {
+    // Recorded elsewhere, b's allocation may share the chunk's mark and still sort after it.
+    const std::uint64_t floor = b.history_stamp.load(std::memory_order_relaxed);
+    if (!fast(t, stream) || scope != 0 || (elsewhere ? floor >= mark_ : floor > mark_))
+        [[unlikely]] {
       note_slow(t, history_kind::free, b, bytes, stream, scope, floor);
       return;
     }

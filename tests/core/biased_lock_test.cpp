@@ -5,9 +5,6 @@
 #include "core/stream_cache.hpp"
 
 #include <gtest/gtest.h>
-#include <linux/membarrier.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <barrier>
@@ -20,26 +17,13 @@
 #include <vector>
 
 #include "cache_blocks.hpp"
+#include "process_barrier_for_tests.hpp"
 
 namespace {
 
 using soma::detail::biased_lock;
 
-#if defined(__SANITIZE_THREAD__)
-constexpr bool under_thread_sanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool under_thread_sanitizer = true;
-#else
-constexpr bool under_thread_sanitizer = false;
-#endif
-#else
-constexpr bool under_thread_sanitizer = false;
-#endif
-
-long membarrier(int command) { return ::syscall(__NR_membarrier, command, 0, 0); }
-
-bool real_barrier() noexcept { return membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0; }
+using soma_test::real_barrier;
 
 std::atomic<int> barriers_run{0};
 bool counting_barrier() noexcept {
@@ -51,13 +35,7 @@ bool counting_barrier() noexcept {
 class BiasedLockTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (under_thread_sanitizer)
-      GTEST_SKIP()
-          << "ThreadSanitizer does not model the process barrier; soma installs none there";
-    const long commands = membarrier(MEMBARRIER_CMD_QUERY);
-    if (commands < 0 || (commands & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0 ||
-        membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) != 0)
-      GTEST_SKIP() << "this kernel has no private expedited membarrier";
+    if (const char* why = soma_test::register_process_barrier()) GTEST_SKIP() << why;
     barriers_run = 0;
     biased_lock::use_process_barrier(&counting_barrier);
   }

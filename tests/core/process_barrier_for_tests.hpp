@@ -23,9 +23,7 @@ inline constexpr bool under_thread_sanitizer = false;
 inline long membarrier(int command) { return ::syscall(__NR_membarrier, command, 0, 0); }
 
 /// The barrier: every thread of the process passes a full fence.
-inline bool real_barrier() noexcept {
-  return membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
-}
+inline bool real_barrier() noexcept { return membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0; }
 
 /// Registers the process for the barrier; nullptr on success, else why a test must skip.
 inline const char* register_process_barrier() {

@@ -51,7 +51,7 @@ void history_log::note_slow(history_thread& t, history_kind kind, block& b, std:
   publish(n);
   t.log = this;
   t.clock.last = mark_;
-  put_event(kind, b, bytes);
+  put_event(kind, b, bytes, floor);
 }
 
 void decode_log(const std::uint64_t* words, std::size_t entries, std::vector<history_event>& out) {

@@ -58,7 +58,7 @@ class history_log {
       note_slow(t, history_kind::allocate, b, bytes, stream, t.scope, floor);
       return;
     }
-    put_event(history_kind::allocate, b, bytes);
+    put_event(history_kind::allocate, b, bytes, floor);
   }
   /// b, allocated for `bytes` with the scope label `scope`, was freed into the cache on
   /// stream. `elsewhere`: b's allocation may have been recorded in another chunk (another
@@ -74,7 +74,7 @@ class history_log {
       note_slow(t, history_kind::free, b, bytes, stream, scope, floor);
       return;
     }
-    put_event(history_kind::free, b, bytes);
+    put_event(history_kind::free, b, bytes, floor);
   }
 
  private:
@@ -115,13 +115,13 @@ class history_log {
   void publish(std::uint32_t entries) noexcept {
     chunk_->count.store(entries, std::memory_order_release);
   }
-  /// The event, at the chunk's mark, which b then carries (a floor for its next event).
-  void put_event(history_kind kind, block& b, std::uint64_t bytes) noexcept {
+  /// The event, at the chunk's mark, which b then carries (a floor for its next event);
+  /// `stamp`: b's stamp as the caller read it.
+  void put_event(history_kind kind, block& b, std::uint64_t bytes, std::uint64_t stamp) noexcept {
     const std::uint32_t n = entries();
     put(n, event_word(kind, bytes), b.address);
     publish(n + 1);
-    if (b.history_stamp.load(std::memory_order_relaxed) != mark_)
-      b.history_stamp.store(mark_, std::memory_order_relaxed);
+    if (stamp != mark_) b.history_stamp.store(mark_, std::memory_order_relaxed);
   }
   [[gnu::noinline]] void note_slow(history_thread& t, history_kind kind, block& b,
                                    std::uint64_t bytes, std::uintptr_t stream, std::uint32_t scope,

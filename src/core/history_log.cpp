@@ -16,6 +16,8 @@ void history_log::note_slow(history_thread& t, history_kind kind, block& b, std:
                             std::uint64_t floor) noexcept {
   // The block carries its scope whether or not the event can be written.
   if (scope != 0 && kind == history_kind::allocate) b.scope.store(scope, std::memory_order_relaxed);
+  // The run ends (its events take their room), and none starts unless the event is written.
+  arm(nullptr);
   const std::uint64_t beat = history_clock::beat();
   history_ring* ring = memory_history::recording_one().ring_in_use();
   if (ring == nullptr) return;
@@ -52,11 +54,26 @@ void history_log::note_slow(history_thread& t, history_kind kind, block& b, std:
   t.log = this;
   t.clock.last = mark_;
   put_event(kind, b, bytes, floor);
+  if (scope != 0) arm(nullptr);  // the block's next event names no label: not a repeat
 }
 
-void decode_log(const std::uint64_t* words, std::size_t entries, std::vector<history_event>& out) {
+bool history_log::start_run() noexcept {
+  if (run_count_ != 0) return false;  // the run filled the chunk's room
+  const std::uint32_t n = entries();
+  if (n + 1 >= limit_) return false;  // one entry for the repeat, and room for one event
+  put(n, tagged(log_entry::repeat, 0), 1);
+  publish(n + 1);
+  run_word_ = cursor_.slots[n / 4].words + std::size_t{n % 4} * 2 + 1;
+  run_count_ = 1;
+  run_room_ = limit_ - (n + 1);
+  return true;
+}
+
+void decode_log(const std::uint64_t* words, std::size_t entries, std::size_t room,
+                std::vector<history_event>& out) {
   history_event context;  // the source and mark so far
   bool marked = false;
+  bool after_event = false;  // the last entry was an event (or a repeat), out.back() its last
   std::uint32_t scope = 0;
   for (std::size_t i = 0; i < entries; ++i) {
     const std::uint64_t first = words[2 * i];
@@ -71,7 +88,18 @@ void decode_log(const std::uint64_t* words, std::size_t entries, std::vector<his
         e.label = scope;
         scope = 0;
         out.push_back(e);
-        break;
+        after_event = true;
+        continue;
+      }
+      case log_entry::repeat: {
+        if (!after_event) break;
+        history_event e = out.back();
+        // A run takes the chunk's room for its events: a count beyond it was never written.
+        for (std::uint64_t k = 0; k < std::min<std::uint64_t>(second, room); ++k) {
+          e.kind = e.kind == history_kind::allocate ? history_kind::free : history_kind::allocate;
+          out.push_back(e);
+        }
+        continue;
       }
       case log_entry::mark:
         context.time_ns = second;
@@ -86,6 +114,7 @@ void decode_log(const std::uint64_t* words, std::size_t entries, std::vector<his
         scope = static_cast<std::uint32_t>(first);
         break;
     }
+    after_event = false;
   }
 }
 

@@ -9,6 +9,14 @@
 // clock's beat moved, where the thread's last event was elsewhere (so that one thread's events
 // keep their order across chunks), and where a block's previous event, recorded elsewhere,
 // carries a later stamp (so that one block's events keep theirs).
+//
+// A loop that takes one block from the cache and gives it back, over and over, writes a run: the
+// first event, then a repeat entry whose count each further event of that block raises (one
+// store, no new entry), its kinds turning about. The run goes on while each event would have
+// taken the chunk's mark anyway (same beat, the thread's last event the run's) and is the
+// block's next in this cache: every push and pop of the cache is logged here, so the block's
+// events in between would have been entries of this log, which end the run. A run's events
+// count against the chunk's room, so the ring holds as many events as it did.
 #pragma once
 
 #include <cstdint>
@@ -27,10 +35,13 @@ enum class log_entry : std::uint8_t {
   mark = 2,    ///< second: the stamp of the events after it
   source = 3,  ///< first: pool serial | device << 32; second: the stream (history_name)
   scope = 4,   ///< first: the label of the next event
+  repeat = 5,  ///< second: how many events follow the last event, on its block, kinds turn about
 };
 
-/// Decodes a log chunk's entries (2 words each) into events, appended to out.
-void decode_log(const std::uint64_t* words, std::size_t entries, std::vector<history_event>& out);
+/// Decodes a log chunk's entries (2 words each) into events, appended to out; a repeat entry
+/// stands for its count of events (at most `room`, the entries a chunk holds).
+void decode_log(const std::uint64_t* words, std::size_t entries, std::size_t room,
+                std::vector<history_event>& out);
 
 /// One stream cache's log. Every member runs under the cache's lock.
 class history_log {
@@ -51,6 +62,8 @@ class history_log {
   /// `how`: the cache lock's entry (the thread's bias slot, or nullptr).
   void allocated(block& b, std::uint64_t bytes, std::uintptr_t stream, bias_slot* how) noexcept {
     history_thread& t = thread_of(how);
+    // b's requested_bytes are still its last allocation's: those of the run.
+    if (&b == run_block_ && bytes == b.requested_bytes && repeated(t)) return;
     // b's previous event is its free into this cache, at or before the chunk's mark; a later
     // stamp means that free is not here (it was dropped), and the stamp is then a floor.
     const std::uint64_t floor = b.history_stamp.load(std::memory_order_relaxed);
@@ -67,6 +80,8 @@ class history_log {
   void freed(block& b, std::uint64_t bytes, std::uintptr_t stream, std::uint32_t scope,
              bool elsewhere, bias_slot* how) noexcept {
     history_thread& t = thread_of(how);
+    // The run's block, allocated from this cache (not elsewhere), by the run: no scope label.
+    if (&b == run_block_ && !elsewhere && repeated(t)) return;
     // Recorded elsewhere, b's allocation may share the chunk's mark and still sort after it.
     const std::uint64_t floor = b.history_stamp.load(std::memory_order_relaxed);
     if (!fast(t, stream) || scope != 0 || (elsewhere ? floor >= mark_ : floor > mark_))
@@ -122,7 +137,32 @@ class history_log {
     put(n, event_word(kind, bytes), b.address);
     publish(n + 1);
     if (stamp != mark_) b.history_stamp.store(mark_, std::memory_order_relaxed);
+    arm(&b);
   }
+  /// The next event on b may repeat this one (nullptr: none may).
+  void arm(const block* b) noexcept {
+    if (run_count_ != 0) [[unlikely]]
+      end_run();
+    run_block_ = b;
+  }
+  /// The event, on the run's block, repeats the run where the thread's last event was here at
+  /// the chunk's mark (no event elsewhere, no scope opened since: t.log) and the beat has not
+  /// moved. Counts it in the run's repeat entry.
+  bool repeated(const history_thread& t) noexcept {
+    if (t.log != this || t.clock.last != mark_ || beat_ != history_clock::beat()) [[unlikely]]
+      return false;
+    if (run_count_ >= run_room_) [[unlikely]]
+      return start_run();
+    std::atomic_ref<std::uint64_t>(*run_word_).store(++run_count_, std::memory_order_relaxed);
+    return true;
+  }
+  /// Counts the run's events against the chunk's room.
+  void end_run() noexcept {
+    limit_ -= run_count_;
+    run_count_ = 0;
+    run_room_ = 0;
+  }
+  [[gnu::noinline]] bool start_run() noexcept;
   [[gnu::noinline]] void note_slow(history_thread& t, history_kind kind, block& b,
                                    std::uint64_t bytes, std::uintptr_t stream, std::uint32_t scope,
                                    std::uint64_t floor) noexcept;
@@ -138,6 +178,12 @@ class history_log {
   std::uintptr_t stream_ = 0;  // the stream the chunk's source names
   std::uint32_t pool_ = 0;
   std::uint16_t device_ = 0xffff;
+  // The run: the block whose next event may repeat the last entry's, and its repeat entry
+  // (run_count_ events so far, room for run_room_ in the chunk).
+  const block* run_block_ = nullptr;  // compared, never read through
+  std::uint64_t* run_word_ = nullptr;
+  std::uint32_t run_count_ = 0;
+  std::uint32_t run_room_ = 0;
 };
 
 }  // namespace soma::detail

@@ -65,7 +65,7 @@ std::vector<history_event> memory_history::events(std::uint64_t* dropped) const 
   std::uint64_t lost = 0;
   for (const history_ring::chunk_events& chunk : r->read(&lost)) {
     if (chunk.entry_words == 2) {  // a stream cache's log
-      decode_log(chunk.words.data(), chunk.words.size() / 2, out);
+      decode_log(chunk.words.data(), chunk.words.size() / 2, r->log_entries(), out);
       continue;
     }
     for (std::size_t i = 0; i + 8 <= chunk.words.size(); i += 8)
@@ -108,12 +108,14 @@ const char* memory_history::label_c_str(std::uint32_t id) const {
 void memory_history::push_scope(std::uint32_t label) {
   scopes.push_back(label);
   this_thread_history.scope = label;
+  this_thread_history.log = nullptr;  // a log's run of repeats ends (history_log::repeated)
 }
 
 bool memory_history::pop_scope() noexcept {
   if (scopes.empty()) return false;
   scopes.pop_back();
   this_thread_history.scope = scopes.empty() ? 0 : scopes.back();
+  this_thread_history.log = nullptr;
   return true;
 }
 

@@ -42,8 +42,9 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
   /// for the caller to publish pool-wide. Where memory history records, the hit goes into the
   /// cache's log as an allocation on `stream` (nullptr: a stream named 0).
   /// Inline with push: they are the pool's fast path.
-  block* pop(std::size_t size_bytes, std::int64_t requested_bytes = 0,
-             std::int64_t* publish = nullptr, const stream_timeline* stream = nullptr) {
+  [[gnu::always_inline]] block* pop(std::size_t size_bytes, std::int64_t requested_bytes = 0,
+                                    std::int64_t* publish = nullptr,
+                                    const stream_timeline* stream = nullptr) {
     std::int64_t ignored = 0;
     if (publish == nullptr) publish = &ignored;
     *publish = 0;
@@ -67,7 +68,8 @@ class alignas(64) stream_cache {  // own cache lines: streams on other cores nev
   /// capacity, or if a new size's bin could not be made for want of host memory (the caller
   /// sends it to the index; the share is taken off either way). With a note (memory history
   /// records), a cached block's free goes into the cache's log. Never throws.
-  bool push(block* freed, std::int64_t freed_bytes = 0, const free_note* note = nullptr) noexcept {
+  [[gnu::always_inline]] bool push(block* freed, std::int64_t freed_bytes = 0,
+                                   const free_note* note = nullptr) noexcept {
     SOMA_ASSERT(freed->next_in_bin == nullptr && freed->size_bytes != 0,
                 "a block is in one bin at most, and has a size");
     const biased_lock::scope lock(mutex_);

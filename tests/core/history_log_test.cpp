@@ -6,8 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <future>
+#include <iterator>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -20,8 +23,12 @@
 namespace {
 
 using soma::detail::block;
+using soma::detail::decode_log;
+using soma::detail::history_clock;
 using soma::detail::history_event;
 using soma::detail::history_kind;
+using soma::detail::history_ring;
+using soma::detail::log_entry;
 using soma::detail::memory_history;
 using soma::detail::pool;
 using soma::detail::pool_config;
@@ -62,11 +69,32 @@ class HistoryLog : public ::testing::Test {
   }
   /// The allocations and frees recorded (pool events left out), oldest first.
   static std::vector<history_event> allocations_and_frees() {
+    return allocations_and_frees_dropped(nullptr);
+  }
+  static std::vector<history_event> allocations_and_frees_dropped(std::uint64_t* dropped) {
     std::vector<history_event> out;
-    for (const history_event& e : history().events()) {
+    for (const history_event& e : history().events(dropped)) {
       if (e.kind == history_kind::allocate || e.kind == history_kind::free) out.push_back(e);
     }
     return out;
+  }
+
+  /// Entries the stream caches' logs wrote into the ring in use.
+  static std::size_t log_entries_written() {
+    std::uint64_t lost = 0;
+    std::size_t entries = 0;
+    for (const history_ring::chunk_events& chunk : history().ring_in_use()->read(&lost)) {
+      if (chunk.entry_words == 2) entries += chunk.words.size() / 2;
+    }
+    return entries;
+  }
+  /// Allocates and frees on a_ `pairs` times; each must be a hit of the cache, block x.
+  void reuse(block* x, int pairs, std::size_t bytes = 4 * KiB) {
+    for (int i = 0; i < pairs; ++i) {
+      block* hit = allocate(bytes, a_);
+      ASSERT_EQ(hit, x);
+      pool_->free(hit, a_);
+    }
   }
 
   // Streams first: the pool, destroyed before them, files their cached frees as it goes.
@@ -269,6 +297,146 @@ TEST_F(HistoryLog, S11_NothingIsLoggedWhileRecordingIsOff) {
   EXPECT_EQ(hit->scope.load(), 0u) << "no scope is given while nothing records";
   pool_->free(hit, a_);
   EXPECT_EQ(allocations_and_frees().size(), 2u);
+}
+
+TEST_F(HistoryLog, S11_ABlockReusedOverAndOverTakesARunEntryAndReadsBackEventByEvent) {
+  block* x = allocate(4 * KiB, a_);
+  pool_->free(x, a_);
+  history().start(100000);
+  const std::uint64_t beat = history_clock::beat();
+  reuse(x, 1000);
+  const std::uint64_t beats = history_clock::beat() - beat;
+
+  const std::vector<history_event> events = allocations_and_frees();
+  ASSERT_EQ(events.size(), 2000u);
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].kind, i % 2 == 0 ? history_kind::allocate : history_kind::free) << i;
+    EXPECT_EQ(events[i].address, x->address) << i;
+    EXPECT_EQ(events[i].bytes, 4 * KiB) << i;
+    EXPECT_EQ(events[i].stream, 0xau) << i;
+    EXPECT_EQ(events[i].how, static_cast<std::uint8_t>(served_by::stream_cache)) << i;
+    EXPECT_EQ(events[i].label, 0u) << i;
+    if (i > 0) {
+      EXPECT_GE(events[i].time_ns, events[i - 1].time_ns) << i;
+    }
+  }
+  // A chunk: a source, a mark, the first event and a repeat that counts the rest, until the
+  // events fill the chunk's room (the next event still has an entry there). Each beat of the clock
+  // during the loop ends the run (a mark, an event, a repeat).
+  const std::size_t chunks = events.size() / history().ring_in_use()->log_entries() + 1;
+  EXPECT_LE(log_entries_written(), 5 * chunks + 3 * beats) << beats << " beats";
+}
+
+TEST_F(HistoryLog, S11_ARunEndsWhereTheBytesTheBeatOrTheThreadsScopeChangeOrAnotherBlockComes) {
+  block* x = allocate(4 * KiB, a_);
+  block* y = allocate(8 * KiB, a_);
+  pool_->free(x, a_);
+  pool_->free(y, a_);
+  history().start(100000);
+  struct pair_made {
+    const block* b;
+    std::size_t bytes;
+    std::uint32_t label;
+  };
+  std::vector<pair_made> made;
+  auto pairs = [&](block* b, int count, std::size_t bytes, std::uint32_t label = 0) {
+    reuse(b, count, bytes);
+    for (int i = 0; i < count; ++i) made.push_back({b, bytes, label});
+  };
+  pairs(x, 3, 4 * KiB);
+  pairs(x, 2, 4000);  // the same block for fewer bytes
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  history_clock::advance();
+  const std::size_t after_beat = made.size() * 2;
+  pairs(x, 2, 4000);
+  const std::uint32_t label = history().label("inner");
+  memory_history::push_scope(label);
+  pairs(x, 2, 4000, label);
+  memory_history::pop_scope();
+  pairs(y, 2, 8 * KiB);
+  pairs(x, 2, 4 * KiB);
+
+  const std::vector<history_event> events = allocations_and_frees();
+  ASSERT_EQ(events.size(), made.size() * 2);
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const pair_made& m = made[i / 2];
+    EXPECT_EQ(events[i].kind, i % 2 == 0 ? history_kind::allocate : history_kind::free) << i;
+    EXPECT_EQ(events[i].address, m.b->address) << i;
+    EXPECT_EQ(events[i].bytes, m.bytes) << i;
+    EXPECT_EQ(events[i].label, m.label) << i;
+  }
+  EXPECT_GT(events[after_beat].time_ns, events[after_beat - 1].time_ns)
+      << "a beat of the clock ends the run: the events after it are stamped later";
+}
+
+TEST_F(HistoryLog, S11_ARunsEventsTakeTheRingsRoomSoItKeepsTheNewestCapacity) {
+  block* x = allocate(4 * KiB, a_);
+  pool_->free(x, a_);
+  history().start(64);
+  reuse(x, 20000);
+  std::uint64_t dropped = 0;
+  const std::vector<history_event> events = allocations_and_frees_dropped(&dropped);
+  ASSERT_EQ(events.size(), 64u);
+  EXPECT_GT(dropped, 0u);
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].kind, i % 2 == 0 ? history_kind::allocate : history_kind::free) << i;
+    EXPECT_EQ(events[i].address, x->address) << i;
+  }
+}
+
+TEST_F(HistoryLog, S11_AReaderWhileARunGrowsReadsEachOfItsEventsInOrder) {
+  block* x = allocate(4 * KiB, a_);
+  pool_->free(x, a_);
+  history().start(100000);
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    reuse(x, 20000);
+    done.store(true);
+  });
+  int reads = 0;
+  while (!done.load() || reads == 0) {
+    const std::vector<history_event> events = allocations_and_frees();
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      ASSERT_EQ(events[i].kind, i % 2 == 0 ? history_kind::allocate : history_kind::free) << i;
+      ASSERT_EQ(events[i].address, x->address) << i;
+    }
+    ++reads;
+  }
+  writer.join();
+  EXPECT_EQ(allocations_and_frees().size(), 40000u);
+}
+
+TEST(HistoryLogDecode, ARepeatEntryStandsForItsCountOfEventsOnTheLastEventsBlockKindsTurnAbout) {
+  auto tag = [](log_entry what, std::uint64_t low = 0) {
+    return low | std::uint64_t{static_cast<std::uint8_t>(what)} << 56;
+  };
+  auto event = [&](history_kind kind, std::uint64_t bytes) {
+    return tag(log_entry::event, bytes | std::uint64_t{static_cast<std::uint8_t>(kind)} << 48);
+  };
+  const std::uint64_t words[] = {
+      tag(log_entry::repeat),    5,    // no event before it: nothing
+      tag(log_entry::source, 7), 0xa,  // pool 7, device 0, stream 0xa
+      tag(log_entry::mark),      1000, event(history_kind::free, 4096),    0x1000,
+      tag(log_entry::repeat),    3,    event(history_kind::allocate, 512), 0x2000,
+      tag(log_entry::repeat),    1000,  // beyond the chunk's room: never written so
+  };
+  std::vector<history_event> out;
+  decode_log(words, std::size(words) / 2, 8, out);
+  const history_kind free = history_kind::free;
+  const history_kind alloc = history_kind::allocate;
+  const std::vector<std::pair<history_kind, std::uint64_t>> expected = {
+      {free, 0x1000},  {alloc, 0x1000}, {free, 0x1000}, {alloc, 0x1000}, {alloc, 0x2000},
+      {free, 0x2000},  {alloc, 0x2000}, {free, 0x2000}, {alloc, 0x2000}, {free, 0x2000},
+      {alloc, 0x2000}, {free, 0x2000},  {alloc, 0x2000}};
+  ASSERT_EQ(out.size(), expected.size());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(out[i].kind, expected[i].first) << i;
+    EXPECT_EQ(out[i].address, expected[i].second) << i;
+    EXPECT_EQ(out[i].bytes, expected[i].second == 0x1000 ? 4096u : 512u) << i;
+    EXPECT_EQ(out[i].stream, 0xau) << i;
+    EXPECT_EQ(out[i].pool, 7u) << i;
+    EXPECT_EQ(out[i].time_ns, 1000u) << i;
+  }
 }
 
 }  // namespace

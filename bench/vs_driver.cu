@@ -341,8 +341,9 @@ void print_machine(const settings& config) {
   std::printf(
       "method      median of %d trials of ~%.0f ms; host time; warm pools with release\n"
       "            threshold UINT64_MAX (both pools) except (e); streams synchronized\n"
-      "            before each trial, outside the timing (S12)\n\n",
-      config.trials, config.trial_seconds * 1e3);
+      "            before each trial, outside the timing (S12); soma's 16, 32 and 64\n"
+      "            threads: %d trials each, taken in turn\n\n",
+      config.trials, config.trial_seconds * 1e3, 3 * config.trials);
 }
 
 // ---- scenarios -----------------------------------------------------------------------------
@@ -388,13 +389,15 @@ void run_threads(const settings& config, int thread_count, double goal_mps,
 // soma's aggregate ns per pair for each thread count, the trials taken in rounds (one trial of
 // each count in turn, soma_bench::interleaved_medians): rows that are compared with each other
 // (32 and 64 threads against 16) then meet the host's slow and fast phases alike. Measured one
-// row after another, a phase of the host between them decided which came out ahead.
+// row after another, a phase of the host between them decided which came out ahead. Three times
+// the trials of a row: where the host's threads are all busy the rows are one figure give or take
+// its noise, and the verdict compares medians.
 std::vector<double> interleaved_soma_ns(const settings& config, const std::vector<int>& counts) {
   std::vector<somaStream_t> streams;
   std::vector<std::vector<soma_side>> sides;
   for (int count : counts) sides.push_back(sides_for_threads<soma_side>(count, streams));
-  const std::vector<double> ns =
-      soma_bench::interleaved_medians(counts.size(), config.trials, [&](std::size_t c, int round) {
+  const std::vector<double> ns = soma_bench::interleaved_medians(
+      counts.size(), 3 * config.trials, [&](std::size_t c, int round) {
         return threaded_ns(config, sides[c], kThreadPairBytes, 1, round == 0);
       });
   for (somaStream_t stream : streams) soma_side::destroy_stream(stream);

@@ -47,7 +47,10 @@ void decode_log(const std::uint64_t* words, std::size_t entries, std::size_t roo
 class history_log {
  public:
   history_log() = default;
-  ~history_log() { history_ring::hand_back(cursor_); }
+  ~history_log() {
+    arm(nullptr);  // a run's repeats count if the chunk is dropped
+    history_ring::hand_back(cursor_);
+  }
   history_log(const history_log&) = delete;
   history_log& operator=(const history_log&) = delete;
 
@@ -156,8 +159,11 @@ class history_log {
     std::atomic_ref<std::uint64_t>(*run_word_).store(++run_count_, std::memory_order_relaxed);
     return true;
   }
-  /// Counts the run's events against the chunk's room.
+  /// Counts the run's events against the chunk's room, and its repeats (events without an entry
+  /// of their own) where a claim that reuses the chunk counts what it drops.
   void end_run() noexcept {
+    chunk_->repeats.store(chunk_->repeats.load(std::memory_order_relaxed) + run_count_ - 1,
+                          std::memory_order_relaxed);
     limit_ -= run_count_;
     run_count_ = 0;
     run_room_ = 0;

@@ -75,12 +75,16 @@ bool history_ring::claim(cursor& c, std::uint32_t entry_words) noexcept {
       continue;
     // Seqlock: readers that saw the old events see the claim change and skip the chunk.
     const std::uint64_t previous = h.claim.load(std::memory_order_relaxed);
-    // (A log's chunk counts its entries: its events and the few marks among them.)
-    if (previous != 0 && (previous / 2 - 1) >= first_claim_.load(std::memory_order_relaxed))
-      dropped_.fetch_add(h.count.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    // (A log's chunk counts its entries, the few marks among them, and its runs' repeats.)
+    if (previous != 0 && (previous / 2 - 1) >= first_claim_.load(std::memory_order_relaxed)) {
+      dropped_.fetch_add(std::uint64_t{h.count.load(std::memory_order_relaxed)} +
+                             h.repeats.load(std::memory_order_relaxed),
+                         std::memory_order_relaxed);
+    }
     h.claim.store(2 * n + 1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
     h.count.store(0, std::memory_order_relaxed);
+    h.repeats.store(0, std::memory_order_relaxed);
     h.entry_words.store(entry_words, std::memory_order_relaxed);
     h.claim.store(2 * n + 2, std::memory_order_release);
     c.chunk = &h;

@@ -47,6 +47,7 @@ class history_ring {
     std::atomic<std::uint32_t> count{0};  ///< events (entries of a log's chunk) written
     std::atomic<std::uint32_t> state{unused};
     std::atomic<std::uint32_t> entry_words{8};  ///< 8: a thread's events; 2: a log's entries
+    std::atomic<std::uint32_t> repeats{0};      ///< a log's events beyond its entries (its runs')
   };
   /// A thread's place in a ring: its chunk and the next slot. Trivially destructible, so that a
   /// thread_local one is reached without a guard; a thread ending hands its chunk back.

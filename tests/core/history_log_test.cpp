@@ -369,7 +369,7 @@ TEST_F(HistoryLog, S11_ARunEndsWhereTheBytesTheBeatOrTheThreadsScopeChangeOrAnot
       << "a beat of the clock ends the run: the events after it are stamped later";
 }
 
-TEST_F(HistoryLog, S11_ARunsEventsTakeTheRingsRoomSoItKeepsTheNewestCapacity) {
+TEST_F(HistoryLog, S11_ARunsEventsTakeTheRingsRoomAndCountWhenDropped) {
   block* x = allocate(4 * KiB, a_);
   pool_->free(x, a_);
   history().start(64);
@@ -377,7 +377,9 @@ TEST_F(HistoryLog, S11_ARunsEventsTakeTheRingsRoomSoItKeepsTheNewestCapacity) {
   std::uint64_t dropped = 0;
   const std::vector<history_event> events = allocations_and_frees_dropped(&dropped);
   ASSERT_EQ(events.size(), 64u);
-  EXPECT_GT(dropped, 0u);
+  // Every event made is read back or counted as dropped (a run's repeats too; the chunks' marks
+  // and sources count among them).
+  EXPECT_GE(dropped + events.size(), 40000u);
   for (std::size_t i = 0; i < events.size(); ++i) {
     EXPECT_EQ(events[i].kind, i % 2 == 0 ? history_kind::allocate : history_kind::free) << i;
     EXPECT_EQ(events[i].address, x->address) << i;

@@ -65,8 +65,10 @@ class history_log {
   /// `how`: the cache lock's entry (the thread's bias slot, or nullptr).
   void allocated(block& b, std::uint64_t bytes, std::uintptr_t stream, bias_slot* how) noexcept {
     history_thread& t = thread_of(how);
-    // b's requested_bytes are still its last allocation's: those of the run.
-    if (&b == run_block_ && bytes == b.requested_bytes && repeated(t)) return;
+    // b's requested_bytes are still its last allocation's: those of the run. A scope the thread
+    // opened before the run began must still label the allocation.
+    if (&b == run_block_ && bytes == b.requested_bytes && t.scope == 0 && repeated(t, stream))
+      return;
     // b's previous event is its free into this cache, at or before the chunk's mark; a later
     // stamp means that free is not here (it was dropped), and the stamp is then a floor.
     const std::uint64_t floor = b.history_stamp.load(std::memory_order_relaxed);
@@ -83,8 +85,8 @@ class history_log {
   void freed(block& b, std::uint64_t bytes, std::uintptr_t stream, std::uint32_t scope,
              bool elsewhere, bias_slot* how) noexcept {
     history_thread& t = thread_of(how);
-    // The run's block, allocated from this cache (not elsewhere), by the run: no scope label.
-    if (&b == run_block_ && !elsewhere && repeated(t)) return;
+    // The run's block, allocated from this cache (not elsewhere) by the run: no scope label.
+    if (&b == run_block_ && !elsewhere && scope == 0 && repeated(t, stream)) return;
     // Recorded elsewhere, b's allocation may share the chunk's mark and still sort after it.
     const std::uint64_t floor = b.history_stamp.load(std::memory_order_relaxed);
     if (!fast(t, stream) || scope != 0 || (elsewhere ? floor >= mark_ : floor > mark_))
@@ -149,10 +151,12 @@ class history_log {
     run_block_ = b;
   }
   /// The event, on the run's block, repeats the run where the thread's last event was here at
-  /// the chunk's mark (no event elsewhere, no scope opened since: t.log) and the beat has not
-  /// moved. Counts it in the run's repeat entry.
-  bool repeated(const history_thread& t) noexcept {
-    if (t.log != this || t.clock.last != mark_ || beat_ != history_clock::beat()) [[unlikely]]
+  /// the chunk's mark (no event elsewhere, no scope opened since: t.log), the beat has not
+  /// moved and the stream is the chunk's (a stream made where a forgotten one was looks like it
+  /// to the pool). Counts it in the run's repeat entry.
+  bool repeated(const history_thread& t, std::uintptr_t stream) noexcept {
+    if (t.log != this || t.clock.last != mark_ || stream != stream_ ||
+        beat_ != history_clock::beat()) [[unlikely]]
       return false;
     if (run_count_ >= run_room_) [[unlikely]]
       return start_run();

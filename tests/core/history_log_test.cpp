@@ -6,12 +6,15 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
+#include <cstddef>
 #include <chrono>
 #include <cstdint>
 #include <future>
 #include <iterator>
 #include <memory>
+#include <new>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -384,6 +387,48 @@ TEST_F(HistoryLog, S11_ARunsEventsTakeTheRingsRoomAndCountWhenDropped) {
     EXPECT_EQ(events[i].kind, i % 2 == 0 ? history_kind::allocate : history_kind::free) << i;
     EXPECT_EQ(events[i].address, x->address) << i;
   }
+}
+
+TEST_F(HistoryLog, S11_AnAllocationInAScopeOpenedBeforeTheRunStartedCarriesItsLabel) {
+  block* x = allocate(4 * KiB, a_);  // outside any scope
+  const std::uint32_t label = history().label("inner");
+  memory_history::push_scope(label);
+  pool_->free(x, a_);  // x has no label: the free's event may start a run
+  block* hit = allocate(4 * KiB, a_);
+  ASSERT_EQ(hit, x);
+  EXPECT_EQ(hit->scope.load(), label) << "the thread's scope, not the run's";
+  pool_->free(hit, a_);
+  memory_history::pop_scope();
+  const std::vector<history_event> events = allocations_and_frees();
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[1].label, 0u);
+  EXPECT_EQ(events[2].kind, history_kind::allocate);
+  EXPECT_EQ(events[2].label, label);
+  EXPECT_EQ(events[3].label, label);
+}
+
+TEST_F(HistoryLog, S11_AFreeOnAStreamThatTookAnotherStreamsPlaceIsNamedForIt) {
+  // A stream, forgotten and destroyed, and a new one made where it was (same slot, same
+  // address): a block allocated on the first and freed on the second looks freed on the stream
+  // it came from, and must still be named for the second.
+  alignas(stream_timeline) std::array<std::byte, sizeof(stream_timeline)> place{};
+  auto* stream = new (place.data()) stream_timeline(2);
+  stream->set_history_name(0xd);
+  pool_->free(allocate(4 * KiB, *stream), *stream);
+  block* x = allocate(4 * KiB, *stream);  // a hit: the run's first event
+  pool_->forget_stream(*stream);
+  stream->~stream_timeline();
+  stream = new (place.data()) stream_timeline(2);
+  stream->set_history_name(0xe);
+  pool_->free(x, *stream);
+  const std::vector<history_event> events = allocations_and_frees();
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events[events.size() - 2].stream, 0xdu);
+  EXPECT_EQ(events.back().kind, history_kind::free);
+  EXPECT_EQ(events.back().stream, 0xeu) << "the stream that freed it";
+  pool_->forget_stream(*stream);
+  pool_.reset();  // before the stream it may still name goes
+  stream->~stream_timeline();
 }
 
 TEST_F(HistoryLog, S11_AReaderWhileARunGrowsReadsEachOfItsEventsInOrder) {

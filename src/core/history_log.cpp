@@ -63,7 +63,7 @@ bool history_log::start_run() noexcept {
   if (n + 1 >= limit_) return false;  // one entry for the repeat, and room for one event
   put(n, tagged(log_entry::repeat, 0), 1);
   publish(n + 1);
-  run_word_ = cursor_.slots[n / 4].words + std::size_t{n % 4} * 2 + 1;
+  run_word_ = entry(n) + 1;
   run_count_ = 1;
   run_room_ = limit_ - (n + 1);
   return true;

@@ -126,9 +126,13 @@ class history_log {
     return (bytes & byte_mask) | std::uint64_t{static_cast<std::uint8_t>(kind)} << 48 |
            std::uint64_t{static_cast<std::uint8_t>(log_entry::event)} << 56;
   }
+  /// The two words of entry n of the chunk (four entries to a slot).
+  std::uint64_t* entry(std::uint32_t n) const noexcept {
+    return cursor_.slots[n / 4].words + std::size_t{n % 4} * 2;
+  }
   /// Writes entry n of the chunk (n < limit_); published by the next publish().
   void put(std::uint32_t n, std::uint64_t first, std::uint64_t second) noexcept {
-    std::uint64_t* words = cursor_.slots[n / 4].words + std::size_t{n % 4} * 2;
+    std::uint64_t* words = entry(n);
     std::atomic_ref<std::uint64_t>(words[0]).store(first, std::memory_order_relaxed);
     std::atomic_ref<std::uint64_t>(words[1]).store(second, std::memory_order_relaxed);
   }
@@ -151,7 +155,7 @@ class history_log {
     run_block_ = b;
   }
   /// The event, on the run's block, repeats the run where the thread's last event was here at
-  /// the chunk's mark (no event elsewhere, no scope opened since: t.log), the beat has not
+  /// the chunk's mark (no event elsewhere since: t.log), the beat has not
   /// moved and the stream is the chunk's (a stream made where a forgotten one was looks like it
   /// to the pool). Counts it in the run's repeat entry.
   bool repeated(const history_thread& t, std::uintptr_t stream) noexcept {

@@ -108,14 +108,12 @@ const char* memory_history::label_c_str(std::uint32_t id) const {
 void memory_history::push_scope(std::uint32_t label) {
   scopes.push_back(label);
   this_thread_history.scope = label;
-  this_thread_history.log = nullptr;  // a log's run of repeats ends (history_log::repeated)
 }
 
 bool memory_history::pop_scope() noexcept {
   if (scopes.empty()) return false;
   scopes.pop_back();
   this_thread_history.scope = scopes.empty() ? 0 : scopes.back();
-  this_thread_history.log = nullptr;
   return true;
 }
 

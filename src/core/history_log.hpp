@@ -126,9 +126,10 @@ class history_log {
     return (bytes & byte_mask) | std::uint64_t{static_cast<std::uint8_t>(kind)} << 48 |
            std::uint64_t{static_cast<std::uint8_t>(log_entry::event)} << 56;
   }
-  /// The two words of entry n of the chunk (four entries to a slot).
+  /// Entry n's two words: the chunk's slots lie end to end, four entries to a slot.
+  static_assert(sizeof(history_slot) == 8 * sizeof(std::uint64_t));
   std::uint64_t* entry(std::uint32_t n) const noexcept {
-    return cursor_.slots[n / 4].words + std::size_t{n % 4} * 2;
+    return reinterpret_cast<std::uint64_t*>(cursor_.slots) + std::size_t{n} * 2;
   }
   /// Writes entry n of the chunk (n < limit_); published by the next publish().
   void put(std::uint32_t n, std::uint64_t first, std::uint64_t second) noexcept {

@@ -453,6 +453,130 @@ TEST_F(HistoryLog, S11_AReaderWhileARunGrowsReadsEachOfItsEventsInOrder) {
   EXPECT_EQ(allocations_and_frees().size(), 40000u);
 }
 
+/// Each event of x read back: kinds turn about from `first`, x's address, times never going back.
+void expect_turns_about(const std::vector<history_event>& events, const block* x,
+                        history_kind first = history_kind::allocate) {
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const bool same = i % 2 == 0;
+    const history_kind other =
+        first == history_kind::allocate ? history_kind::free : history_kind::allocate;
+    EXPECT_EQ(events[i].kind, same ? first : other) << i;
+    EXPECT_EQ(events[i].address, x->address) << i;
+    if (i > 0) {
+      EXPECT_GE(events[i].time_ns, events[i - 1].time_ns) << i;
+    }
+  }
+}
+
+TEST_F(HistoryLog, S11_ARunWhoseBlockADrainTookGoesOnEventByEvent) {
+  // A run begun by a free (x in the cache); a drain takes x to the index without a pop; the slow
+  // path serves x again, on another thread (its own chunk), and this thread, whose last event is
+  // still the run's, frees it into the cache: an event of its own after that allocation, not a
+  // repeat of the run (which would read back as an allocation).
+  block* x = allocate(4 * KiB, a_);
+  history().start(100000);
+  pool_->free(x, a_);
+  reuse(x, 3);
+  pool_->forget_stream(a_);  // drains a_'s cache; a_ goes on with an empty one
+  block* again = std::async(std::launch::async, [&] { return allocate(4 * KiB, a_); }).get();
+  ASSERT_EQ(again, x) << "the slow path finds x in the index";
+  EXPECT_NE(again->how, served_by::stream_cache);
+  pool_->free(again, a_);
+  reuse(x, 4);
+  const std::vector<history_event> events = allocations_and_frees();
+  ASSERT_EQ(events.size(), 1u + 2 * 3 + 2 + 2 * 4);
+  expect_turns_about(events, x, history_kind::free);
+  EXPECT_NE(events[7].how, static_cast<std::uint8_t>(served_by::stream_cache))
+      << "the slow path's allocation, between the drain and the free";
+}
+
+TEST_F(HistoryLog, S11_RecordingStoppedAndStartedInsideARunKeepsOnlyTheNewRingsEvents) {
+  block* x = allocate(4 * KiB, a_);
+  pool_->free(x, a_);
+  history().start(100000);
+  reuse(x, 50);
+  history().start(100000);  // a new ring, mid-run
+  reuse(x, 7);
+  std::vector<history_event> events = allocations_and_frees();
+  ASSERT_EQ(events.size(), 14u);
+  expect_turns_about(events, x);
+  history().stop();
+  reuse(x, 5);  // not recorded
+  history().start(100000);
+  reuse(x, 9);
+  events = allocations_and_frees();
+  ASSERT_EQ(events.size(), 18u);
+  expect_turns_about(events, x);
+}
+
+TEST_F(HistoryLog, S11_APoolDestroyedInsideARunLeavesItsEventsToRead) {
+  block* x = allocate(4 * KiB, a_);
+  pool_->free(x, a_);
+  history().start(100000);
+  reuse(x, 300);
+  const std::uint64_t address = x->address;
+  pool_.reset();  // its caches and their logs go, the run open
+  std::uint64_t dropped = 0;
+  const std::vector<history_event> events = allocations_and_frees_dropped(&dropped);
+  ASSERT_EQ(events.size(), 600u);
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].kind, i % 2 == 0 ? history_kind::allocate : history_kind::free) << i;
+    EXPECT_EQ(events[i].address, address) << i;
+  }
+  EXPECT_EQ(dropped, 0u);
+}
+
+TEST_F(HistoryLog, S11_RunsOfEveryLengthAcrossAChunksEndReadBackWhole) {
+  // Every count of pairs up to two chunks and a little over, each in a ring of its own: a run
+  // that fills its chunk exactly, by one less or one more, loses and invents no event.
+  block* x = allocate(4 * KiB, a_);
+  pool_->free(x, a_);
+  history().start(100000);
+  const std::uint32_t entries = history().ring_in_use()->log_entries();
+  for (std::uint32_t pairs = 1; pairs <= entries + 3; ++pairs) {
+    history().start(100000);
+    reuse(x, static_cast<int>(pairs));
+    std::uint64_t dropped = 0;
+    const std::vector<history_event> events = allocations_and_frees_dropped(&dropped);
+    ASSERT_EQ(events.size(), 2u * pairs) << pairs << " pairs";
+    ASSERT_EQ(dropped, 0u) << pairs << " pairs";
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      ASSERT_EQ(events[i].kind, i % 2 == 0 ? history_kind::allocate : history_kind::free)
+          << pairs << " pairs, event " << i;
+    }
+  }
+}
+
+TEST_F(HistoryLog, S11_OneThreadAllocatingAndAnotherFreeingTheSameBlockKeepEveryEvent) {
+  // x taken from a_'s cache by one thread and given back on a_ by another, in turns: the two
+  // threads' events on one block, each after the other's, none lost to a run.
+  block* x = allocate(4 * KiB, a_);
+  pool_->free(x, a_);
+  history().start(100000);
+  constexpr int turns = 500;
+  std::atomic<int> step{0};  // even: the allocator's turn; odd: the freer's
+  std::atomic<block*> handed{nullptr};
+  std::thread allocator([&] {
+    for (int i = 0; i < turns; ++i) {
+      while (step.load() != 2 * i) std::this_thread::yield();
+      handed.store(allocate(4 * KiB, a_));
+      step.store(2 * i + 1);
+    }
+  });
+  std::thread freer([&] {
+    for (int i = 0; i < turns; ++i) {
+      while (step.load() != 2 * i + 1) std::this_thread::yield();
+      pool_->free(handed.load(), a_);
+      step.store(2 * i + 2);
+    }
+  });
+  allocator.join();
+  freer.join();
+  const std::vector<history_event> events = allocations_and_frees();
+  ASSERT_EQ(events.size(), 2u * turns);
+  expect_turns_about(events, x);
+}
+
 TEST(HistoryLogDecode, ARepeatEntryStandsForItsCountOfEventsOnTheLastEventsBlockKindsTurnAbout) {
   auto tag = [](log_entry what, std::uint64_t low = 0) {
     return low | std::uint64_t{static_cast<std::uint8_t>(what)} << 56;

@@ -544,6 +544,15 @@ TEST_F(HistoryLog, S11_RunsOfEveryLengthAcrossAChunksEndReadBackWhole) {
       ASSERT_EQ(events[i].kind, i % 2 == 0 ? history_kind::allocate : history_kind::free)
           << pairs << " pairs, event " << i;
     }
+    // No chunk holds more events than it would without runs (a source and a mark, then events):
+    // a run's events count against its room.
+    std::uint64_t lost = 0;
+    for (const history_ring::chunk_events& chunk : history().ring_in_use()->read(&lost)) {
+      if (chunk.entry_words != 2) continue;
+      std::vector<history_event> held;
+      decode_log(chunk.words.data(), chunk.words.size() / 2, entries, held);
+      ASSERT_LE(held.size(), entries - 2) << pairs << " pairs";
+    }
   }
 }
 

@@ -346,15 +346,18 @@ int main(int argc, char** argv) {
 
   // Memory history (docs/observability.md): the same pairs with recording off and on.
   soma_bench::print_history_header();
+  // Rounds of 3 trials each way (print_history_cost), in place of one 7-trial measure.
   const auto record = [](std::size_t events) { SOMA_BENCH_CHECK(somaMemRecordHistory(events)); };
+  settings round_config = config;
+  round_config.trials = std::min(config.trials, 3);
   for (std::size_t bytes : {std::size_t{256}, 4 * KiB}) {
     soma_bench::print_history_cost(
-        "pair, same stream, " + size_name(bytes), [&] { return pair_ns(config, soma, bytes); },
-        record);
+        "pair, same stream, " + size_name(bytes),
+        [&] { return pair_ns(round_config, soma, bytes); }, record);
   }
   soma_bench::print_history_cost(
-      "64 live then 64 frees, 4 KiB, per pair", [&] { return live_ns(config, soma, 4 * KiB); },
-      record);
+      "64 live then 64 frees, 4 KiB, per pair",
+      [&] { return live_ns(round_config, soma, 4 * KiB); }, record);
   SOMA_BENCH_CHECK(somaStreamSynchronize(stream));
 
   // Up to 64 threads, past this machine's cores: more threads than cores must not collapse.

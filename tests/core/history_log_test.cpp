@@ -91,6 +91,14 @@ class HistoryLog : public ::testing::Test {
     }
     return entries;
   }
+  /// Allocates and frees on a_, then starts recording into a ring of `capacity`: a block of
+  /// 4 KiB that a_'s cache holds, whose next allocation is a hit.
+  block* cached_block(std::size_t capacity) {
+    block* x = allocate(4 * KiB, a_);
+    pool_->free(x, a_);
+    history().start(capacity);
+    return x;
+  }
   /// Allocates and frees on a_ `pairs` times; each must be a hit of the cache, block x.
   void reuse(block* x, int pairs, std::size_t bytes = 4 * KiB) {
     for (int i = 0; i < pairs; ++i) {
@@ -303,9 +311,7 @@ TEST_F(HistoryLog, S11_NothingIsLoggedWhileRecordingIsOff) {
 }
 
 TEST_F(HistoryLog, S11_ABlockReusedOverAndOverTakesARunEntryAndReadsBackEventByEvent) {
-  block* x = allocate(4 * KiB, a_);
-  pool_->free(x, a_);
-  history().start(100000);
+  block* x = cached_block(100000);
   const std::uint64_t beat = history_clock::beat();
   reuse(x, 1000);
   const std::uint64_t beats = history_clock::beat() - beat;
@@ -373,9 +379,7 @@ TEST_F(HistoryLog, S11_ARunEndsWhereTheBytesTheBeatOrTheThreadsScopeChangeOrAnot
 }
 
 TEST_F(HistoryLog, S11_ARunsEventsTakeTheRingsRoomAndCountWhenDropped) {
-  block* x = allocate(4 * KiB, a_);
-  pool_->free(x, a_);
-  history().start(64);
+  block* x = cached_block(64);
   reuse(x, 20000);
   std::uint64_t dropped = 0;
   const std::vector<history_event> events = allocations_and_frees_dropped(&dropped);
@@ -432,9 +436,7 @@ TEST_F(HistoryLog, S11_AFreeOnAStreamThatTookAnotherStreamsPlaceIsNamedForIt) {
 }
 
 TEST_F(HistoryLog, S11_AReaderWhileARunGrowsReadsEachOfItsEventsInOrder) {
-  block* x = allocate(4 * KiB, a_);
-  pool_->free(x, a_);
-  history().start(100000);
+  block* x = cached_block(100000);
   std::atomic<bool> done{false};
   std::thread writer([&] {
     reuse(x, 20000);
@@ -491,9 +493,7 @@ TEST_F(HistoryLog, S11_ARunWhoseBlockADrainTookGoesOnEventByEvent) {
 }
 
 TEST_F(HistoryLog, S11_RecordingStoppedAndStartedInsideARunKeepsOnlyTheNewRingsEvents) {
-  block* x = allocate(4 * KiB, a_);
-  pool_->free(x, a_);
-  history().start(100000);
+  block* x = cached_block(100000);
   reuse(x, 50);
   history().start(100000);  // a new ring, mid-run
   reuse(x, 7);
@@ -510,9 +510,7 @@ TEST_F(HistoryLog, S11_RecordingStoppedAndStartedInsideARunKeepsOnlyTheNewRingsE
 }
 
 TEST_F(HistoryLog, S11_APoolDestroyedInsideARunLeavesItsEventsToRead) {
-  block* x = allocate(4 * KiB, a_);
-  pool_->free(x, a_);
-  history().start(100000);
+  block* x = cached_block(100000);
   reuse(x, 300);
   const std::uint64_t address = x->address;
   pool_.reset();  // its caches and their logs go, the run open
@@ -529,9 +527,7 @@ TEST_F(HistoryLog, S11_APoolDestroyedInsideARunLeavesItsEventsToRead) {
 TEST_F(HistoryLog, S11_RunsOfEveryLengthAcrossAChunksEndReadBackWhole) {
   // Every count of pairs up to two chunks and a little over, each in a ring of its own: a run
   // that fills its chunk exactly, by one less or one more, loses and invents no event.
-  block* x = allocate(4 * KiB, a_);
-  pool_->free(x, a_);
-  history().start(100000);
+  block* x = cached_block(100000);
   const std::uint32_t entries = history().ring_in_use()->log_entries();
   for (std::uint32_t pairs = 1; pairs <= entries + 3; ++pairs) {
     history().start(100000);
@@ -559,9 +555,7 @@ TEST_F(HistoryLog, S11_RunsOfEveryLengthAcrossAChunksEndReadBackWhole) {
 TEST_F(HistoryLog, S11_OneThreadAllocatingAndAnotherFreeingTheSameBlockKeepEveryEvent) {
   // x taken from a_'s cache by one thread and given back on a_ by another, in turns: the two
   // threads' events on one block, each after the other's, none lost to a run.
-  block* x = allocate(4 * KiB, a_);
-  pool_->free(x, a_);
-  history().start(100000);
+  block* x = cached_block(100000);
   constexpr int turns = 500;
   std::atomic<int> step{0};  // even: the allocator's turn; odd: the freer's
   std::atomic<block*> handed{nullptr};

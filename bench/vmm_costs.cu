@@ -10,7 +10,9 @@
 //   release     cuMemRelease of one granule, per call
 // Then cuMemSetAccess over 16 and 256 granules by how the range is backed: one allocation, an
 // allocation a granule, and those same allocations mapped at a second address (what a remap
-// pays): is its cost per byte or per allocation, and is it paid again? Then a kernel's random reads
+// pays): is its cost per byte or per allocation, and is it paid again? And one allocation's
+// granules mapped at a second address a granule at a time by offset, in order and reversed (what
+// a remap would pay with granules carved from larger allocations). Then a kernel's random reads
 // over 4 GiB from cudaMalloc, from one allocation and from a granule per allocation (does the
 // backing change what the device pays, e.g. in TLB misses?). Then each call again while a kernel of
 // about 20 ms runs on another stream, memory unrelated to it: a call that takes about as long as
@@ -24,6 +26,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -68,6 +71,7 @@ double us_since(clock_type::time_point start) {
 }
 
 double median(std::vector<double> v) {
+  if (std::any_of(v.begin(), v.end(), [](double x) { return std::isnan(x); })) return std::nan("");
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
@@ -191,9 +195,13 @@ void while_busy(const setup& s, long long cycles, double kernel_ms) {
   std::printf("  (a call near %.0f us waits for the device)\n", kernel_ms * 1000);
 }
 
-/// cuMemSetAccess over n granules, us, for three backings of the same range.
+/// cuMemSetAccess over n granules, us, for the backings of the same range. The last two map one
+/// allocation's granules at a second address, a cuMemMap each at its offset (what a remap would
+/// pay if the pool's granules were parts of larger allocations): NaN where the driver refuses an
+/// offset other than 0.
 struct access_shapes {
   double one_allocation = 0, allocation_per_granule = 0, mapped_again = 0;
+  double offsets_in_order = 0, offsets_reversed = 0;
 };
 
 access_shapes access_by_shape(const setup& s, int n) {
@@ -208,12 +216,35 @@ access_shapes access_by_shape(const setup& s, int n) {
     check(d.set_access(at, bytes, &s.access, 1), "cuMemSetAccess");
     return us_since(start);
   };
-  // cuMemMap maps whole allocations only (its offset "must be zero"), so a range is one
-  // allocation or an allocation per granule.
   CUmemGenericAllocationHandle whole = 0;
   check(d.create(&whole, bytes, &s.prop, 0), "cuMemCreate (whole)");
   check(d.map(base, bytes, 0, whole, 0), "cuMemMap (whole)");
   a.one_allocation = timed_access(base);
+  // cuda.h says both that the offset must be a multiple of the granularity and that it "currently
+  // must be zero" (driver 580.159.04 refuses any other: docs/benchmarks.md): a granule at a time
+  // at its offset, in order and reversed (a remap's granules need not keep their order), at the
+  // second address while the first mapping stays.
+  auto map_offsets = [&](bool reversed) {
+    for (int i = 0; i < n; ++i) {
+      const int from = reversed ? n - 1 - i : i;
+      const CUresult mapped = d.map(second + s.granule * i, s.granule,
+                                    s.granule * static_cast<std::size_t>(from), whole, 0);
+      if (mapped != CUDA_SUCCESS) {
+        if (i > 0) check(d.unmap(second, s.granule * static_cast<std::size_t>(i)), "cuMemUnmap");
+        return false;
+      }
+    }
+    return true;
+  };
+  for (bool reversed : {false, true}) {
+    double& figure = reversed ? a.offsets_reversed : a.offsets_in_order;
+    if (map_offsets(reversed)) {
+      figure = timed_access(second);
+      check(d.unmap(second, bytes), "cuMemUnmap");
+    } else {
+      figure = std::nan("");
+    }
+  }
   check(d.unmap(base, bytes), "cuMemUnmap");
   check(d.release(whole), "cuMemRelease");
   std::vector<CUmemGenericAllocationHandle> handles(static_cast<std::size_t>(n));
@@ -361,15 +392,23 @@ int main(int argc, char** argv) {
                 med(&round_figures::release_each));
   }
 
-  std::printf("\ncuMemSetAccess by backing (us, median of %d rounds):\n", quick ? 3 : 7);
-  std::printf("%-10s %16s %22s %28s\n", "granules", "one allocation", "an allocation a granule",
-              "the same, mapped a 2nd time");
+  std::printf(
+      "\ncuMemSetAccess by backing (us, median of %d rounds; nan: cuMemMap refused an "
+      "offset other than 0):\n",
+      quick ? 3 : 7);
+  std::printf("%-10s %16s %22s %28s %26s %18s\n", "granules", "one allocation",
+              "an allocation a granule", "the same, mapped a 2nd time", "one allocation's granules",
+              "the same, reversed");
+  std::printf("%-10s %16s %22s %28s %26s %18s\n", "", "", "", "", "mapped a 2nd time by offset",
+              "");
   for (int n : {16, 256}) {
     std::vector<access_shapes> rounds;
     for (int r = 0; r < (quick ? 3 : 7); ++r) rounds.push_back(access_by_shape(s, n));
     auto med = [&](double access_shapes::*field) { return median_of(rounds, field); };
-    std::printf("%-10d %16.1f %22.1f %28.1f\n", n, med(&access_shapes::one_allocation),
-                med(&access_shapes::allocation_per_granule), med(&access_shapes::mapped_again));
+    std::printf("%-10d %16.1f %22.1f %28.1f %26.1f %18.1f\n", n,
+                med(&access_shapes::one_allocation), med(&access_shapes::allocation_per_granule),
+                med(&access_shapes::mapped_again), med(&access_shapes::offsets_in_order),
+                med(&access_shapes::offsets_reversed));
   }
   gather_by_backing(s, quick ? 3 : 7);
 

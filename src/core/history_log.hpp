@@ -156,9 +156,9 @@ class history_log {
     run_block_ = b;
   }
   /// The event, on the run's block, repeats the run where the thread's last event was here at
-  /// the chunk's mark (no event elsewhere since: t.log), the beat has not
-  /// moved and the stream is the chunk's (a stream made where a forgotten one was looks like it
-  /// to the pool). Counts it in the run's repeat entry.
+  /// the chunk's mark (no event elsewhere since: t.log), the beat has not moved and the stream
+  /// is the chunk's (a stream made where a forgotten one was looks like it to the pool). Counts
+  /// it in the run's repeat entry.
   bool repeated(const history_thread& t, std::uintptr_t stream) noexcept {
     if (t.log != this || t.clock.last != mark_ || stream != stream_ ||
         beat_ != history_clock::beat()) [[unlikely]]

@@ -455,15 +455,15 @@ TEST_F(HistoryLog, S11_AReaderWhileARunGrowsReadsEachOfItsEventsInOrder) {
   EXPECT_EQ(allocations_and_frees().size(), 40000u);
 }
 
-/// Each event of x read back: kinds turn about from `first`, x's address, times never going back.
-void expect_turns_about(const std::vector<history_event>& events, const block* x,
+/// Each event read back is on `address`, their kinds turn about from `first`, and their times
+/// never go back.
+void expect_turns_about(const std::vector<history_event>& events, std::uint64_t address,
                         history_kind first = history_kind::allocate) {
+  const history_kind second =
+      first == history_kind::allocate ? history_kind::free : history_kind::allocate;
   for (std::size_t i = 0; i < events.size(); ++i) {
-    const bool same = i % 2 == 0;
-    const history_kind other =
-        first == history_kind::allocate ? history_kind::free : history_kind::allocate;
-    EXPECT_EQ(events[i].kind, same ? first : other) << i;
-    EXPECT_EQ(events[i].address, x->address) << i;
+    EXPECT_EQ(events[i].kind, i % 2 == 0 ? first : second) << i;
+    EXPECT_EQ(events[i].address, address) << i;
     if (i > 0) {
       EXPECT_GE(events[i].time_ns, events[i - 1].time_ns) << i;
     }
@@ -487,7 +487,7 @@ TEST_F(HistoryLog, S11_ARunWhoseBlockADrainTookGoesOnEventByEvent) {
   reuse(x, 4);
   const std::vector<history_event> events = allocations_and_frees();
   ASSERT_EQ(events.size(), 1u + 2 * 3 + 2 + 2 * 4);
-  expect_turns_about(events, x, history_kind::free);
+  expect_turns_about(events, x->address, history_kind::free);
   EXPECT_NE(events[7].how, static_cast<std::uint8_t>(served_by::stream_cache))
       << "the slow path's allocation, between the drain and the free";
 }
@@ -499,14 +499,14 @@ TEST_F(HistoryLog, S11_RecordingStoppedAndStartedInsideARunKeepsOnlyTheNewRingsE
   reuse(x, 7);
   std::vector<history_event> events = allocations_and_frees();
   ASSERT_EQ(events.size(), 14u);
-  expect_turns_about(events, x);
+  expect_turns_about(events, x->address);
   history().stop();
   reuse(x, 5);  // not recorded
   history().start(100000);
   reuse(x, 9);
   events = allocations_and_frees();
   ASSERT_EQ(events.size(), 18u);
-  expect_turns_about(events, x);
+  expect_turns_about(events, x->address);
 }
 
 TEST_F(HistoryLog, S11_APoolDestroyedInsideARunLeavesItsEventsToRead) {
@@ -517,10 +517,7 @@ TEST_F(HistoryLog, S11_APoolDestroyedInsideARunLeavesItsEventsToRead) {
   std::uint64_t dropped = 0;
   const std::vector<history_event> events = allocations_and_frees_dropped(&dropped);
   ASSERT_EQ(events.size(), 600u);
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    EXPECT_EQ(events[i].kind, i % 2 == 0 ? history_kind::allocate : history_kind::free) << i;
-    EXPECT_EQ(events[i].address, address) << i;
-  }
+  expect_turns_about(events, address);
   EXPECT_EQ(dropped, 0u);
 }
 
@@ -577,7 +574,7 @@ TEST_F(HistoryLog, S11_OneThreadAllocatingAndAnotherFreeingTheSameBlockKeepEvery
   freer.join();
   const std::vector<history_event> events = allocations_and_frees();
   ASSERT_EQ(events.size(), 2u * turns);
-  expect_turns_about(events, x);
+  expect_turns_about(events, x->address);
 }
 
 TEST(HistoryLogDecode, ARepeatEntryStandsForItsCountOfEventsOnTheLastEventsBlockKindsTurnAbout) {

@@ -13,7 +13,9 @@
 // everything between passes and synchronizes the stream, as bench/trace_calls does on a real
 // backend: each later pass starts from memory proven free. --show-remaps prints the event, size
 // and pool state of every allocation that remapped; --show-growths, of every allocation that grew
-// the pool, with the free memory it found (blocks, pending bytes, the largest, whole granules).
+// the pool, with the free memory it found (blocks, pending bytes, the largest, whole granules)
+// and what it would have grown by had remaps also taken the free ends of partly used granules;
+// with --passes, each pass's growth and the sum of those bounds.
 // Defaults model the cuda backend on an H200 under soma_torch: 2 MiB granules, commits in
 // 32 MiB steps, release threshold never reached; by default with remapping before growth
 // (somaMemPoolAttrRemapFreeMemory = 1; the pool then commits granule by granule). --compact models
@@ -89,31 +91,57 @@ struct replay_options {
   int passes = 1;
 };
 
-// --show-growths: the free memory a growth found, to tell fragmentation from need.
+// --show-growths: a pass's growth, and the sum of each growth's bound below.
+struct growth_tally {
+  std::size_t grew_bytes = 0;
+  std::size_t bound_bytes = 0;
+};
+
+// --show-growths: the free memory a growth found, to tell fragmentation from need, and what the
+// growth would have been had a remap also taken the free ends of partly used granules (mapping
+// such a granule again, its used part unused at the new address): an upper bound on that
+// design's saving at this one allocation, the rest of the pool as it stood.
 void print_growth(const pool_snapshot& before, const pool& replayed, std::size_t event,
-                  std::size_t bytes, std::size_t granularity) {
+                  std::size_t bytes, std::size_t granularity, growth_tally& tally) {
   std::size_t free_bytes = 0, pieces = 0, largest = 0, granules = 0, pending = 0;
+  // The largest free top of a granule whose bottom is taken, and free bottom of one whose top
+  // is: a remap could start its range with the one and end it with the other.
+  std::size_t top_piece = 0, bottom_piece = 0;
   for (const block_view& b : before.blocks) {
     if (b.what == block_view::state::live) continue;
     if (b.what == block_view::state::pending) pending += b.size_bytes;
     free_bytes += b.size_bytes;
     ++pieces;
     largest = std::max(largest, b.size_bytes);
+    const std::uintptr_t end = b.address + b.size_bytes;
     const std::uintptr_t from = (b.address + granularity - 1) / granularity * granularity;
-    const std::uintptr_t to = (b.address + b.size_bytes) / granularity * granularity;
+    const std::uintptr_t to = end / granularity * granularity;
     if (to > from) granules += (to - from) / granularity;
+    if (from <= end) top_piece = std::max<std::size_t>(top_piece, from - b.address);
+    if (to >= b.address) bottom_piece = std::max<std::size_t>(bottom_piece, end - to);
   }
+  const std::size_t grew = replayed.statistics().reserved_bytes - before.reserved_bytes;
+  // Large requests only: small ones grow granules of their own (serves_small_apart).
+  std::size_t bound = grew;
+  if (bytes > granularity / 2) {
+    const std::size_t pieces_bytes = top_piece + bottom_piece;
+    const std::size_t rest = bytes > pieces_bytes ? bytes - pieces_bytes : 0;
+    const std::size_t rest_granules = (rest + granularity - 1) / granularity;
+    bound = std::min(grew, rest_granules > granules ? (rest_granules - granules) * granularity : 0);
+  }
+  tally.grew_bytes += grew;
+  tally.bound_bytes += bound;
   constexpr double mib = 1 << 20;
   constexpr double gib = 1 << 30;
   std::printf(
       "event %zu: allocate %.2f MiB grew by %.1f MiB; used %.3f GiB, reserved %.3f GiB; free "
       "%.1f MiB in %zu blocks (%.1f MiB pending), the largest %.1f MiB, %zu whole granules in "
-      "them\n",
-      event, static_cast<double>(bytes) / mib,
-      static_cast<double>(replayed.statistics().reserved_bytes - before.reserved_bytes) / mib,
+      "them; %.1f MiB with partly used granules' free ends\n",
+      event, static_cast<double>(bytes) / mib, static_cast<double>(grew) / mib,
       static_cast<double>(before.used_bytes) / gib,
       static_cast<double>(before.reserved_bytes) / gib, static_cast<double>(free_bytes) / mib,
-      pieces, static_cast<double>(pending) / mib, static_cast<double>(largest) / mib, granules);
+      pieces, static_cast<double>(pending) / mib, static_cast<double>(largest) / mib, granules,
+      static_cast<double>(bound) / mib);
 }
 
 // One pass over the trace ("a ID BYTES" allocates, "f ID" frees) on one stream.
@@ -142,6 +170,7 @@ replay_figures replay(const std::vector<soma_bench::trace_event>& trace, const r
   // that has settled remaps nothing in them. What the first pass left live (the model's weights
   // and the optimizer's state) stays, and its allocation and free are skipped.
   std::unordered_set<std::uint64_t> kept;
+  growth_tally grown;  // --show-growths, this pass
   for (int pass = 0; pass < o.passes && out.ok; ++pass) {
     if (pass > 0) {
       if (o.sync_passes) {
@@ -176,7 +205,7 @@ replay_figures replay(const std::vector<soma_bench::trace_event>& trace, const r
         result<block*> made = replayed.allocate(bytes, stream, &hooks);
         if (o.show_growths && made.ok() &&
             replayed.statistics().reserved_bytes > before.reserved_bytes)
-          print_growth(before, replayed, events, bytes, o.granularity);
+          print_growth(before, replayed, events, bytes, o.granularity, grown);
         if (o.show_remaps && replayed.remap_counts().remaps != remaps_before) {
           const pool_statistics now = replayed.statistics();
           std::printf(
@@ -213,6 +242,14 @@ replay_figures replay(const std::vector<soma_bench::trace_event>& trace, const r
                                           o.granularity),
           static_cast<double>(now.reserved_high_bytes) / (1 << 30),
           static_cast<double>(now.reserved_high_bytes) / static_cast<double>(now.used_high_bytes));
+      if (o.show_growths) {
+        std::printf(
+            "pass %d: grew %.1f MiB; with partly used granules' free ends, each growth on its own, "
+            "%.1f MiB\n",
+            pass + 1, static_cast<double>(grown.grew_bytes) / (1 << 20),
+            static_cast<double>(grown.bound_bytes) / (1 << 20));
+        grown = {};
+      }
     }
   }
   out.stats = replayed.statistics();

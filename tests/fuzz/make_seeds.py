@@ -9,7 +9,8 @@ OPS = """stream_create stream_destroy stream_synchronize stream_query event_crea
 stream_wait_event event_query event_synchronize event_destroy malloc_async malloc_from_pool
 free_same_stream free_other_stream memset copy check_in_stream pool_create pool_destroy
 set_reuse_policy set_release_threshold set_compaction trim_to reset_high set_current_pool
-set_access device_synchronize synchronize_all pointer_attributes bad_call""".split()
+set_access device_synchronize synchronize_all pointer_attributes bad_call record_history
+scope_push scope_pop export_history""".split()
 
 
 def size(size_class, value):
@@ -22,7 +23,7 @@ def op(name, a=0, b=0, c=0, raw=0):
 
 
 def thread_op(code, a=0, b=0, c=0, raw=0):
-    """threads_fuzz takes the code modulo its own 19 operations (thread_worker.cpp)."""
+    """threads_fuzz takes the code modulo its own 21 operations (thread_worker.cpp)."""
     return struct.pack("<BBBBH", code, a, b, c, raw)
 
 
@@ -66,6 +67,13 @@ API_OPS = {
                   op("pool_create", 0, 0, 0, 1), op("pool_destroy"), op("free_same_stream"),
                   op("malloc_async", 0, 0, 8, size(2, 2000))]
                  + [op("bad_call", kind, 0, 1, 3) for kind in range(16)],
+    "history": [op("scope_pop"), op("record_history", 1, 0, 0, 40), op("scope_push", 0),
+                op("malloc_async", 0, 0, 0x5A, size(2, 1000)), op("free_same_stream"),
+                op("malloc_async", 0, 0, 0x5A, size(2, 1000)), op("scope_push", 1),
+                op("pool_create", 0, 0, 0, 2), op("malloc_from_pool", 0, 2, 1, size(5, 3)),
+                op("export_history"), op("scope_pop"), op("free_same_stream"),
+                op("free_same_stream"), op("pool_destroy", 0), op("synchronize_all"),
+                op("record_history", 0), op("export_history"), op("scope_pop"), op("scope_pop")],
 }
 
 THREADS = {
@@ -83,6 +91,14 @@ THREADS = {
             (14, 1, 0, 0, 0), (11, 0, 0, 1, 0), (14, 2, 1, 2, 0),
             (1, 2, 3, 4, size(6, 900)), (1, 3, 4, 5, size(6, 1900)), (1, 1, 2, 6, size(7, 10)),
             (16, 0, 0, 0, 77), (16, 0, 0, 0, 99), (17, 3, 0, 0, 0)]),
+    "history": bytes([0x12]) + b"".join(
+        thread_op(code, a, b, c, raw) for code, a, b, c, raw in [
+            (19, 0, 1, 0, 30), (20, 0, 0, 0, 0), (20, 1, 0, 0, 0),
+            (0, 0, 0, 0x10, size(2, 100)), (1, 1, 3, 0x20, size(4, 300)), (0, 2, 0, 0x30, size(2, 50)),
+            (2, 0, 0, 0, 0), (14, 0, 1, 0, 0), (19, 0, 2, 0, 0),
+            (20, 0, 1, 0, 0), (3, 0, 1, 0, 0), (19, 0, 1, 0, 5),
+            (20, 0, 1, 0, 0), (20, 0, 1, 0, 0), (19, 0, 2, 0, 0),
+            (1, 0, 2, 1, size(3, 100)), (19, 0, 0, 0, 0), (18, 0, 0, 0, 0)]),
 }
 
 

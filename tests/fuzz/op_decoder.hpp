@@ -45,6 +45,10 @@ enum class op_code : std::uint8_t {
   synchronize_all,
   pointer_attributes,
   bad_call,
+  record_history,
+  scope_push,
+  scope_pop,
+  export_history,
   count
 };
 

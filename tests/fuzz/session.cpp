@@ -103,6 +103,14 @@ void session::apply(const operation& op) {
       return pointer_attributes(op);
     case op_code::bad_call:
       return bad_call(op);
+    case op_code::record_history:
+      return record_history(op);
+    case op_code::scope_push:
+      return scope_push(op);
+    case op_code::scope_pop:
+      return scope_pop();
+    case op_code::export_history:
+      return export_history();
     case op_code::count:
       break;
   }
@@ -131,6 +139,7 @@ void session::check_invariants() {
 }
 
 void session::finish() {
+  finish_history();
   while (!state_.live.empty()) free_allocation(state_.live.size() - 1, -1);
   for (int slot = kDeviceCount; slot < kStreamSlots; ++slot) {
     stream_slot& entry = state_.streams[static_cast<std::size_t>(slot)];

@@ -59,6 +59,13 @@ class session {
   // session_bad_calls.cpp: error paths, which must fail and change nothing
   void bad_call(const operation& op);
 
+  // session_history.cpp: memory history recorded, scopes, the trace exported
+  void record_history(const operation& op);
+  void scope_push(const operation& op);
+  void scope_pop();
+  void export_history();
+  void finish_history();
+
   // helpers (session.cpp)
   void order_slot_after(int waiter, int target);
   void take_for_writing(allocation& entry, int slot);

@@ -71,6 +71,7 @@ struct session_state {
   std::vector<somaEvent_t> stale_events;
   std::vector<somaMemPool_t> stale_pools;
   somaEvent_t ordering = nullptr;  // the model's own dependencies (order_after)
+  int scopes_open = 0;             // memory history scopes this thread opened and not closed
 
   const stream_ref& stream(int slot) const {
     return streams[static_cast<std::size_t>(slot)].stream;

@@ -1,15 +1,17 @@
 #include "thread_worker.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "fuzz_check.hpp"
+#include "history_ops.hpp"
 
 namespace soma_fuzz {
 namespace {
 
 // The thread's own operation set, numbered apart from op_code: a record's code byte picks one
 // modulo the count (the decoder has already taken it modulo op_code::count).
-constexpr int kOperations = 19;
+constexpr int kOperations = 21;
 
 somaMemPool_t default_pool(int device) {
   somaMemPool_t pool = nullptr;
@@ -30,6 +32,8 @@ void thread_worker::run(const std::vector<operation>& program) {
   }
   FUZZ_OK(somaEventCreate(&ordering_));
   for (const operation& op : program) apply(op);
+  // Scopes belong to the thread that opened them: closed here, before it ends.
+  for (; scopes_open_ > 0; --scopes_open_) FUZZ_OK(somaMemScopePop());
 }
 
 void thread_worker::apply(const operation& op) {
@@ -124,6 +128,10 @@ void thread_worker::apply(const operation& op) {
       return;
     case 17:
       return with_pool(op.a, [&](const pool_view& pool) { check_pool_figures(pool); });
+    case 19:  // memory history started, stopped and exported while other threads record
+      return history(op);
+    case 20:
+      return scope(op);
     default: {
       const int device = op.a % kDeviceCount;
       FUZZ_OK(somaSetDevice(device));
@@ -302,6 +310,33 @@ void thread_worker::verify_contents() const {
 
 void thread_worker::add_live_bytes(std::map<somaMemPool_t, std::uint64_t>& totals) const {
   for (const allocation& entry : live_) totals[entry.pool] += entry.size;
+}
+
+void thread_worker::history(const operation& op) {
+  switch (op.b % 3) {
+    case 0:
+      FUZZ_OK(somaMemRecordHistory(0));
+      return;
+    case 1:
+      FUZZ_OK(somaMemRecordHistory(history_entries(op.raw)));
+      return;
+    default:
+      export_and_check_trace(trace_path(1 + index_));
+      std::remove(trace_path(1 + index_).c_str());
+      return;
+  }
+}
+
+void thread_worker::scope(const operation& op) {
+  if (op.b % 2 == 0) {
+    FUZZ_OK(somaMemScopePush(kScopeLabels[op.a % 3]));
+    ++scopes_open_;
+  } else if (scopes_open_ == 0) {
+    FUZZ_EXPECT_STATUS(somaMemScopePop(), somaErrorIllegalState);
+  } else {
+    FUZZ_OK(somaMemScopePop());
+    --scopes_open_;
+  }
 }
 
 void thread_worker::finish() {

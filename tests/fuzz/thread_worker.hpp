@@ -76,6 +76,9 @@ class thread_worker {
   void pool_setting(const pool_view& pool, const operation& op);
   void check_pool_figures(const pool_view& pool);
   void verify_owned_on(int device, int stream) const;
+  /// Memory history recorded, stopped or exported (history_ops.hpp); a scope opened or closed.
+  void history(const operation& op);
+  void scope(const operation& op);
 
   const stream_ref& stream(int index) const { return streams_[static_cast<std::size_t>(index)]; }
   int pick_stream(std::uint8_t choice) const { return choice % kStreams; }
@@ -85,6 +88,7 @@ class thread_worker {
   std::array<stream_ref, kStreams> streams_{};
   somaEvent_t ordering_ = nullptr;
   std::vector<allocation> live_;
+  int scopes_open_ = 0;  // memory history scopes this thread opened and not closed
 };
 
 }  // namespace soma_fuzz

@@ -80,6 +80,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       workers[static_cast<std::size_t>(t)]->run(programs[static_cast<std::size_t>(t)]);
     });
   for (std::thread& thread : threads) thread.join();
+  FUZZ_OK(somaMemRecordHistory(0));  // whichever thread started it, it ends with the input
 
   for (int device = 0; device < kDeviceCount; ++device) {
     FUZZ_OK(somaSetDevice(device));

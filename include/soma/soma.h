@@ -539,7 +539,9 @@ SOMA_API somaError_t somaMemPoolGetLastOutOfMemory(somaMemPool_t memPool,
  *  each; at most 2^26), dropping what was recorded; 0 stops recording and keeps what was
  *  recorded. Records allocations (with the reuse rule that served each and the thread's scope
  *  label), frees, inserted waits, growth, release, trims, compaction, synchronize points and
- *  out-of-memory failures. SOMA_HISTORY=<maxEntries> starts it when soma starts. */
+ *  out-of-memory failures. SOMA_HISTORY=<maxEntries> starts it when soma starts. The ring's
+ *  memory (maxEntries rounded up to a power of two) stays for the process's life and serves
+ *  every later start that rounds to the same size. */
 SOMA_API somaError_t somaMemRecordHistory(size_t maxEntries);
 /** Writes the recorded history to path as Chrome trace-event JSON, which Perfetto
  *  (ui.perfetto.dev) and chrome://tracing open: a process per device, a track per stream, a

@@ -3,6 +3,7 @@
 #include "core/history_log.hpp"
 
 #include <algorithm>
+#include <bit>
 
 namespace soma::detail {
 namespace {
@@ -33,13 +34,23 @@ void memory_history::start(std::size_t capacity) {
   capacity = std::max<std::size_t>(capacity, 1);
   std::lock_guard lock(mutex_);
   clock_.start();
-  history_ring* current = ring_.load(std::memory_order_relaxed);
-  if (current != nullptr && current->capacity() == capacity) {
-    current->restart();
+  // Rings stay until exit (a writer that loaded one may still write into it), so they come in
+  // powers of two and a start finds the one of its size again: at most one a size, less than
+  // twice the largest ring in all. A ring made anew for every capacity held 2 GiB after a
+  // fuzz input's thousands of starts.
+  const std::size_t size = std::bit_ceil(capacity);
+  const auto same_size = std::find_if(rings_.begin(), rings_.end(),
+                                      [size](const auto& r) { return r->capacity() == size; });
+  history_ring* ring = nullptr;
+  if (same_size != rings_.end()) {
+    ring = same_size->get();
+    ring->restart();  // its writers' cursors, of an older epoch, claim afresh
   } else {
-    rings_.push_back(std::make_unique<history_ring>(capacity));
-    ring_.store(rings_.back().get(), std::memory_order_release);
+    rings_.push_back(std::make_unique<history_ring>(size));
+    ring = rings_.back().get();
   }
+  capacity_.store(capacity, std::memory_order_relaxed);
+  ring_.store(ring, std::memory_order_release);
   // Stream caches' logs check their chunk at a beat's change: this one sends them to the ring
   // restarted or made above.
   history_clock::advance();
@@ -51,10 +62,7 @@ void memory_history::stop() noexcept {
   clock_.stop();
 }
 
-std::size_t memory_history::capacity() const {
-  const history_ring* r = ring_.load(std::memory_order_acquire);
-  return r != nullptr ? r->capacity() : 0;
-}
+std::size_t memory_history::capacity() const { return capacity_.load(std::memory_order_relaxed); }
 
 std::vector<history_event> memory_history::events(std::uint64_t* dropped) const {
   std::vector<history_event> out;
@@ -77,9 +85,10 @@ std::vector<history_event> memory_history::events(std::uint64_t* dropped) const 
   std::stable_sort(out.begin(), out.end(), [](const history_event& a, const history_event& b) {
     return a.time_ns < b.time_ns;
   });
-  if (out.size() > r->capacity()) {
-    lost += out.size() - r->capacity();
-    out.erase(out.begin(), out.end() - static_cast<std::ptrdiff_t>(r->capacity()));
+  const std::size_t kept = capacity_.load(std::memory_order_relaxed);  // asked for: r's or less
+  if (out.size() > kept) {
+    lost += out.size() - kept;
+    out.erase(out.begin(), out.end() - static_cast<std::ptrdiff_t>(kept));
   }
   const history_clock::converter to_ns = clock_.conversion();
   for (history_event& e : out) e.time_ns = to_ns.ns(e.time_ns);

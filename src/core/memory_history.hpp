@@ -100,7 +100,8 @@ class memory_history {
     return *t;
   }
 
-  /// Starts recording into a ring of capacity events (> 0), dropping what was recorded.
+  /// Starts recording into a ring of capacity events (> 0), dropping what was recorded. The
+  /// ring's memory is kept for the process's life, a ring for each power of two asked for.
   void start(std::size_t capacity);
   /// Stops recording; what was recorded stays readable.
   void stop() noexcept;
@@ -108,6 +109,11 @@ class memory_history {
   /// enabled() of the process's history, without reaching it first (one load).
   static bool recording() noexcept { return enabled_.load(std::memory_order_relaxed); }
   std::size_t capacity() const;
+  /// Rings made so far and kept (tests: bounded however often start() is called).
+  std::size_t rings_kept() const {
+    std::lock_guard lock(mutex_);
+    return rings_.size();
+  }
 
   /// Records e, stamped now, if recording is on.
   void record(history_event e) noexcept {
@@ -178,8 +184,9 @@ class memory_history {
   static constinit inline std::atomic<bool> enabled_{false};  // one history per process
   static constinit inline std::atomic<memory_history*> instance_{nullptr};  // process()'s
   // The ring in use. Rings are kept until exit: a writer that loaded one may still write into
-  // it. start() with the same capacity restarts the ring in use instead of making another.
+  // it. Their sizes are powers of two, and start() restarts the one of its size if there is one.
   std::atomic<history_ring*> ring_{nullptr};
+  std::atomic<std::size_t> capacity_{0};  // the events start() was asked to keep
   history_clock clock_;
   mutable std::mutex mutex_;  // rings_, labels
   std::vector<std::unique_ptr<history_ring>> rings_;

@@ -1,9 +1,11 @@
 // One thread of threads_fuzz: its own streams and allocations, the shared pools and events
 // (shared_objects.hpp) that other threads change under it. While threads run it checks what
 // holds under concurrency: its allocations keep their bytes and attributes, a pool's used
-// memory covers at least its own live allocations, highs stay above currents, and a call on a
-// shared pool fails only with a dead handle and only when another thread replaced that pool. After
-// every thread joined, the target checks the totals (threads_fuzz.cpp).
+// memory covers at least its own live allocations, highs stay above currents, a call on a
+// shared pool fails only with a dead handle and only when another thread replaced that pool, its
+// scopes close in turn (one close too many refused) and a trace it exports, whatever the others
+// record meanwhile, is one JSON object. After every thread joined, the target checks the totals
+// (threads_fuzz.cpp).
 #pragma once
 
 #include <soma/soma.h>

@@ -1,6 +1,7 @@
 // Fuzz target: three threads run C API operations at once, each on its own streams and
 // allocations, against pools they share and destroy and replace while others allocate from
-// them (S5), with events recorded by one thread and waited on by another. thread_worker.hpp lists
+// them (S5), with events recorded by one thread and waited on by another, and memory history
+// started, stopped and exported by one thread while the others record. thread_worker.hpp lists
 // what each thread checks while they run; after they join this checks what must hold for the whole:
 // every allocation kept its bytes, each live pool's used memory is the sum of every thread's
 // live sizes in it, each device's current pool is alive and its own (S4), and after cleanup

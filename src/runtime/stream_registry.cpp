@@ -332,8 +332,13 @@ void stream_registry::order_after_free(stream_object& stream, std::uint64_t stre
       // fails the context is broken and nothing it runs completes; the block goes out then.
       (void)wait_destroyed(*freeing, position);
     }
+    // Only a registered stream's position goes into the clock. A forgotten stream's entry
+    // would be dropped anyway, and the device's forgotten-frees timeline stands for many
+    // streams at once: a wait on one of its positions orders this stream after that free
+    // alone, yet the clock would cover every free forgotten earlier, and following event
+    // dependencies would hand those out with opportunistic reuse off (S11).
+    stream.timeline.order_after(stream_id, position);
   }
-  stream.timeline.order_after(stream_id, position);
   if (history_notes::on()) {
     history_notes::waited(stream.device, stream.handle, freeing != nullptr ? freeing->handle : 0,
                           position);

@@ -9,10 +9,16 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <ostream>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include <unistd.h>
 
 #include "reuse_test_fixture.hpp"
 
@@ -116,6 +122,53 @@ TEST_F(S11_DestroyedStreams, DeviceSynchronizeWaitsForTheirWorkAndProvesTheirFre
   EXPECT_TRUE(done_at_return) << "somaDeviceSynchronize returned before a destroyed stream's "
                                  "queued work ran";
   expect_b_reuses_freed("the device synchronize did not prove the free");
+}
+
+// Destroyed streams are forgotten once their work has run, at whichever synchronize comes
+// then; their pending frees move to one timeline of the device, complete at each position.
+// An internal dependency on one such free orders the stream after that free alone: frees
+// forgotten before it stay unordered, so with opportunistic reuse off they take an internal
+// dependency of their own, never "follow event dependencies" (S11). Were the wait on one
+// forgotten free taken for all earlier ones, reuse would depend on when streams happened to be
+// forgotten: the reuse-policy model found it so under load.
+TEST_F(S11_DestroyedStreams, InternalDependencyOnOneForgottenFreeCoversNoOther) {
+  ASSERT_NO_FATAL_FAILURE(make_pool(4, policies{true, false, true}));
+  void* small = nullptr;
+  void* between = nullptr;  // live throughout: the two frees never merge
+  void* large = nullptr;
+  SOMA_ASSERT_OK(allocate(&small, b_));
+  SOMA_ASSERT_OK(allocate(&between, a_));
+  SOMA_ASSERT_OK(allocate(&large, c_, 2 * granule_));
+  const stream_flag& b_done = free_and_destroy(b_, small);  // forgotten first
+  const stream_flag& c_done = free_and_destroy(c_, large);
+  ASSERT_TRUE(wait_completed(b_done));
+  ASSERT_TRUE(wait_completed(c_done));
+  SOMA_ASSERT_OK(somaStreamSynchronize(a_));  // forgets B, then C, where their work has run
+  const std::string path = "/tmp/soma_reuse_rules_" + std::to_string(getpid()) + ".json";
+  SOMA_ASSERT_OK(somaMemRecordHistory(1000));
+
+  void* again_large = nullptr;  // the pool is full: only C's free fits
+  SOMA_ASSERT_OK(allocate(&again_large, a_, 2 * granule_));
+  EXPECT_EQ(again_large, large);
+  void* again_small = nullptr;
+  SOMA_ASSERT_OK(allocate(&again_small, a_));
+  EXPECT_EQ(again_small, small);
+
+  SOMA_ASSERT_OK(somaMemHistoryExportTrace(path.c_str()));
+  SOMA_ASSERT_OK(somaMemRecordHistory(0));
+  std::ifstream in(path);
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  std::remove(path.c_str());
+  std::vector<std::string> rules;
+  const std::string key = "\"reuse\":\"";
+  for (std::size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
+    const std::size_t start = at + key.size();
+    rules.push_back(text.substr(start, text.find('"', start) - start));
+  }
+  ASSERT_EQ(rules.size(), 2u) << text;
+  EXPECT_EQ(rules[1], "internal dependency")
+      << "B's free was served to A by a wait A took on C's free, both forgotten";
+  open_gate_and_free({{again_large, a_}, {again_small, a_}, {between, a_}});
 }
 
 // Where on A the event B waits on is recorded, around A's last use of the block (a writer)

@@ -391,6 +391,16 @@ class reuse_fixture : public capi_test {
     return a_done;
   }
 
+  /// Enqueues a marker on stream, then frees block there (a free after work, so pending until
+  /// the marker runs), then destroys the stream. Returns the marker.
+  const stream_flag& free_and_destroy(unique_stream& stream, void* block) {
+    const stream_flag& done = flags_.emplace_back();
+    SOMA_EXPECT_OK(launch_marker(stream, done));
+    SOMA_EXPECT_OK(somaFreeAsync(block, stream));
+    stream.reset();
+    return done;
+  }
+
   /// Asserts that a one-granule request on B is served by freed_ (`why` if it is not).
   void expect_b_reuses_freed(const char* why) {
     void* q = nullptr;

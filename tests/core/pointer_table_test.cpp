@@ -151,6 +151,7 @@ TEST(S2_PointerTable, LockFreeFindsStayExactWhileWritersShiftAndGrowShards) {
   std::atomic<bool> stop{false};
   std::atomic<long> wrong{0};
   std::atomic<long> lookups{0};
+  std::atomic<int> passes{0};  // whole passes over `staying` the readers finished
   std::vector<std::thread> readers;
   for (int r = 0; r < 2; ++r) {
     readers.emplace_back([&] {
@@ -162,12 +163,15 @@ TEST(S2_PointerTable, LockFreeFindsStayExactWhileWritersShiftAndGrowShards) {
           if (table.find(b->address + 256).live != nullptr) wrong.fetch_add(1);
           ++mine;
         }
+        passes.fetch_add(1);
       }
       lookups.fetch_add(mine);
     });
   }
   std::thread writer([&] {
-    for (int round = 0; round < 20; ++round) {
+    // Churns on until the readers have made passes of their own: on a busy host the 20 rounds
+    // alone could end before a reader was first scheduled, and the test would check nothing.
+    for (int round = 0; round < 20 || passes.load() < 4; ++round) {
       for (auto& b : churned) table.insert(b.get(), the_owner);
       for (auto& b : churned) table.remove(b->address);
     }

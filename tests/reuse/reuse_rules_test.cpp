@@ -145,9 +145,13 @@ TEST_F(S11_DestroyedStreams, InternalDependencyOnOneForgottenFreeCoversNoOther) 
   ASSERT_TRUE(wait_completed(c_done));
   // A stream's creation forgets destroyed streams whose work has run: B, then C. On cuda the
   // backend lets go of a destroyed stream's completion tracker at one creation, and the next
-  // forgets it. (A device synchronize would prove their frees instead.)
-  unique_stream first_made;
-  unique_stream second_made;
+  // forgets it. A few creations, a moment apart, leave a busy host time to note the markers'
+  // completion. (A device synchronize, or anything that shows the user their work ran, would
+  // prove the frees instead.)
+  for (int made = 0; made < 5; ++made) {
+    unique_stream forgets;
+    std::this_thread::sleep_for(2ms);
+  }
   const std::string path = "/tmp/soma_reuse_rules_" + std::to_string(getpid()) + ".json";
   SOMA_ASSERT_OK(somaMemRecordHistory(1000));
 

@@ -154,6 +154,9 @@ TEST_F(S11_DestroyedStreams, InternalDependencyOnOneForgottenFreeCoversNoOther) 
   }
   const std::string path = "/tmp/soma_reuse_rules_" + std::to_string(getpid()) + ".json";
   SOMA_ASSERT_OK(somaMemRecordHistory(1000));
+  struct stop_recording {
+    ~stop_recording() { (void)somaMemRecordHistory(0); }  // also where an assertion returns
+  } stop;
 
   void* again_large = nullptr;  // the pool is full: only C's free fits
   SOMA_ASSERT_OK(allocate(&again_large, a_, 2 * granule_));
@@ -163,7 +166,6 @@ TEST_F(S11_DestroyedStreams, InternalDependencyOnOneForgottenFreeCoversNoOther) 
   EXPECT_EQ(again_small, small);
 
   SOMA_ASSERT_OK(somaMemHistoryExportTrace(path.c_str()));
-  SOMA_ASSERT_OK(somaMemRecordHistory(0));
   std::ifstream in(path);
   const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   std::remove(path.c_str());

@@ -7,14 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-#include <unistd.h>
 
+#include "exported_trace.hpp"
 #include "soma_test_util.hpp"
 #include "stream_gate.hpp"
 
@@ -32,17 +29,10 @@ class S11_History : public capi_test {
     EXPECT_EQ(somaMemRecordHistory(0), somaSuccess);
     while (somaMemScopePop() == somaSuccess) {
     }
-    std::remove(path_.c_str());
     capi_test::TearDown();
   }
   /// The trace exported now.
-  std::string trace() {
-    EXPECT_EQ(somaMemHistoryExportTrace(path_.c_str()), somaSuccess) << last_message();
-    std::ifstream in(path_);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
+  static std::string trace() { return exported_trace("history_test"); }
   static std::size_t count(const std::string& text, const std::string& what) {
     std::size_t n = 0;
     for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
@@ -51,7 +41,6 @@ class S11_History : public capi_test {
   }
 
   std::size_t granule = granularity_bytes(0);
-  const std::string path_ = "/tmp/soma_history_test_" + std::to_string(getpid()) + ".json";
 };
 
 class S11_HistoryBadInput : public S11_History {};

@@ -9,17 +9,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <unistd.h>
-
+#include "exported_trace.hpp"
 #include "reuse_test_fixture.hpp"
 
 namespace {
@@ -152,11 +148,8 @@ TEST_F(S11_DestroyedStreams, InternalDependencyOnOneForgottenFreeCoversNoOther) 
     unique_stream forgets;
     std::this_thread::sleep_for(2ms);
   }
-  const std::string path = "/tmp/soma_reuse_rules_" + std::to_string(getpid()) + ".json";
   SOMA_ASSERT_OK(somaMemRecordHistory(1000));
-  struct stop_recording {
-    ~stop_recording() { (void)somaMemRecordHistory(0); }  // also where an assertion returns
-  } stop;
+  const history_recording_stopper stop;
 
   void* again_large = nullptr;  // the pool is full: only C's free fits
   SOMA_ASSERT_OK(allocate(&again_large, a_, 2 * granule_));
@@ -165,10 +158,7 @@ TEST_F(S11_DestroyedStreams, InternalDependencyOnOneForgottenFreeCoversNoOther) 
   SOMA_ASSERT_OK(allocate(&again_small, a_));
   EXPECT_EQ(again_small, small);
 
-  SOMA_ASSERT_OK(somaMemHistoryExportTrace(path.c_str()));
-  std::ifstream in(path);
-  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  std::remove(path.c_str());
+  const std::string text = exported_trace("reuse_rules");
   std::vector<std::string> rules;
   const std::string key = "\"reuse\":\"";
   for (std::size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {

@@ -1,0 +1,321 @@
+// Memory history with threads racing (S11, docs/observability.md): threads allocate and free on
+// streams of their own at once, loop blocks through their caches (runs), and hand blocks to each
+// other, so that one block's events go into several logs, written at the same time as other
+// threads claim chunks of the ring. In a ring that holds everything, every event made reads back
+// once, each address's events in the order made; in rings too small for it (a ring of 16 events
+// has fewer chunks than the logs that want one, so claims fail and events are dropped), each
+// address's events that are kept still read back in that order. history_model_test makes the
+// same checks with one thread at a time.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "core/biased_lock.hpp"
+#include "core/history_clock.hpp"
+#include "core/memory_history.hpp"
+#include "core/pool.hpp"
+#include "fake_memory_provider.hpp"
+#include "process_barrier_for_tests.hpp"
+
+namespace {
+
+using soma::detail::block;
+using soma::detail::history_clock;
+using soma::detail::history_event;
+using soma::detail::history_kind;
+using soma::detail::memory_history;
+using soma::detail::pool;
+using soma::detail::pool_config;
+using soma::detail::stream_timeline;
+using soma_test::fake_memory_provider;
+using soma_test::fake_memory_state;
+
+constexpr std::size_t KiB = 1024;
+constexpr std::size_t MiB = 1024 * KiB;
+constexpr int thread_count = 4;
+
+/// An event as made: what must read back at its address.
+struct made_event {
+  history_kind kind = history_kind::allocate;
+  std::uint64_t bytes = 0;
+  std::uint64_t stream = 0;
+};
+
+/// A block one thread allocated and another frees.
+struct handed_block {
+  block* b = nullptr;
+};
+
+/// A thread's mailbox for round trips: another thread posts a block (`in`) and waits; this one
+/// frees it on its own stream, allocates the size again there (its cache gives the block back)
+/// and returns what it got (`out`).
+struct mailbox {
+  std::mutex mutex;
+  bool busy = false;  // a round trip posted here is not yet over
+  block* in = nullptr;
+  std::size_t bytes = 0;
+  block* out = nullptr;
+};
+
+class racing_threads {
+ public:
+  racing_threads(std::uint32_t seed, bool biased, std::size_t capacity)
+      : seed_(seed), capacity_(capacity) {
+    if (biased) soma::detail::biased_lock::use_process_barrier(&soma_test::real_barrier);
+    auto memory = std::make_shared<fake_memory_state>();
+    memory->granularity_bytes = 64 * KiB;
+    pool_config config;
+    config.device = 0;
+    config.name = "racing";
+    config.max_size_bytes = 256 * MiB;
+    config.reservation_bytes = 64 * MiB;
+    pool_ = std::make_unique<pool>(config, std::make_unique<fake_memory_provider>(memory));
+    for (int t = 0; t < thread_count; ++t) {
+      auto& s =
+          streams_.emplace_back(std::make_unique<stream_timeline>(static_cast<std::uint32_t>(t)));
+      s->set_history_name(0x200 + static_cast<std::uint64_t>(t));
+    }
+    memory_history::process().start(capacity_);
+  }
+  ~racing_threads() {
+    memory_history::process().stop();
+    for (const handed_block& h : handed_) pool_->free(h.b, *streams_[0]);
+    pool_.reset();
+    soma::detail::biased_lock::use_process_barrier(nullptr);
+  }
+  racing_threads(const racing_threads&) = delete;
+  racing_threads& operator=(const racing_threads&) = delete;
+
+  void run(int steps) {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < thread_count; ++t) {
+      threads.emplace_back([this, t, steps] {
+        work(t, steps);
+        // Round trips of the others still need this thread until they are all done.
+        done_.fetch_add(1);
+        while (done_.load() < thread_count) {
+          serve(t);
+          std::this_thread::yield();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+
+  /// Every event read back once, with its fields, each address's in the order made.
+  void check_exactly() const {
+    std::uint64_t dropped = 0;
+    const std::vector<history_event> events = allocations_and_frees(&dropped);
+    ASSERT_EQ(dropped, 0u);
+    std::size_t made = 0;
+    for (const auto& [address, list] : made_) made += list.size();
+    ASSERT_EQ(events.size(), made) << "every event made, read back once";
+    std::map<std::uint64_t, std::size_t> seen;
+    for (std::size_t j = 0; j < events.size(); ++j) {
+      const auto found = made_.find(events[j].address);
+      ASSERT_NE(found, made_.end()) << "read back " << j << " at an address never used";
+      const std::size_t k = seen[events[j].address]++;
+      ASSERT_LT(k, found->second.size()) << "more events at an address than made, " << j;
+      ASSERT_TRUE(same(events[j], found->second[k]))
+          << "read back " << j << " is not the " << k << "-th event made at its address";
+    }
+    EXPECT_GT(made, 20000u) << "the threads made events enough to judge";
+  }
+  /// Each address's kept events in the order made, some left out.
+  void check_with_drops() const {
+    std::uint64_t dropped = 0;
+    const std::vector<history_event> events = allocations_and_frees(&dropped);
+    std::map<std::uint64_t, std::size_t> next;  // the first made event not yet matched
+    for (std::size_t j = 0; j < events.size(); ++j) {
+      const auto found = made_.find(events[j].address);
+      ASSERT_NE(found, made_.end()) << "read back " << j << " at an address never used";
+      std::size_t& k = next[events[j].address];
+      while (k < found->second.size() && !same(events[j], found->second[k])) ++k;
+      ASSERT_LT(k, found->second.size()) << "read back " << j << " out of its address's order";
+      ++k;
+    }
+    EXPECT_GT(events.size(), 0u);
+    EXPECT_GT(dropped, 0u) << "the ring was too small for them";
+  }
+
+ private:
+  std::vector<history_event> allocations_and_frees(std::uint64_t* dropped) const {
+    std::vector<history_event> kept;
+    for (const history_event& e : memory_history::process().events(dropped)) {
+      if (e.kind == history_kind::allocate || e.kind == history_kind::free) kept.push_back(e);
+    }
+    return kept;
+  }
+  static bool same(const history_event& e, const made_event& m) {
+    return e.kind == m.kind && e.bytes == m.bytes && e.stream == m.stream;
+  }
+
+  /// One thread: loops on its own stream (runs), allocations kept a while, blocks handed to the
+  /// others and blocks taken from them, freed on its own stream (into its cache, whose next
+  /// allocation of the size takes it back: one block's events in several logs).
+  void work(int thread, int steps) {
+    std::mt19937 random(seed_ * 131 + static_cast<std::uint32_t>(thread));
+    auto pick = [&](int n) { return static_cast<int>(random() % static_cast<std::uint32_t>(n)); };
+    const stream_timeline& mine = *streams_[static_cast<std::size_t>(thread)];
+    std::vector<block*> kept;
+    static constexpr std::size_t sizes[] = {4 * KiB, 4 * KiB, 8 * KiB, 100, 64 * KiB};
+    for (int i = 0; i < steps; ++i) {
+      const std::size_t bytes = sizes[pick(static_cast<int>(std::size(sizes)))];
+      const int what = pick(100);
+      if (what < 40) {
+        for (int k = 0, pairs = 1 + pick(30); k < pairs; ++k) free(allocate(mine, bytes), mine);
+      } else if (what < 60) {
+        kept.push_back(allocate(mine, bytes));
+      } else if (what < 75 && !kept.empty()) {
+        const std::size_t index = static_cast<std::size_t>(pick(static_cast<int>(kept.size())));
+        free(kept[index], mine);
+        kept.erase(kept.begin() + static_cast<std::ptrdiff_t>(index));
+      } else if (what < 88) {
+        const std::lock_guard lock(handed_mutex_);
+        handed_.push_back({allocate(mine, bytes)});
+      } else if (what < 93) {
+        round_trip(thread, bytes, pick(thread_count - 1), 1 + pick(10));
+      } else if (what < 99) {
+        block* taken = nullptr;
+        {
+          const std::lock_guard lock(handed_mutex_);
+          if (!handed_.empty()) {
+            taken = handed_.front().b;
+            handed_.pop_front();
+          }
+        }
+        if (taken != nullptr) free(taken, mine);
+      } else {
+        history_clock::advance();
+      }
+    }
+    for (block* b : kept) free(b, mine);
+  }
+  /// A loop's block, left taken, sent through another thread's stream and cache and freed on
+  /// this thread's stream again on its return: one block's events in two logs, this thread's
+  /// run on it not ended by an event of its own (unless it serves a round trip meanwhile).
+  void round_trip(int thread, std::size_t bytes, int other, int pairs) {
+    const stream_timeline& mine = *streams_[static_cast<std::size_t>(thread)];
+    for (int k = 0; k < pairs; ++k) free(allocate(mine, bytes), mine);
+    block* b = allocate(mine, bytes);
+    mailbox& box = mailboxes_[static_cast<std::size_t>((thread + 1 + other) % thread_count)];
+    {
+      const std::lock_guard lock(box.mutex);
+      if (box.busy) {
+        free(b, mine);
+        return;
+      }
+      box.busy = true;
+      box.in = b;
+      box.bytes = bytes;
+    }
+    block* back = nullptr;
+    while (back == nullptr) {
+      {
+        const std::lock_guard lock(box.mutex);
+        if (box.out != nullptr) {
+          back = box.out;
+          box.out = nullptr;
+          box.busy = false;
+        }
+      }
+      if (back == nullptr) {
+        serve(thread);
+        std::this_thread::yield();
+      }
+    }
+    free(back, mine);
+  }
+  /// Serves a round trip posted to this thread, if any.
+  void serve(int thread) {
+    mailbox& box = mailboxes_[static_cast<std::size_t>(thread)];
+    block* b = nullptr;
+    std::size_t bytes = 0;
+    {
+      const std::lock_guard lock(box.mutex);
+      b = box.in;
+      bytes = box.bytes;
+      box.in = nullptr;
+    }
+    if (b == nullptr) return;
+    const stream_timeline& mine = *streams_[static_cast<std::size_t>(thread)];
+    free(b, mine);
+    block* again = allocate(mine, bytes);
+    const std::lock_guard lock(box.mutex);
+    box.out = again;
+  }
+  block* allocate(const stream_timeline& s, std::size_t bytes) {
+    auto taken = pool_->allocate(bytes, s);
+    EXPECT_TRUE(taken.ok()) << taken.error().message();
+    if (!taken.ok())
+      std::abort();  // the pool never runs out here; a failure leaves nothing to free
+    note(taken.value()->address, {history_kind::allocate, bytes, s.history_name()});
+    return taken.value();
+  }
+  /// The free is noted first: once in the cache, another thread may take the block at once.
+  void free(block* b, const stream_timeline& s) {
+    note(b->address, {history_kind::free, b->requested_bytes, s.history_name()});
+    pool_->free(b, s);
+  }
+  void note(std::uint64_t address, const made_event& e) {
+    const std::lock_guard lock(made_mutex_);
+    made_[address].push_back(e);
+  }
+
+  std::uint32_t seed_;
+  std::size_t capacity_;
+  std::vector<std::unique_ptr<stream_timeline>> streams_;
+  std::unique_ptr<pool> pool_;
+  std::mutex handed_mutex_;
+  std::deque<handed_block> handed_;
+  mailbox mailboxes_[thread_count];
+  std::atomic<int> done_{0};
+  std::mutex made_mutex_;
+  std::map<std::uint64_t, std::vector<made_event>> made_;  // each address's events, in order
+};
+
+TEST(HistoryThreads, S11_RacingThreadsEventsReadBackOnceInEachAddresssOrder) {
+  for (std::uint32_t seed = 1; seed <= 6; ++seed) {
+    SCOPED_TRACE(seed);
+    racing_threads model(seed, false, std::size_t{1} << 20);
+    model.run(3000);
+    model.check_exactly();
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(HistoryThreads, S11_RacingThreadsEventsReadBackOnceWithTheCacheLocksBiased) {
+  if (const char* why = soma_test::register_process_barrier()) GTEST_SKIP() << why;
+  for (std::uint32_t seed = 11; seed <= 16; ++seed) {
+    SCOPED_TRACE(seed);
+    racing_threads model(seed, true, std::size_t{1} << 20);
+    model.run(3000);
+    model.check_exactly();
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(HistoryThreads, S11_RacingThreadsInRingsTooSmallKeepEachAddresssOrder) {
+  // 16 events: fewer chunks than the threads' logs want, so claims fail and events are dropped
+  // while other threads write; 512: chunks reused while their old writers still hold runs.
+  for (const std::size_t capacity : {std::size_t{16}, std::size_t{512}}) {
+    for (std::uint32_t seed = 21; seed <= 23; ++seed) {
+      SCOPED_TRACE(::testing::Message() << "ring " << capacity << ", seed " << seed);
+      racing_threads model(seed, false, capacity);
+      model.run(3000);
+      model.check_with_drops();
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+}  // namespace

@@ -19,6 +19,7 @@
 #include "core/memory_history.hpp"
 #include "core/pool.hpp"
 #include "fake_memory_provider.hpp"
+#include "history_address_order.hpp"
 #include "process_barrier_for_tests.hpp"
 
 namespace {
@@ -146,19 +147,12 @@ class history_model {
   void check_exactly(const std::vector<history_event>& events) const {
     ASSERT_EQ(events.size(), made_.size()) << "every event made, read back once";
     // The k-th event read back at an address is the k-th made there.
-    std::map<std::uint64_t, std::vector<std::size_t>> made_at;
-    for (std::size_t i = 0; i < made_.size(); ++i) made_at[made_[i].address].push_back(i);
-    std::map<std::uint64_t, std::size_t> seen;
+    const std::vector<std::size_t> matched = soma_test::match_by_address(
+        events, made_, /*exact=*/true,
+        [this](const history_event& e, const made_event& m) { return same(e, m); });
+    ASSERT_EQ(matched.size(), events.size());
     std::vector<std::size_t> read_at(made_.size(), 0);  // made index -> position read back
-    for (std::size_t j = 0; j < events.size(); ++j) {
-      const auto found = made_at.find(events[j].address);
-      ASSERT_NE(found, made_at.end()) << "read back " << j << " at an address never used";
-      const std::size_t k = seen[events[j].address]++;
-      ASSERT_LT(k, found->second.size()) << "more events at an address than made, " << j;
-      read_at[found->second[k]] = j;
-      EXPECT_TRUE(same(events[j], made_[found->second[k]]))
-          << "read back " << j << " is not made " << found->second[k];
-    }
+    for (std::size_t j = 0; j < matched.size(); ++j) read_at[matched[j]] = j;
     std::map<int, std::size_t> last;
     for (std::size_t i = 0; i < made_.size(); ++i) {
       const auto before = last.find(made_[i].thread);
@@ -173,17 +167,9 @@ class history_model {
   /// left out.
   void check_with_drops(const std::vector<history_event>& events) const {
     ASSERT_LE(events.size(), made_.size());
-    std::map<std::uint64_t, std::vector<std::size_t>> made_at;
-    for (std::size_t i = 0; i < made_.size(); ++i) made_at[made_[i].address].push_back(i);
-    std::map<std::uint64_t, std::size_t> next;  // the first made event not yet matched
-    for (std::size_t j = 0; j < events.size(); ++j) {
-      const auto found = made_at.find(events[j].address);
-      ASSERT_NE(found, made_at.end()) << "read back " << j << " at an address never used";
-      std::size_t& k = next[events[j].address];
-      while (k < found->second.size() && !same(events[j], made_[found->second[k]])) ++k;
-      ASSERT_LT(k, found->second.size()) << "read back " << j << " out of its address's order";
-      ++k;
-    }
+    soma_test::match_by_address(
+        events, made_, /*exact=*/false,
+        [this](const history_event& e, const made_event& m) { return same(e, m); });
   }
   bool same(const history_event& e, const made_event& m) const {
     return e.kind == m.kind && e.bytes == m.bytes && e.stream == m.stream && e.label == m.label &&

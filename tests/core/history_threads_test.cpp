@@ -14,7 +14,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -27,6 +26,7 @@
 #include "core/memory_history.hpp"
 #include "core/pool.hpp"
 #include "fake_memory_provider.hpp"
+#include "history_address_order.hpp"
 #include "process_barrier_for_tests.hpp"
 
 namespace {
@@ -48,6 +48,7 @@ constexpr int thread_count = 4;
 
 /// An event as made: what must read back at its address.
 struct made_event {
+  std::uint64_t address = 0;
   history_kind kind = history_kind::allocate;
   std::uint64_t bytes = 0;
   std::uint64_t stream = 0;
@@ -122,33 +123,15 @@ class racing_threads {
     std::uint64_t dropped = 0;
     const std::vector<history_event> events = allocations_and_frees(&dropped);
     ASSERT_EQ(dropped, 0u);
-    std::size_t made = 0;
-    for (const auto& [address, list] : made_) made += list.size();
-    ASSERT_EQ(events.size(), made) << "every event made, read back once";
-    std::map<std::uint64_t, std::size_t> seen;
-    for (std::size_t j = 0; j < events.size(); ++j) {
-      const auto found = made_.find(events[j].address);
-      ASSERT_NE(found, made_.end()) << "read back " << j << " at an address never used";
-      const std::size_t k = seen[events[j].address]++;
-      ASSERT_LT(k, found->second.size()) << "more events at an address than made, " << j;
-      ASSERT_TRUE(same(events[j], found->second[k]))
-          << "read back " << j << " is not the " << k << "-th event made at its address";
-    }
-    EXPECT_GT(made, 20000u) << "the threads made events enough to judge";
+    ASSERT_EQ(events.size(), made_.size()) << "every event made, read back once";
+    soma_test::match_by_address(events, made_, /*exact=*/true, same);
+    EXPECT_GT(made_.size(), 20000u) << "the threads made events enough to judge";
   }
   /// Each address's kept events in the order made, some left out.
   void check_with_drops() const {
     std::uint64_t dropped = 0;
     const std::vector<history_event> events = allocations_and_frees(&dropped);
-    std::map<std::uint64_t, std::size_t> next;  // the first made event not yet matched
-    for (std::size_t j = 0; j < events.size(); ++j) {
-      const auto found = made_.find(events[j].address);
-      ASSERT_NE(found, made_.end()) << "read back " << j << " at an address never used";
-      std::size_t& k = next[events[j].address];
-      while (k < found->second.size() && !same(events[j], found->second[k])) ++k;
-      ASSERT_LT(k, found->second.size()) << "read back " << j << " out of its address's order";
-      ++k;
-    }
+    soma_test::match_by_address(events, made_, /*exact=*/false, same);
     EXPECT_GT(events.size(), 0u);
     EXPECT_GT(dropped, 0u) << "the ring was too small for them";
   }
@@ -271,17 +254,17 @@ class racing_threads {
     EXPECT_TRUE(taken.ok()) << taken.error().message();
     if (!taken.ok())
       std::abort();  // the pool never runs out here; a failure leaves nothing to free
-    note(taken.value()->address, {history_kind::allocate, bytes, s.history_name()});
+    note({taken.value()->address, history_kind::allocate, bytes, s.history_name()});
     return taken.value();
   }
   /// The free is noted first: once in the cache, another thread may take the block at once.
   void free(block* b, const stream_timeline& s) {
-    note(b->address, {history_kind::free, b->requested_bytes, s.history_name()});
+    note({b->address, history_kind::free, b->requested_bytes, s.history_name()});
     pool_->free(b, s);
   }
-  void note(std::uint64_t address, const made_event& e) {
+  void note(const made_event& e) {
     const std::lock_guard lock(made_mutex_);
-    made_[address].push_back(e);
+    made_.push_back(e);
   }
 
   int streams_per_thread_;
@@ -294,7 +277,7 @@ class racing_threads {
   mailbox mailboxes_[thread_count];
   std::atomic<int> done_{0};
   std::mutex made_mutex_;
-  std::map<std::uint64_t, std::vector<made_event>> made_;  // each address's events, in order
+  std::vector<made_event> made_;  // in the order made at each address
 };
 
 TEST(HistoryThreads, S11_RacingThreadsEventsReadBackOnceInEachAddresssOrder) {

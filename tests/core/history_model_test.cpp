@@ -18,8 +18,8 @@
 #include "core/history_clock.hpp"
 #include "core/memory_history.hpp"
 #include "core/pool.hpp"
-#include "fake_memory_provider.hpp"
 #include "history_address_order.hpp"
+#include "history_test_pool.hpp"
 #include "process_barrier_for_tests.hpp"
 
 namespace {
@@ -30,10 +30,7 @@ using soma::detail::history_event;
 using soma::detail::history_kind;
 using soma::detail::memory_history;
 using soma::detail::pool;
-using soma::detail::pool_config;
 using soma::detail::stream_timeline;
-using soma_test::fake_memory_provider;
-using soma_test::fake_memory_state;
 
 constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = 1024 * KiB;
@@ -59,14 +56,7 @@ class history_model {
   history_model(std::uint32_t seed, bool biased, std::size_t capacity, int streams = 3)
       : random_(seed), capacity_(capacity), streams_in_use_(streams) {
     if (biased) soma::detail::biased_lock::use_process_barrier(&soma_test::real_barrier);
-    auto memory = std::make_shared<fake_memory_state>();
-    memory->granularity_bytes = 64 * KiB;
-    pool_config config;
-    config.device = 0;
-    config.name = "model";
-    config.max_size_bytes = 256 * MiB;
-    config.reservation_bytes = 16 * MiB;
-    pool_ = std::make_unique<pool>(config, std::make_unique<fake_memory_provider>(memory));
+    pool_ = soma_test::history_test_pool("model", 16 * MiB);
     for (int slot = 0; slot < streams_in_use_; ++slot) add_stream(static_cast<std::uint32_t>(slot));
     memory_history::process().start(capacity_);
     labels_ = {memory_history::process().label("forward"),

@@ -25,8 +25,8 @@
 #include "core/history_clock.hpp"
 #include "core/memory_history.hpp"
 #include "core/pool.hpp"
-#include "fake_memory_provider.hpp"
 #include "history_address_order.hpp"
+#include "history_test_pool.hpp"
 #include "process_barrier_for_tests.hpp"
 
 namespace {
@@ -37,10 +37,7 @@ using soma::detail::history_event;
 using soma::detail::history_kind;
 using soma::detail::memory_history;
 using soma::detail::pool;
-using soma::detail::pool_config;
 using soma::detail::stream_timeline;
-using soma_test::fake_memory_provider;
-using soma_test::fake_memory_state;
 
 constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = 1024 * KiB;
@@ -52,11 +49,6 @@ struct made_event {
   history_kind kind = history_kind::allocate;
   std::uint64_t bytes = 0;
   std::uint64_t stream = 0;
-};
-
-/// A block one thread allocated and another frees.
-struct handed_block {
-  block* b = nullptr;
 };
 
 /// A thread's mailbox for round trips: another thread posts a block (`in`) and waits; this one
@@ -76,14 +68,7 @@ class racing_threads {
   racing_threads(std::uint32_t seed, bool biased, std::size_t capacity, int streams_per_thread = 1)
       : streams_per_thread_(streams_per_thread), capacity_(capacity) {
     if (biased) soma::detail::biased_lock::use_process_barrier(&soma_test::real_barrier);
-    auto memory = std::make_shared<fake_memory_state>();
-    memory->granularity_bytes = 64 * KiB;
-    pool_config config;
-    config.device = 0;
-    config.name = "racing";
-    config.max_size_bytes = 256 * MiB;
-    config.reservation_bytes = 64 * MiB;
-    pool_ = std::make_unique<pool>(config, std::make_unique<fake_memory_provider>(memory));
+    pool_ = soma_test::history_test_pool("racing", 64 * MiB);
     for (int i = 0; i < thread_count * streams_per_thread; ++i) {
       auto& s =
           streams_.emplace_back(std::make_unique<stream_timeline>(static_cast<std::uint32_t>(i)));
@@ -95,7 +80,7 @@ class racing_threads {
   }
   ~racing_threads() {
     memory_history::process().stop();
-    for (const handed_block& h : handed_) pool_->free(h.b, *streams_[0]);
+    for (block* b : handed_) pool_->free(b, *streams_[0]);
     pool_.reset();
     soma::detail::biased_lock::use_process_barrier(nullptr);
   }
@@ -148,9 +133,10 @@ class racing_threads {
     return e.kind == m.kind && e.bytes == m.bytes && e.stream == m.stream;
   }
 
-  /// One thread: loops on its own stream (runs), allocations kept a while, blocks handed to the
-  /// others and blocks taken from them, freed on its own stream (into its cache, whose next
-  /// allocation of the size takes it back: one block's events in several logs).
+  /// One thread: loops on one of its streams (runs), allocations kept a while, blocks handed to
+  /// the others and blocks taken from them, freed on one of its streams (into that stream's
+  /// cache, whose next allocation of the size takes it back: one block's events in several
+  /// logs).
   void work(int thread, int steps) {
     auto pick = [&](int n) { return this->pick(thread, n); };
     std::vector<block*> kept;
@@ -169,7 +155,7 @@ class racing_threads {
         kept.erase(kept.begin() + static_cast<std::ptrdiff_t>(index));
       } else if (what < 88) {
         const std::lock_guard lock(handed_mutex_);
-        handed_.push_back({allocate(mine, bytes)});
+        handed_.push_back(allocate(mine, bytes));
       } else if (what < 93) {
         round_trip(thread, mine, bytes, pick(thread_count - 1), 1 + pick(10));
       } else if (what < 99) {
@@ -177,7 +163,7 @@ class racing_threads {
         {
           const std::lock_guard lock(handed_mutex_);
           if (!handed_.empty()) {
-            taken = handed_.front().b;
+            taken = handed_.front();
             handed_.pop_front();
           }
         }
@@ -273,7 +259,7 @@ class racing_threads {
   std::vector<std::unique_ptr<stream_timeline>> streams_;
   std::unique_ptr<pool> pool_;
   std::mutex handed_mutex_;
-  std::deque<handed_block> handed_;
+  std::deque<block*> handed_;  // blocks one thread allocated for another to free
   mailbox mailboxes_[thread_count];
   std::atomic<int> done_{0};
   std::mutex made_mutex_;

@@ -182,6 +182,24 @@ block* free_index::take_best_fit(std::size_t size_bytes,
   return nullptr;
 }
 
+block* free_index::take_lowest_fit(std::size_t size_bytes,
+                                   const std::function<bool(const block*)>& usable,
+                                   std::size_t candidates) {
+  block probe;
+  probe.size_bytes = size_bytes;
+  probe.address = 0;
+  block* lowest = nullptr;
+  std::size_t seen = 0;
+  for (auto it = by_size_.lower_bound(&probe); it != by_size_.end() && seen < candidates; ++it) {
+    block* candidate = *it;
+    if (!usable(candidate)) continue;
+    ++seen;
+    if (lowest == nullptr || candidate->address < lowest->address) lowest = candidate;
+  }
+  if (lowest != nullptr) erase(lowest);
+  return lowest;
+}
+
 void free_index::remove(block* indexed) { erase(indexed); }
 
 void free_index::absorb_next(block* indexed) {

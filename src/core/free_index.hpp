@@ -50,6 +50,10 @@ class free_index {
   block* take_best_fit(std::size_t size_bytes, const stream_timeline* stream);
   /// Same, with the caller deciding which stamped blocks are usable (reuse policies).
   block* take_best_fit(std::size_t size_bytes, const std::function<bool(const block*)>& usable);
+  /// Address-ordered first fit, its search bounded: of the `candidates` smallest usable blocks
+  /// of at least size_bytes, removes and returns the one at the lowest address (nullptr if none).
+  block* take_lowest_fit(std::size_t size_bytes, const std::function<bool(const block*)>& usable,
+                         std::size_t candidates);
   /// merge_own_runs for every stream: each run of adjacent pending blocks freed on the same
   /// stream becomes one block that carries the latest of their stamps. Used only when the pool is
   /// out of memory and is about to order a stream after a pending free anyway (internal

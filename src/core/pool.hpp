@@ -109,6 +109,11 @@ class pool {
   /// Requires: no live allocations; every free complete. Returns all memory.
   ~pool();
 
+  /// A large request of a pool that serves small ones apart (serves_small_apart) takes, of the
+  /// free blocks that fit, the one at the lowest address among this many, the smallest first
+  /// (free_index::take_lowest_fit): address-ordered first fit at a bounded cost.
+  static constexpr std::size_t lowest_fit_candidates = 64;
+
   /// Allocates requested_bytes (> 0) for use on stream (S1). The block is not yet in any
   /// pointer table: the caller publishes it.
   /// With hooks given, the pool may, when it cannot grow, hand out a block whose free is still

@@ -2,6 +2,7 @@
 // the reuse policies that decide whether a free block may serve this stream, splitting, and
 // the forgetting of destroyed streams (S11).
 #include <algorithm>
+#include <functional>
 #include <new>
 
 #include "core/check.hpp"
@@ -83,6 +84,17 @@ result<slow_path_outcome> pool::serve_locked(std::size_t size_bytes, const strea
     return !(hold_large_holes && is_large_hole_for(b, size_bytes)) && in_region(b) &&
            usable_without_waiting(b, stream);
   };
+  // Large requests of a pool that remaps before growth fit at the lowest address, not in the
+  // smallest block: long-lived blocks (weights, optimizer state) then gather low and the free
+  // memory above them stays in few large pieces, where best fit scattered them through the
+  // holes of the step that made them and every later step's pieces formed around them. On
+  // PyTorch's convolutional traces, 8 passes each (bench/trace_replay --passes 8), peak reserved
+  // over peak used fell from 1.021 to 1.010 and 1.014 (docs/benchmarks.md).
+  const bool lowest_fit = apart && !small;
+  auto take = [&](const std::function<bool(const block*)>& accept) {
+    return lowest_fit ? index_.take_lowest_fit(size_bytes, accept, lowest_fit_candidates)
+                      : index_.take_best_fit(size_bytes, accept);
+  };
   // The stream's own cache goes back to the index before the index is searched, so that its
   // blocks merge with their free neighbours. Other streams' caches go back only when the index
   // cannot serve the request: draining them on every miss took blocks that their streams were
@@ -95,28 +107,28 @@ result<slow_path_outcome> pool::serve_locked(std::size_t size_bytes, const strea
   // in pieces, PyTorch's inference trace held 1.22 times peak used in bench/trace_replay, merged
   // 1.02.) Merging here rather than at insert leaves the pieces to other streams until then.
   index_.merge_own_runs(&stream);
-  block* b = index_.take_best_fit(size_bytes, usable);
+  block* b = take(usable);
   if (b == nullptr) {
     // Before anything costlier (a promotion, a wait, growth): cached frees of every stream, with
     // their free neighbours, may make the block. (Draining before the search took PyTorch's
     // transformer training trace, one stream, from 1.29 to 1.04 peak reserved over peak used in
     // bench/trace_replay; with one stream the first drain above is that drain.)
     drain_caches_locked();
-    b = index_.take_best_fit(size_bytes, usable);
+    b = take(usable);
   }
   // The rule that allowed the reuse, read while the stamp is the free's (split copies it).
   std::optional<served_by> how = b != nullptr ? reuse_rule(b, stream) : std::nullopt;
   if (b == nullptr) {
     // Frees proven complete since they were indexed may serve any stream now.
     index_.promote(/*only_proven=*/true);
-    b = index_.take_best_fit(size_bytes, usable);
+    b = take(usable);
     if (b != nullptr) how = reuse_rule(b, stream);
   }
   if (b == nullptr && index_.merge_runs_usable_by(&stream, size_bytes)) {
     // This stream's own frees lie side by side with each other or with proven ones, but were
     // made at different points of it (on cuda every free is a point of its own): the stream
     // may use them all at once (S2), so as one block they serve it before growth or a wait.
-    b = index_.take_best_fit(size_bytes, usable);
+    b = take(usable);
     if (b != nullptr) how = reuse_rule(b, stream);
   }
   if (b == nullptr && small && !hold_large_holes && move_granule_to_small_region_locked(stream)) {
@@ -124,7 +136,7 @@ result<slow_path_outcome> pool::serve_locked(std::size_t size_bytes, const strea
     // than the pool growing. Below it the small region grows instead: a granule taken from a
     // free block splits it, and the next large request that it would have served is mapped
     // again (on PyTorch's fixed-shape trace, 8.5 GiB remapped against 2.7 GiB).
-    b = index_.take_best_fit(size_bytes, usable);
+    b = take(usable);
     if (b != nullptr) how = reuse_rule(b, stream);
   }
   if (b == nullptr && remap_free_memory() == remap_mode::before_growth && !hold_large_holes &&
@@ -151,7 +163,8 @@ result<slow_path_outcome> pool::serve_locked(std::size_t size_bytes, const strea
     status grown = grow_locked(size_bytes, stream,
                                /*exact=*/remap_free_memory() == remap_mode::before_growth, small);
     if (grown.ok()) {
-      // The new memory may have merged with a free block below it into a large one.
+      // The new memory may have merged with a free block below it into a large one. Best fit
+      // finds it (or that block): the lowest fit would find a held hole below it instead.
       b = index_.take_best_fit(size_bytes, [&](const block* c) {
         return in_region(c) && usable_without_waiting(c, stream);
       });
@@ -168,7 +181,7 @@ result<slow_path_outcome> pool::serve_locked(std::size_t size_bytes, const strea
       how = served_by::remap;
     } else if (grown.code() == error_code::out_of_memory && options.may_wait && reuse_policy(3)) {
       index_.merge_pending_runs();
-      b = index_.take_best_fit(size_bytes, [&](const block* candidate) {
+      b = take([&](const block* candidate) {
         return candidate->stamp.timeline != nullptr && candidate->stamp.timeline->accepts_waits();
       });
       if (b == nullptr) return grown;

@@ -703,3 +703,103 @@ TEST(S9_SmallApart, OnlyAPoolThatRemapsBeforeGrowthServesThemApart) {
   EXPECT_FALSE(small->small_region);
   p.the_pool->free(small, a);
 }
+
+// ---- large requests at the lowest address (a pool that remaps before growth) ------------------
+
+namespace {
+
+// Two free blocks a large request fits, the larger one lower: A (four granules) and B (two), each
+// followed by a live granule so that neither merges with anything. Both freed on a.
+struct two_fits : remap_pool {
+  explicit two_fits(remap_mode mode) {
+    the_pool->set_remap_free_memory(mode);
+    low = allocate(4 * kGranule, a);
+    separators.push_back(allocate(kGranule, a));
+    high = allocate(2 * kGranule, a);
+    separators.push_back(allocate(kGranule, a));
+    low_address = low->address;
+    high_address = high->address;
+    free_pending(low, a);
+    free_pending(high, a);
+  }
+  ~two_fits() {
+    for (block* x : separators) the_pool->free(x, a);
+  }
+  stream_timeline a{0};
+  block* low = nullptr;
+  block* high = nullptr;
+  std::uintptr_t low_address = 0;
+  std::uintptr_t high_address = 0;
+  std::vector<block*> separators;
+};
+
+}  // namespace
+
+// Best fit would take B, the smallest block that fits; the pool takes A, the lowest. (Long-lived
+// blocks then gather low and the free memory above them stays in few large pieces:
+// docs/benchmarks.md, "Large requests at the lowest address".)
+TEST(S9_LowestFit, ALargeRequestTakesTheLowestFittingBlockNotTheSmallest) {
+  two_fits p(remap_mode::before_growth);
+  ASSERT_LT(p.low_address, p.high_address);
+  const std::size_t commits = p.memory->commit_calls;
+  block* taken = p.allocate(kGranule + kGranule / 2, p.a);  // a size no cache bin holds
+  ASSERT_NE(taken, nullptr);
+  EXPECT_EQ(taken->address, p.low_address);
+  EXPECT_EQ(p.memory->commit_calls, commits) << "the pool grew where a free block fit";
+  p.the_pool->free(taken, p.a);
+}
+
+// A pool that does not remap before growth keeps best fit for every request.
+TEST(S9_LowestFit, APoolThatDoesNotRemapBeforeGrowthKeepsBestFit) {
+  two_fits p(remap_mode::instead_of_failing);
+  block* taken = p.allocate(kGranule + kGranule / 2, p.a);
+  ASSERT_NE(taken, nullptr);
+  EXPECT_EQ(taken->address, p.high_address);
+  p.the_pool->free(taken, p.a);
+}
+
+// Small requests keep best fit in their own region: of two free small blocks the 3 KiB request
+// fits, it takes the smaller, higher one.
+TEST(S9_LowestFit, ASmallRequestStillTakesTheSmallestFit) {
+  remap_pool p;
+  stream_timeline a(0);
+  block* larger = p.allocate(8 * KiB, a);
+  block* first_separator = p.allocate(1 * KiB, a);
+  block* smaller = p.allocate(4 * KiB, a);
+  block* second_separator = p.allocate(1 * KiB, a);
+  ASSERT_TRUE(larger->small_region && smaller->small_region);
+  ASSERT_LT(larger->address, smaller->address);
+  const std::uintptr_t smaller_address = smaller->address;
+  p.free_pending(larger, a);
+  p.free_pending(smaller, a);
+  block* taken = p.allocate(3 * KiB, a);
+  ASSERT_NE(taken, nullptr);
+  EXPECT_EQ(taken->address, smaller_address);
+  for (block* x : {taken, first_separator, second_separator}) p.the_pool->free(x, a);
+}
+
+// The search is bounded: it looks at the smallest lowest_fit_candidates blocks that fit, so a
+// lower block larger than all of them is not found, and the lowest of them serves.
+TEST(S9_LowestFit, TheSearchLooksAtABoundedNumberOfFits) {
+  remap_pool p;
+  stream_timeline a(0);
+  std::vector<block*> live;
+  block* lowest = p.allocate(4 * kGranule, a);
+  live.push_back(p.allocate(kGranule, a));
+  std::vector<block*> fits;
+  for (std::size_t i = 0; i < pool::lowest_fit_candidates; ++i) {
+    fits.push_back(p.allocate(2 * kGranule, a));
+    live.push_back(p.allocate(kGranule, a));
+  }
+  const std::uintptr_t lowest_address = lowest->address;
+  const std::uintptr_t first_fit_address = fits.front()->address;
+  ASSERT_LT(lowest_address, first_fit_address);
+  p.free_pending(lowest, a);
+  for (block* x : fits) p.free_pending(x, a);
+  block* taken = p.allocate(kGranule + kGranule / 2, a);
+  ASSERT_NE(taken, nullptr);
+  EXPECT_EQ(taken->address, first_fit_address)
+      << "the search went past " << pool::lowest_fit_candidates << " fits";
+  p.the_pool->free(taken, a);
+  for (block* x : live) p.the_pool->free(x, a);
+}

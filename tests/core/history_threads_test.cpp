@@ -52,8 +52,8 @@ struct made_event {
 };
 
 /// A thread's mailbox for round trips: another thread posts a block (`in`) and waits; this one
-/// frees it on its own stream, allocates the size again there (its cache gives the block back)
-/// and returns what it got (`out`).
+/// frees it on one of its streams, allocates the size again there (that stream's cache gives the
+/// block back) and returns what it got (`out`).
 struct mailbox {
   std::mutex mutex;
   bool busy = false;  // a round trip posted here is not yet over

@@ -170,16 +170,8 @@ block* free_index::take_best_fit(std::size_t size_bytes, const stream_timeline* 
 
 block* free_index::take_best_fit(std::size_t size_bytes,
                                  const std::function<bool(const block*)>& usable) {
-  block probe;
-  probe.size_bytes = size_bytes;
-  probe.address = 0;
-  for (auto it = by_size_.lower_bound(&probe); it != by_size_.end(); ++it) {
-    block* candidate = *it;
-    if (!usable(candidate)) continue;
-    erase(candidate);
-    return candidate;
-  }
-  return nullptr;
+  // The first usable block in size order is the best fit: the lowest of one candidate.
+  return take_lowest_fit(size_bytes, usable, 1);
 }
 
 block* free_index::take_lowest_fit(std::size_t size_bytes,

@@ -91,9 +91,9 @@ result<slow_path_outcome> pool::serve_locked(std::size_t size_bytes, const strea
   // PyTorch's convolutional traces, 8 passes each (bench/trace_replay --passes 8), peak reserved
   // over peak used fell from 1.021 to 1.010 and 1.014 (docs/benchmarks.md).
   const bool lowest_fit = apart && !small;
+  const std::size_t candidates = lowest_fit ? lowest_fit_candidates : 1;  // 1: best fit
   auto take = [&](const std::function<bool(const block*)>& accept) {
-    return lowest_fit ? index_.take_lowest_fit(size_bytes, accept, lowest_fit_candidates)
-                      : index_.take_best_fit(size_bytes, accept);
+    return index_.take_lowest_fit(size_bytes, accept, candidates);
   };
   // The stream's own cache goes back to the index before the index is searched, so that its
   // blocks merge with their free neighbours. Other streams' caches go back only when the index

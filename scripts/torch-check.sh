@@ -25,7 +25,10 @@
 #                  remapping before growth), each in its own process, every timed shape warmed
 #                  up first; TORCH_BENCH_WORKLOADS and TORCH_BENCH_ALLOCATORS (comma-separated)
 #                  pick others, TORCH_BENCH_ROUNDS=N runs each N times, interleaved (the best
-#                  step time and the worst memory ratio count). Writes $OUT/torch-bench.json,
+#                  step time and the worst memory ratio count); TORCH_BENCH_LIBRARY_B=PATH, a
+#                  second build's libsoma_torch.so, runs the allocators named <soma's>@b with it
+#                  (e.g. TORCH_BENCH_ALLOCATORS=expandable,soma,soma@b: an A/B of two builds).
+#                  Writes $OUT/torch-bench.json,
 #                  $OUT/torch-bench.md (the table for docs/benchmarks.md) and
 #                  $OUT/bench-<allocator>-<workload>.log. --quick: about 5 minutes a round on
 #                  one H200; without it, pick two workloads to stay within a 10-minute command.
@@ -138,6 +141,7 @@ else
   bench_args=(--library "$library" --out "$OUT")
   [[ -n "${TORCH_BENCH_WORKLOADS:-}" ]] && bench_args+=(--workloads "$TORCH_BENCH_WORKLOADS")
   [[ -n "${TORCH_BENCH_ALLOCATORS:-}" ]] && bench_args+=(--allocators "$TORCH_BENCH_ALLOCATORS")
+  [[ -n "${TORCH_BENCH_LIBRARY_B:-}" ]] && bench_args+=(--library-b "$TORCH_BENCH_LIBRARY_B")
   rounds="${TORCH_BENCH_ROUNDS:-1}"
   bench_args+=(--rounds "$rounds")
   say "benchmark: train_bench.py ${bench_args[*]:2}"

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A transformer training loop under four CUDA allocators: step time and peak memory.
 
-    python3 integrations/torch/bench/train_bench.py [--library PATH] [--out DIR] [--quick]
+    python3 integrations/torch/bench/train_bench.py [--library PATH] [--library-b PATH]
+                                                    [--out DIR] [--quick]
 
 The workload of shared/targets.md: a transformer of torch.nn layers (8 x
 nn.TransformerEncoderLayer, d_model 1024, 16 heads, feed-forward 4096, causal attention,
@@ -33,6 +34,8 @@ allocation); --allocators picks (default: all but soma_compact):
   soma_history       soma's defaults with memory history recorded from the start
                      (SOMA_HISTORY=1048576 events): its mean step against soma's in the same
                      run is what recording costs (goal: at most 1.05x)
+  <soma's>@b         any of soma's above with the library of --library-b (e.g. soma@b): two
+                     builds of soma side by side in one run, their rounds interleaved
 
 Each run: warm-up steps (not timed), then --steps timed steps; a step is the data (token
 ids drawn on the GPU, causal mask), forward, loss, backward, AdamW step, zero_grad, timed
@@ -81,6 +84,15 @@ ALLOCATORS = {
     "soma_history": None,
 }
 SOMA_ALLOCATORS = ("soma", "soma_compact", "soma_remap", "soma_noremap", "soma_history")
+# A soma allocator's name with this suffix runs the library of --library-b: an A/B of two builds.
+SECOND_BUILD = "@b"
+
+
+def kind_of(allocator):
+    """The allocator a name stands for, without the second build's suffix."""
+    return allocator[:-len(SECOND_BUILD)] if allocator.endswith(SECOND_BUILD) else allocator
+
+
 # soma_history: soma's defaults with memory history recording (SOMA_HISTORY) from the start, for
 # what recording costs a step (issue goal: at most 5 % over soma's own step time).
 HISTORY_EVENTS = 1 << 20
@@ -101,6 +113,8 @@ GIB = 2**30
 def parse_arguments():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--library", help="libsoma_torch.so (default: soma_torch's search)")
+    parser.add_argument("--library-b", help="a second libsoma_torch.so, for allocators named "
+                                            "<soma's>@b (an A/B of two builds)")
     parser.add_argument("--out", default="torch-bench-out", help="directory for the results")
     parser.add_argument("--allocators", default=",".join(DEFAULT_ALLOCATORS),
                         help="comma-separated subset of " + ", ".join(ALLOCATORS))
@@ -194,19 +208,20 @@ def residual_network(nn):
 
 def run_child(args):
     allocator, workload = args.child
+    kind = kind_of(allocator)
     soma_torch = None
-    if allocator in SOMA_ALLOCATORS:
+    if kind in SOMA_ALLOCATORS:
         sys.path.insert(0, TORCH_INTEGRATION)
         import soma_torch  # noqa: E402 (enabled before torch touches CUDA)
 
         # soma: the defaults; soma_compact: compaction before growth (and no remapping);
         # soma_remap: remapping before growth; soma_noremap: neither.
         soma_torch.enable(library=args.library,
-                          compact_before_growth=allocator == "soma_compact",
+                          compact_before_growth=kind == "soma_compact",
                           remap_free_memory={"soma": None, "soma_compact": False,
                                              "soma_remap": True,
                                              "soma_noremap": False,
-                                             "soma_history": None}[allocator])
+                                             "soma_history": None}[kind])
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -298,7 +313,7 @@ def run_child(args):
             step_ms.append(elapsed_ms)
     wall_s = time.perf_counter() - started
 
-    if allocator in SOMA_ALLOCATORS:
+    if kind in SOMA_ALLOCATORS:
         stats = soma_torch.stats()
         peak_reserved = stats["reserved_high_bytes"]
         peak_allocated = stats["used_high_bytes"]
@@ -355,12 +370,13 @@ def run_child(args):
 def child_environment(allocator):
     env = dict(os.environ)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    if ALLOCATORS[allocator] is not None:
-        env["PYTORCH_CUDA_ALLOC_CONF"] = ALLOCATORS[allocator]
-    if allocator in SOMA_ALLOCATORS:
+    kind = kind_of(allocator)
+    if ALLOCATORS[kind] is not None:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = ALLOCATORS[kind]
+    if kind in SOMA_ALLOCATORS:
         env.setdefault("SOMA_BACKEND", "cuda")
     env.pop("SOMA_HISTORY", None)
-    if allocator == "soma_history":
+    if kind == "soma_history":
         env["SOMA_HISTORY"] = str(HISTORY_EVENTS)
     return env
 
@@ -372,14 +388,16 @@ def child_command(args, allocator, workload):
         command += ["--" + name.replace("_", "-"), str(getattr(args, name))]
     if args.cold_shapes:
         command.append("--cold-shapes")
-    if args.library:
-        command += ["--library", args.library]
+    library = args.library_b if allocator.endswith(SECOND_BUILD) else args.library
+    if library:
+        command += ["--library", library]
     return command
 
 
 def run_one(args, allocator, workload, round_index=0):
     suffix = f"-round{round_index + 1}" if args.rounds > 1 else ""
-    log_path = os.path.join(args.out, f"bench-{allocator}-{workload}{suffix}.log")
+    log_path = os.path.join(args.out,
+                            f"bench-{allocator.replace('@', '-')}-{workload}{suffix}.log")
     started = time.perf_counter()
     try:
         completed = subprocess.run(child_command(args, allocator, workload),
@@ -439,7 +457,8 @@ def summarize(results):
     allocators (soma_history's also relative to soma), and the goal verdicts of soma's runs."""
     good = [r for r in results if "error" not in r]
     native = {r["workload"]: r for r in good if r["allocator"] == "native"}
-    soma = {r["workload"]: r for r in good if r["allocator"] == "soma"}
+    # soma's step without recording, of the same build as each soma_history run
+    soma = {(r["workload"], r["allocator"]): r for r in good if kind_of(r["allocator"]) == "soma"}
     fastest = {}
     for r in good:
         if r["allocator"] in PYTORCH_ALLOCATORS:
@@ -452,10 +471,11 @@ def summarize(results):
         best = fastest.get(result["workload"])
         result["vs_fastest"] = result["mean_ms"] / best["mean_ms"] if best else None
         result["fastest"] = best["allocator"] if best else None
-        without_history = soma.get(result["workload"])
-        if result["allocator"] == "soma_history" and without_history is not None:
+        same_build = "soma" + result["allocator"][len("soma_history"):]
+        without_history = soma.get((result["workload"], same_build))
+        if kind_of(result["allocator"]) == "soma_history" and without_history is not None:
             result["vs_soma"] = result["mean_ms"] / without_history["mean_ms"]
-        if result["allocator"] in SOMA_ALLOCATORS:
+        if kind_of(result["allocator"]) in SOMA_ALLOCATORS:
             goal = RATIO_GOALS[result["workload"]]
             result["ratio_goal"] = goal
             result["ratio_goal_met"] = result["ratio"] is not None and result["ratio"] <= goal
@@ -480,7 +500,7 @@ def table(results):
             f"{r['peak_allocated_bytes'] / GIB:.3f} | {r['ratio']:.3f} |")
     verdicts = []
     for r in results:
-        if r.get("allocator") in SOMA_ALLOCATORS and "error" not in r:
+        if kind_of(r.get("allocator", "")) in SOMA_ALLOCATORS and "error" not in r:
             ratio = "met" if r["ratio_goal_met"] else "MISSED"
             line = (f"- {r['allocator']}, {r['workload']}: reserved/allocated {r['ratio']:.3f} "
                     f"(goal <= {r['ratio_goal']}: {ratio})")
@@ -501,8 +521,12 @@ def run_parent(args):
     allocators = [a for a in args.allocators.split(",") if a]
     workloads = [w for w in args.workloads.split(",") if w]
     for name in allocators:
-        if name not in ALLOCATORS:
+        if kind_of(name) not in ALLOCATORS:
             raise SystemExit(f"unknown allocator {name!r}; known: {', '.join(ALLOCATORS)}")
+        if name.endswith(SECOND_BUILD) and (kind_of(name) not in SOMA_ALLOCATORS or
+                                            not args.library_b):
+            raise SystemExit(f"{name!r}: the suffix {SECOND_BUILD} names a soma allocator run "
+                             "with --library-b, which must be given")
     for name in workloads:
         if name not in WORKLOADS:
             raise SystemExit(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")

@@ -17,7 +17,14 @@
 // backing change what the device pays, e.g. in TLB misses?). Then each call again while a kernel of
 // about 20 ms runs on another stream, memory unrelated to it: a call that takes about as long as
 // the kernel waits for the device (the driver says cuMemUnmap is "synchronous for most use cases").
-// Each figure is the median of several rounds.
+// Last, a remap of 10 and 64 granules (cuMemMap each, one cuMemSetAccess) in the middle of a
+// step's 400 kernel launches, four ways: none (the kernel after it writes memory mapped before),
+// on the launching thread (what a pool does today), the same and the old addresses unmapped too
+// (+unmap: what a pool does once their frees complete), and on a helper thread while the stream
+// waits for it on a flag in pinned host memory (cuStreamWaitValue32), the launching thread going
+// on at once. Kernels of about 2 us (the host paces the step) and about 20 us (the device does):
+// does a remap stall the device, the launching thread, or neither, and would a helper hide it? Each
+// figure is the median of several rounds.
 //
 // Usage: vmm_costs [--quick]
 #include <cuda.h>
@@ -25,11 +32,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -45,6 +55,7 @@ struct driver {
   PFN_cuMemAddressReserve_v10020 reserve = nullptr;
   PFN_cuMemAddressFree_v10020 address_free = nullptr;
   PFN_cuMemGetAllocationGranularity_v10020 granularity = nullptr;
+  PFN_cuStreamWaitValue32_v11070 wait_value = nullptr;
 };
 
 template <typename F>
@@ -349,6 +360,173 @@ void gather_by_backing(const setup& s, int rounds) {
       rounds, plain_ms, whole_ms, granules_ms);
 }
 
+__global__ void touch_granules(char* base, std::size_t granule, int granules, int value) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < granules) base[static_cast<std::size_t>(i) * granule] = static_cast<char>(value);
+}
+
+/// A step's launches with a remap among them: milliseconds.
+struct step_figures {
+  double wall = 0, device = 0, launching = 0;
+};
+
+enum class remap_mode { none, inline_, inline_unmap, helper };
+
+/// The granules a remap maps again: each its own allocation, mapped and accessible at `old_base`
+/// (free blocks' granules), and address space at `new_base` for the second mapping; a helper
+/// thread that maps them there on a signal and then raises a flag the device can wait on.
+class remap_bench {
+ public:
+  remap_bench(const setup& s, int granules) : s_(s), n_(granules), bytes_(s.granule * n_) {
+    const driver& d = s_.d;
+    check(d.reserve(&old_base_, bytes_, s_.granule, 0, 0), "cuMemAddressReserve");
+    check(d.reserve(&new_base_, bytes_, s_.granule, 0, 0), "cuMemAddressReserve");
+    handles_.resize(static_cast<std::size_t>(n_));
+    for (int i = 0; i < n_; ++i) {
+      check(d.create(&handles_[static_cast<std::size_t>(i)], s_.granule, &s_.prop, 0),
+            "cuMemCreate");
+      check(d.map(old_base_ + s_.granule * i, s_.granule, 0, handles_[static_cast<std::size_t>(i)],
+                  0),
+            "cuMemMap");
+    }
+    check(d.set_access(old_base_, bytes_, &s_.access, 1), "cuMemSetAccess");
+    cudaHostAlloc(reinterpret_cast<void**>(&flag_), sizeof(unsigned), cudaHostAllocMapped);
+    *flag_ = 0;
+    void* device_flag = nullptr;
+    cudaHostGetDevicePointer(&device_flag, flag_, 0);
+    device_flag_ = reinterpret_cast<CUdeviceptr>(device_flag);
+    cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+    cudaEventCreate(&begin_);
+    cudaEventCreate(&end_);
+    helper_ = std::thread([this] { serve(); });
+  }
+  remap_bench(const remap_bench&) = delete;
+  remap_bench& operator=(const remap_bench&) = delete;
+  ~remap_bench() {
+    go_.store(-1, std::memory_order_release);
+    helper_.join();
+    const driver& d = s_.d;
+    check(d.unmap(old_base_, bytes_), "cuMemUnmap");
+    for (auto h : handles_) check(d.release(h), "cuMemRelease");
+    check(d.address_free(new_base_, bytes_), "cuMemAddressFree");
+    check(d.address_free(old_base_, bytes_), "cuMemAddressFree");
+    cudaFreeHost(flag_);
+    cudaStreamDestroy(stream_);
+    cudaEventDestroy(begin_);
+    cudaEventDestroy(end_);
+  }
+
+  /// 400 launches of spin(cycles); after the 100th the remap (by mode), then a kernel that writes
+  /// the first byte of every granule at the new address (the old one when mode is none).
+  step_figures step(remap_mode mode, long long cycles) {
+    const driver& d = s_.d;
+    cudaDeviceSynchronize();
+    const auto start = clock_type::now();
+    cudaEventRecord(begin_, stream_);
+    CUdeviceptr target = old_base_;
+    for (int i = 0; i < 400; ++i) {
+      if (i == 100 && (mode == remap_mode::inline_ || mode == remap_mode::inline_unmap)) {
+        map_again();
+        // A pool unmaps a remap's old addresses once their frees complete, on a later call.
+        if (mode == remap_mode::inline_unmap) check(d.unmap(old_base_, bytes_), "cuMemUnmap");
+        target = new_base_;
+      } else if (i == 100 && mode == remap_mode::helper) {
+        ++round_;
+        check(d.wait_value(stream_, device_flag_, round_, CU_STREAM_WAIT_VALUE_GEQ),
+              "cuStreamWaitValue32");
+        go_.store(round_, std::memory_order_release);
+        target = new_base_;
+      }
+      if (i == 100)
+        touch_granules<<<(n_ + 127) / 128, 128, 0, stream_>>>(reinterpret_cast<char*>(target),
+                                                              s_.granule, n_, i);
+      spin<<<1, 1, 0, stream_>>>(cycles);
+    }
+    cudaEventRecord(end_, stream_);
+    step_figures f;
+    f.launching = us_since(start) / 1000;
+    cudaEventSynchronize(end_);
+    f.wall = us_since(start) / 1000;
+    float ms = 0;
+    cudaEventElapsedTime(&ms, begin_, end_);
+    f.device = ms;
+    if (mode != remap_mode::none) check(d.unmap(new_base_, bytes_), "cuMemUnmap");
+    if (mode == remap_mode::inline_unmap) map_at(old_base_);
+    return f;
+  }
+
+ private:
+  void map_again() { map_at(new_base_); }
+
+  void map_at(CUdeviceptr base) {
+    const driver& d = s_.d;
+    for (int i = 0; i < n_; ++i)
+      check(d.map(base + s_.granule * i, s_.granule, 0, handles_[static_cast<std::size_t>(i)], 0),
+            "cuMemMap");
+    check(d.set_access(base, bytes_, &s_.access, 1), "cuMemSetAccess");
+  }
+
+  /// The helper: waits (spinning: a wake-up would add its own latency) for a round, remaps, and
+  /// raises the flag the stream waits on.
+  void serve() {
+    unsigned served = 0;
+    for (;;) {
+      const long long go = go_.load(std::memory_order_acquire);
+      if (go < 0) return;
+      if (static_cast<unsigned>(go) == served) {
+        std::this_thread::yield();
+        continue;
+      }
+      served = static_cast<unsigned>(go);
+      map_again();
+      std::atomic_ref<unsigned>(*flag_).store(served, std::memory_order_release);
+    }
+  }
+
+  const setup& s_;
+  int n_;
+  std::size_t bytes_;
+  CUdeviceptr old_base_ = 0, new_base_ = 0, device_flag_ = 0;
+  std::vector<CUmemGenericAllocationHandle> handles_;
+  unsigned* flag_ = nullptr;
+  unsigned round_ = 0;
+  std::atomic<long long> go_{0};
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t begin_ = nullptr, end_ = nullptr;
+  std::thread helper_;
+};
+
+/// The remap beside a step's work, for kernels of about 2 and 20 us, rounds interleaved by mode.
+void remap_beside_work(const setup& s, long long cycles_per_us, int rounds) {
+  std::printf(
+      "\na remap amid 400 launches on one stream (ms, median of %d rounds; wall from the first "
+      "launch to the step's end, device between events around it, launching the host's time to "
+      "enqueue it):\n",
+      rounds);
+  std::printf("%-9s %-8s %-9s %10s %10s %11s\n", "granules", "kernel", "remap", "wall", "device",
+              "launching");
+  for (int granules : {10, 64}) {
+    remap_bench bench(s, granules);
+    for (int kernel_us : {2, 20}) {
+      const long long cycles = cycles_per_us * kernel_us;
+      const remap_mode modes[] = {remap_mode::none, remap_mode::inline_, remap_mode::inline_unmap,
+                                  remap_mode::helper};
+      std::vector<step_figures> figures[4];
+      bench.step(remap_mode::none, cycles);  // warms the kernels and the stream up
+      bench.step(remap_mode::helper, cycles);
+      for (int r = 0; r < rounds; ++r)
+        for (int m = 0; m < 4; ++m) figures[m].push_back(bench.step(modes[m], cycles));
+      const char* names[] = {"none", "inline", "+unmap", "helper"};
+      for (int m = 0; m < 4; ++m)
+        std::printf("%-9d %-8s %-9s %10.3f %10.3f %11.3f\n", granules,
+                    (std::to_string(kernel_us) + " us").c_str(), names[m],
+                    median_of(figures[m], &step_figures::wall),
+                    median_of(figures[m], &step_figures::device),
+                    median_of(figures[m], &step_figures::launching));
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -366,6 +544,7 @@ int main(int argc, char** argv) {
   entry("cuMemAddressReserve", &s.d.reserve);
   entry("cuMemAddressFree", &s.d.address_free);
   entry("cuMemGetAllocationGranularity", &s.d.granularity);
+  entry("cuStreamWaitValue32", &s.d.wait_value);
   s.prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   s.prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   s.prop.location.id = 0;
@@ -431,5 +610,7 @@ int main(int argc, char** argv) {
       static_cast<long long>(static_cast<double>(probe_cycles) * 20.0 / std::max(probe_ms, 0.01f));
   const float kernel_ms = kernel_ms_of(cycles);
   while_busy(s, cycles, kernel_ms);
+  remap_beside_work(s, static_cast<long long>(static_cast<double>(cycles) / (kernel_ms * 1000)),
+                    quick ? 5 : 9);
   return 0;
 }

@@ -86,13 +86,6 @@ ALLOCATORS = {
 SOMA_ALLOCATORS = ("soma", "soma_compact", "soma_remap", "soma_noremap", "soma_history")
 # A soma allocator's name with this suffix runs the library of --library-b: an A/B of two builds.
 SECOND_BUILD = "@b"
-
-
-def kind_of(allocator):
-    """The allocator a name stands for, without the second build's suffix."""
-    return allocator[:-len(SECOND_BUILD)] if allocator.endswith(SECOND_BUILD) else allocator
-
-
 # soma_history: soma's defaults with memory history recording (SOMA_HISTORY) from the start, for
 # what recording costs a step (issue goal: at most 5 % over soma's own step time).
 HISTORY_EVENTS = 1 << 20
@@ -108,6 +101,11 @@ WORKLOADS = ("fixed", "variable", "inference", "conv")
 RATIO_GOALS = {"fixed": 1.01, "variable": 1.01, "inference": 1.01, "conv": 1.01}
 STEP_TIME_GOAL = 1.01
 GIB = 2**30
+
+
+def kind_of(allocator):
+    """The allocator a name stands for, without the second build's suffix."""
+    return allocator[:-len(SECOND_BUILD)] if allocator.endswith(SECOND_BUILD) else allocator
 
 
 def parse_arguments():

@@ -26,7 +26,10 @@
 // does a remap stall the device, the launching thread, or neither, and would a helper hide it? Each
 // figure is the median of several rounds.
 //
-// Usage: vmm_costs [--quick]
+// Then the same remap amid memory-bound kernels (a copy over every SM) of about 25 us and 1 ms,
+// none, inline and +unmap: does a map, or an unmap of the old addresses, slow the device's work?
+//
+// Usage: vmm_costs [--quick] [--remaps-only]   (--remaps-only: the two remap tables alone)
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -108,6 +111,13 @@ struct setup {
   std::size_t granule = 0;
 };
 
+/// Maps each handle, one granule, at base + i granules: a cuMemMap each (no offset but 0 maps).
+void map_granules(const setup& s, CUdeviceptr base,
+                  const std::vector<CUmemGenericAllocationHandle>& handles) {
+  for (std::size_t i = 0; i < handles.size(); ++i)
+    check(s.d.map(base + s.granule * i, s.granule, 0, handles[i], 0), "cuMemMap");
+}
+
 /// One round's figures for n granules, in microseconds.
 struct round_figures {
   double create_each = 0, create_whole = 0, map_each = 0, access_all = 0;
@@ -131,13 +141,8 @@ round_figures one_round(const setup& s, int n) {
   f.create_whole = us_since(start);
   check(d.release(whole), "cuMemRelease (whole)");
 
-  auto map_all = [&] {
-    for (int i = 0; i < n; ++i)
-      check(d.map(base + s.granule * i, s.granule, 0, handles[static_cast<std::size_t>(i)], 0),
-            "cuMemMap");
-  };
   start = clock_type::now();
-  map_all();
+  map_granules(s, base, handles);
   f.map_each = us_since(start) / n;
   start = clock_type::now();
   check(d.set_access(base, bytes, &s.access, 1), "cuMemSetAccess");
@@ -146,7 +151,7 @@ round_figures one_round(const setup& s, int n) {
   start = clock_type::now();
   for (int i = 0; i < n; ++i) check(d.unmap(base + s.granule * i, s.granule), "cuMemUnmap");
   f.unmap_each = us_since(start) / n;
-  map_all();
+  map_granules(s, base, handles);
   start = clock_type::now();
   check(d.unmap(base, bytes), "cuMemUnmap (all mappings in one call)");
   f.unmap_all = us_since(start);
@@ -259,17 +264,12 @@ access_shapes access_by_shape(const setup& s, int n) {
   check(d.unmap(base, bytes), "cuMemUnmap");
   check(d.release(whole), "cuMemRelease");
   std::vector<CUmemGenericAllocationHandle> handles(static_cast<std::size_t>(n));
-  auto map_each_at = [&](CUdeviceptr at) {
-    for (int i = 0; i < n; ++i)
-      check(d.map(at + s.granule * i, s.granule, 0, handles[static_cast<std::size_t>(i)], 0),
-            "cuMemMap");
-  };
   for (auto& h : handles) check(d.create(&h, s.granule, &s.prop, 0), "cuMemCreate");
-  map_each_at(base);
+  map_granules(s, base, handles);
   a.allocation_per_granule = timed_access(base);
   // What a remap pays: the same allocations, still mapped and accessible at base, mapped at a
   // second address.
-  map_each_at(second);
+  map_granules(s, second, handles);
   a.mapped_again = timed_access(second);
   check(d.unmap(second, bytes), "cuMemUnmap");
   check(d.unmap(base, bytes), "cuMemUnmap");
@@ -370,6 +370,24 @@ struct step_figures {
   double wall = 0, device = 0, launching = 0;
 };
 
+/// A step's kernel: a spin of one thread (no memory traffic) or, where `words` is not 0, a copy
+/// across the whole device (memory-bound: what a map or unmap that stalls the device's memory
+/// traffic would slow).
+struct step_work {
+  int launches = 400;
+  long long spin_cycles = 0;
+  const float4* in = nullptr;
+  float4* out = nullptr;
+  std::size_t words = 0;
+  int blocks = 0;
+};
+
+__global__ void copy_words(const float4* in, float4* out, std::size_t words) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < words;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    out[i] = in[i];
+}
+
 enum class remap_mode { none, inline_, inline_unmap, helper };
 
 /// The granules a remap maps again: each its own allocation, mapped and accessible at `old_base`
@@ -382,14 +400,8 @@ class remap_bench {
     check(d.reserve(&old_base_, bytes_, s_.granule, 0, 0), "cuMemAddressReserve");
     check(d.reserve(&new_base_, bytes_, s_.granule, 0, 0), "cuMemAddressReserve");
     handles_.resize(static_cast<std::size_t>(n_));
-    for (int i = 0; i < n_; ++i) {
-      check(d.create(&handles_[static_cast<std::size_t>(i)], s_.granule, &s_.prop, 0),
-            "cuMemCreate");
-      check(d.map(old_base_ + s_.granule * i, s_.granule, 0, handles_[static_cast<std::size_t>(i)],
-                  0),
-            "cuMemMap");
-    }
-    check(d.set_access(old_base_, bytes_, &s_.access, 1), "cuMemSetAccess");
+    for (auto& h : handles_) check(d.create(&h, s_.granule, &s_.prop, 0), "cuMemCreate");
+    map_at(old_base_);
     cudaHostAlloc(reinterpret_cast<void**>(&flag_), sizeof(unsigned), cudaHostAllocMapped);
     *flag_ = 0;
     void* device_flag = nullptr;
@@ -416,31 +428,36 @@ class remap_bench {
     cudaEventDestroy(end_);
   }
 
-  /// 400 launches of spin(cycles); after the 100th the remap (by mode), then a kernel that writes
-  /// the first byte of every granule at the new address (the old one when mode is none).
-  step_figures step(remap_mode mode, long long cycles) {
+  /// `w.launches` launches of w's kernel; after the first quarter of them the remap (by mode),
+  /// then a kernel that writes the first byte of every granule at the new address (the old one
+  /// when mode is none).
+  step_figures step(remap_mode mode, const step_work& w) {
     const driver& d = s_.d;
     cudaDeviceSynchronize();
     const auto start = clock_type::now();
     cudaEventRecord(begin_, stream_);
     CUdeviceptr target = old_base_;
-    for (int i = 0; i < 400; ++i) {
-      if (i == 100 && (mode == remap_mode::inline_ || mode == remap_mode::inline_unmap)) {
+    const int at = w.launches / 4;
+    for (int i = 0; i < w.launches; ++i) {
+      if (i == at && (mode == remap_mode::inline_ || mode == remap_mode::inline_unmap)) {
         map_again();
         // A pool unmaps a remap's old addresses once their frees complete, on a later call.
         if (mode == remap_mode::inline_unmap) check(d.unmap(old_base_, bytes_), "cuMemUnmap");
         target = new_base_;
-      } else if (i == 100 && mode == remap_mode::helper) {
+      } else if (i == at && mode == remap_mode::helper) {
         ++round_;
         check(d.wait_value(stream_, device_flag_, round_, CU_STREAM_WAIT_VALUE_GEQ),
               "cuStreamWaitValue32");
         go_.store(round_, std::memory_order_release);
         target = new_base_;
       }
-      if (i == 100)
+      if (i == at)
         touch_granules<<<(n_ + 127) / 128, 128, 0, stream_>>>(reinterpret_cast<char*>(target),
                                                               s_.granule, n_, i);
-      spin<<<1, 1, 0, stream_>>>(cycles);
+      if (w.words == 0)
+        spin<<<1, 1, 0, stream_>>>(w.spin_cycles);
+      else
+        copy_words<<<w.blocks, 256, 0, stream_>>>(w.in, w.out, w.words);
     }
     cudaEventRecord(end_, stream_);
     step_figures f;
@@ -459,11 +476,8 @@ class remap_bench {
   void map_again() { map_at(new_base_); }
 
   void map_at(CUdeviceptr base) {
-    const driver& d = s_.d;
-    for (int i = 0; i < n_; ++i)
-      check(d.map(base + s_.granule * i, s_.granule, 0, handles_[static_cast<std::size_t>(i)], 0),
-            "cuMemMap");
-    check(d.set_access(base, bytes_, &s_.access, 1), "cuMemSetAccess");
+    map_granules(s_, base, handles_);
+    check(s_.d.set_access(base, bytes_, &s_.access, 1), "cuMemSetAccess");
   }
 
   /// The helper: waits (spinning: a wake-up would add its own latency) for a round, remaps, and
@@ -508,14 +522,15 @@ void remap_beside_work(const setup& s, long long cycles_per_us, int rounds) {
   for (int granules : {10, 64}) {
     remap_bench bench(s, granules);
     for (int kernel_us : {2, 20}) {
-      const long long cycles = cycles_per_us * kernel_us;
+      step_work w;
+      w.spin_cycles = cycles_per_us * kernel_us;
       const remap_mode modes[] = {remap_mode::none, remap_mode::inline_, remap_mode::inline_unmap,
                                   remap_mode::helper};
       std::vector<step_figures> figures[4];
-      bench.step(remap_mode::none, cycles);  // warms the kernels and the stream up
-      bench.step(remap_mode::helper, cycles);
+      bench.step(remap_mode::none, w);  // warms the kernels and the stream up
+      bench.step(remap_mode::helper, w);
       for (int r = 0; r < rounds; ++r)
-        for (int m = 0; m < 4; ++m) figures[m].push_back(bench.step(modes[m], cycles));
+        for (int m = 0; m < 4; ++m) figures[m].push_back(bench.step(modes[m], w));
       const char* names[] = {"none", "inline", "+unmap", "helper"};
       for (int m = 0; m < 4; ++m)
         std::printf("%-9d %-8s %-9s %10.3f %10.3f %11.3f\n", granules,
@@ -527,36 +542,56 @@ void remap_beside_work(const setup& s, long long cycles_per_us, int rounds) {
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  if (cudaFree(nullptr) != cudaSuccess) {
-    std::fprintf(stderr, "vmm_costs: no usable GPU\n");
-    return 2;
+/// The remap beside memory-bound kernels (a copy across every SM) of about 25 us and about 1 ms:
+/// does mapping, or unmapping the old addresses, slow the device's own work (its time between
+/// events), as a change of the page tables that every SM must see could?
+void remap_beside_copies(const setup& s, int rounds) {
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const std::size_t big = std::size_t{1} << 30;
+  float4* in = nullptr;
+  float4* out = nullptr;
+  if (cudaMalloc(&in, big) != cudaSuccess || cudaMalloc(&out, big) != cudaSuccess) {
+    std::printf("\nremap beside copies: no room for 2 GiB of buffers\n");
+    return;
   }
-  setup s;
-  entry("cuMemCreate", &s.d.create);
-  entry("cuMemRelease", &s.d.release);
-  entry("cuMemMap", &s.d.map);
-  entry("cuMemUnmap", &s.d.unmap);
-  entry("cuMemSetAccess", &s.d.set_access);
-  entry("cuMemAddressReserve", &s.d.reserve);
-  entry("cuMemAddressFree", &s.d.address_free);
-  entry("cuMemGetAllocationGranularity", &s.d.granularity);
-  entry("cuStreamWaitValue32", &s.d.wait_value);
-  s.prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  s.prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  s.prop.location.id = 0;
-  check(s.d.granularity(&s.granule, &s.prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-        "cuMemGetAllocationGranularity");
-  s.access.location = s.prop.location;
-  s.access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  cudaMemset(in, 1, big);
+  std::printf(
+      "\na remap amid memory-bound kernels on one stream (a copy over every SM; ms, median of %d "
+      "rounds; device: between events around the step, what a stalled kernel lengthens):\n",
+      rounds);
+  std::printf("%-9s %-14s %-9s %10s %10s %11s\n", "granules", "kernel", "remap", "wall", "device",
+              "launching");
+  for (int granules : {10, 64}) {
+    remap_bench bench(s, granules);
+    for (std::size_t copied : {std::size_t{32} << 20, big}) {
+      step_work w;
+      w.in = in;
+      w.out = out;
+      w.words = copied / sizeof(float4);
+      w.blocks = sms * 4;
+      w.launches = copied == big ? 40 : 400;
+      const remap_mode modes[] = {remap_mode::none, remap_mode::inline_, remap_mode::inline_unmap};
+      std::vector<step_figures> figures[3];
+      bench.step(remap_mode::none, w);  // warms the kernels and the stream up
+      for (int r = 0; r < rounds; ++r)
+        for (int m = 0; m < 3; ++m) figures[m].push_back(bench.step(modes[m], w));
+      const char* names[] = {"none", "inline", "+unmap"};
+      const std::string kernel =
+          std::to_string(copied >> 20) + " MiB x" + std::to_string(w.launches);
+      for (int m = 0; m < 3; ++m)
+        std::printf("%-9d %-14s %-9s %10.3f %10.3f %11.3f\n", granules, kernel.c_str(), names[m],
+                    median_of(figures[m], &step_figures::wall),
+                    median_of(figures[m], &step_figures::device),
+                    median_of(figures[m], &step_figures::launching));
+    }
+  }
+  cudaFree(in);
+  cudaFree(out);
+}
 
-  cudaDeviceProp props{};
-  cudaGetDeviceProperties(&props, 0);
-  std::printf("vmm_costs: %s, granule %zu KiB; host us, median of %d rounds\n", props.name,
-              s.granule >> 10, quick ? 3 : 7);
+/// The calls one by one, access by backing, and reads by backing: the tables before the remaps.
+void call_tables(const setup& s, bool quick) {
   std::printf("%-10s %12s %14s %10s %14s %12s %14s %12s\n", "granules", "create/call",
               "create whole", "map/call", "access (all)", "unmap/call", "unmap (all)",
               "release/call");
@@ -590,6 +625,43 @@ int main(int argc, char** argv) {
                 med(&access_shapes::offsets_reversed));
   }
   gather_by_backing(s, quick ? 3 : 7);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false, remaps_only = false;
+  for (int i = 1; i < argc; ++i) {
+    quick = quick || std::strcmp(argv[i], "--quick") == 0;
+    remaps_only = remaps_only || std::strcmp(argv[i], "--remaps-only") == 0;
+  }
+  if (cudaFree(nullptr) != cudaSuccess) {
+    std::fprintf(stderr, "vmm_costs: no usable GPU\n");
+    return 2;
+  }
+  setup s;
+  entry("cuMemCreate", &s.d.create);
+  entry("cuMemRelease", &s.d.release);
+  entry("cuMemMap", &s.d.map);
+  entry("cuMemUnmap", &s.d.unmap);
+  entry("cuMemSetAccess", &s.d.set_access);
+  entry("cuMemAddressReserve", &s.d.reserve);
+  entry("cuMemAddressFree", &s.d.address_free);
+  entry("cuMemGetAllocationGranularity", &s.d.granularity);
+  entry("cuStreamWaitValue32", &s.d.wait_value);
+  s.prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  s.prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  s.prop.location.id = 0;
+  check(s.d.granularity(&s.granule, &s.prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+        "cuMemGetAllocationGranularity");
+  s.access.location = s.prop.location;
+  s.access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+
+  cudaDeviceProp props{};
+  cudaGetDeviceProperties(&props, 0);
+  std::printf("vmm_costs: %s, granule %zu KiB; host us, median of %d rounds\n", props.name,
+              s.granule >> 10, quick ? 3 : 7);
+  if (!remaps_only) call_tables(s, quick);
 
   // A kernel of about 20 ms: its clock rate measured with events first.
   cudaEvent_t begin = nullptr, end = nullptr;
@@ -609,8 +681,9 @@ int main(int argc, char** argv) {
   const long long cycles =
       static_cast<long long>(static_cast<double>(probe_cycles) * 20.0 / std::max(probe_ms, 0.01f));
   const float kernel_ms = kernel_ms_of(cycles);
-  while_busy(s, cycles, kernel_ms);
+  if (!remaps_only) while_busy(s, cycles, kernel_ms);
   remap_beside_work(s, static_cast<long long>(static_cast<double>(cycles) / (kernel_ms * 1000)),
                     quick ? 5 : 9);
+  remap_beside_copies(s, quick ? 5 : 9);
   return 0;
 }

@@ -469,10 +469,11 @@ def summarize(results):
         best = fastest.get(result["workload"])
         result["vs_fastest"] = result["mean_ms"] / best["mean_ms"] if best else None
         result["fastest"] = best["allocator"] if best else None
-        same_build = "soma" + result["allocator"][len("soma_history"):]
-        without_history = soma.get((result["workload"], same_build))
-        if kind_of(result["allocator"]) == "soma_history" and without_history is not None:
-            result["vs_soma"] = result["mean_ms"] / without_history["mean_ms"]
+        if kind_of(result["allocator"]) == "soma_history":
+            same_build = result["allocator"].replace("soma_history", "soma", 1)
+            without_history = soma.get((result["workload"], same_build))
+            if without_history is not None:
+                result["vs_soma"] = result["mean_ms"] / without_history["mean_ms"]
         if kind_of(result["allocator"]) in SOMA_ALLOCATORS:
             goal = RATIO_GOALS[result["workload"]]
             result["ratio_goal"] = goal

@@ -6,6 +6,7 @@
 //   trace_replay TRACE [--granularity BYTES] [--growth-step BYTES] [--partial-decommit]
 //                [--compact] [--no-remap] [--frees-at-one-point] [--max-ratio R]
 //                [--passes N] [--sync-passes] [--show-remaps] [--show-growths]
+//                [--complete-lag N]
 //
 // --passes N replays the trace N times on one pool, as a training loop goes on, keeping what the
 // first pass left live (the weights), and prints each pass's remaps and the peak so far: a pool
@@ -15,7 +16,10 @@
 // and pool state of every allocation that remapped; --show-growths, of every allocation that grew
 // the pool, with the free memory it found (blocks, pending bytes, the largest, whole granules)
 // and what it would have grown by had remaps also taken the free ends of partly used granules;
-// with --passes, each pass's growth and the sum of those bounds.
+// with --passes, each pass's growth and the sum of those bounds. --complete-lag N has each free's
+// work complete N trace events after the free, as a device catching up with its stream: a remap's
+// old addresses are then unmapped at a later remap, as on cuda, and their address space serves
+// again (without it nothing completes before a pass ends, and old addresses stay out of use).
 // Defaults model the cuda backend on an H200 under soma_torch: 2 MiB granules, commits in
 // 32 MiB steps, release threshold never reached; by default with remapping before growth
 // (somaMemPoolAttrRemapFreeMemory = 1; the pool then commits granule by granule). --compact models
@@ -27,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -89,6 +94,7 @@ struct replay_options {
   bool show_growths = false;
   bool sync_passes = false;
   int passes = 1;
+  std::size_t complete_lag = 0;  // --complete-lag: 0, nothing completes during a pass
 };
 
 // --show-growths: a pass's growth, and the sum of each growth's bound below.
@@ -171,6 +177,8 @@ replay_figures replay(const std::vector<soma_bench::trace_event>& trace, const r
   // and the optimizer's state) stays, and its allocation and free are skipped.
   std::unordered_set<std::uint64_t> kept;
   growth_tally grown;  // --show-growths, this pass
+  // --complete-lag: each free's position and the event it was made at, oldest first.
+  std::deque<std::pair<std::size_t, std::uint64_t>> frees_running;
   for (int pass = 0; pass < o.passes && out.ok; ++pass) {
     if (pass > 0) {
       if (o.sync_passes) {
@@ -188,6 +196,10 @@ replay_figures replay(const std::vector<soma_bench::trace_event>& trace, const r
     const remap_statistics before_pass = replayed.remap_counts();
     for (const soma_bench::trace_event& e : trace) {
       ++events;
+      while (!frees_running.empty() && frees_running.front().first + o.complete_lag <= events) {
+        stream.note_completed(frees_running.front().second);
+        frees_running.pop_front();
+      }
       const std::uint64_t id = e.id;
       const std::size_t bytes = e.bytes;
       if (e.allocate) {
@@ -229,6 +241,7 @@ replay_figures replay(const std::vector<soma_bench::trace_event>& trace, const r
         // work enqueued around it, so it takes a position and nothing proves it complete.
         if (o.position_per_free) (void)stream.note_enqueued();
         replayed.free(found->second, stream);
+        if (o.complete_lag != 0) frees_running.emplace_back(events, stream.enqueued_position());
         live.erase(found);
       }
     }
@@ -284,7 +297,7 @@ int main(int argc, char** argv) {
                  "usage: %s TRACE [--granularity B] [--growth-step B] [--partial-decommit] "
                  "[--compact] [--no-remap] [--frees-at-one-point] [--max-ratio R] [--max-remaps N] "
                  "[--max-remapped-granules N] [--passes N] [--sync-passes] [--show-remaps] "
-                 "[--show-growths] [--verbose]\n",
+                 "[--show-growths] [--complete-lag N] [--verbose]\n",
                  argv[0]);
     return 2;
   };
@@ -314,6 +327,8 @@ int main(int argc, char** argv) {
       o.compact = true;
     else if (std::strcmp(argv[i], "--no-remap") == 0)
       o.remap = false;
+    else if (std::strcmp(argv[i], "--complete-lag") == 0 && i + 1 < argc)
+      o.complete_lag = parse_size(argv[++i]);
     else if (std::strcmp(argv[i], "--frees-at-one-point") == 0)
       o.position_per_free = false;
     else if (std::strcmp(argv[i], "--max-remaps") == 0 && i + 1 < argc)

@@ -113,6 +113,9 @@ class pool {
   /// free blocks that fit, the one at the lowest address among this many, the smallest first
   /// (free_index::take_lowest_fit): address-ordered first fit at a bounded cost.
   static constexpr std::size_t lowest_fit_candidates = 64;
+  /// Retired ranges (old addresses of remapped memory) a remap leaves mapped before it unmaps
+  /// those whose frees have completed (pool_remap.cpp).
+  static constexpr std::size_t retired_ranges_kept = 256;
 
   /// Allocates requested_bytes (> 0) for use on stream (S1). The block is not yet in any
   /// pointer table: the caller publishes it.

@@ -47,11 +47,12 @@ bool pool::in_small_reservation_locked(std::uintptr_t address) const {
 }
 
 result<address_range> pool::unmapped_range_locked(std::size_t bytes, bool small) {
-  if (const std::optional<address_range> unmapped =
-          address_space_.first_unmapped_where([&](const address_range& range) {
-            return range.size_bytes >= bytes && in_small_reservation_locked(range.address) == small;
-          }))
-    return *unmapped;
+  auto find = [&] {
+    return address_space_.first_unmapped_where([&](const address_range& range) {
+      return range.size_bytes >= bytes && in_small_reservation_locked(range.address) == small;
+    });
+  };
+  if (const std::optional<address_range> unmapped = find()) return *unmapped;
   // Every reservation is full (or fragmented): reserve another range.
   const std::size_t reserve_bytes =
       std::max(round_up(bytes, granularity_bytes_), config_.reservation_bytes);
@@ -65,6 +66,14 @@ result<address_range> pool::unmapped_range_locked(std::size_t bytes, bool small)
     // Under a tight address-space limit, a range for this request alone may still fit.
     reserved_bytes = round_up(bytes, granularity_bytes_);
     base = memory_->reserve(reserved_bytes);
+  }
+  if (!base.ok() && base.error().code() == error_code::address_space_exhausted &&
+      !retired_.empty()) {
+    // Old addresses of remapped memory wait mapped until many gather (pool_remap.cpp): those
+    // whose frees have completed give their space back now.
+    unmap_retired_locked(/*all=*/false);
+    address_space_.prepare(1);
+    if (const std::optional<address_range> unmapped = find()) return *unmapped;
   }
   if (!base.ok()) {
     return status(base.error().code(), describe() + ": cannot reserve address space for " +

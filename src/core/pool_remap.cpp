@@ -44,7 +44,19 @@ block* pool::remap_anchor_locked(std::size_t need_bytes, const stream_timeline& 
 
 block* pool::remap_locked(std::size_t size_bytes, const stream_timeline& stream) {
   if (remap_free_memory() == remap_mode::never) return nullptr;
-  unmap_retired_locked(/*all=*/false);
+  // Old addresses go here only once many wait (retired_ranges_kept ranges, or more bytes than
+  // the pool holds) or once a synchronize has proved their frees; a release, a trim or a failed
+  // reservation unmaps them too. Mapped, they cost address space only, and gathered they go in
+  // fewer driver calls (tens of microseconds each on cuda); unmapped at every remap, the holes
+  // they left also moved later blocks (PyTorch's fixed-shape trace with frees completing 200
+  // events late: 64 GiB mapped again, against 7.1; docs/benchmarks.md). After a synchronize,
+  // a loop's next pass grows into their space.
+  if (retired_.size() > retired_ranges_kept ||
+      retired_bytes_.load(std::memory_order_relaxed) >
+          reserved_bytes_.load(std::memory_order_relaxed) ||
+      std::any_of(retired_.begin(), retired_.end(),
+                  [](const retired_range& r) { return r.stamp.is_proven_complete(); }))
+    unmap_retired_locked(/*all=*/false);
   const std::size_t need_bytes = round_up(size_bytes, granularity_bytes_);
   if (index_.free_bytes() < granularity_bytes_ || need_bytes > config_.max_size_bytes)
     return nullptr;

@@ -204,6 +204,33 @@ def residual_network(nn):
 
 # ---- one run (child process) --------------------------------------------------------------------
 
+def soma_remap_counts(soma_torch):
+    """A function that reads device 0's soma_torch pool's remap count and bytes mapped again
+    (somaMemPoolAttrRemapCount, RemappedBytes), called between steps, outside their time; None
+    (and a note on stderr) where the pool cannot be read: the run goes on without them."""
+    try:
+        from soma import pools  # the package soma_torch put on sys.path, of the same tree
+
+        pool = pools.wrap(soma_torch._lib().soma_torch_get_pool(0))
+        counts = lambda: (pool.get_attribute("remap_count"),  # noqa: E731
+                          pool.get_attribute("remapped_bytes"))
+        counts()
+        return counts
+    except Exception as error:  # noqa: BLE001 (a figure more, never the run's failure)
+        print(f"train_bench: no per-step remap counts: {error}", file=sys.stderr)
+        return None
+
+
+def remap_step_means(step_ms, step_remaps):
+    """The mean time of the timed steps that remapped and of those that did not: does a step
+    that maps memory again take longer?"""
+    remapped = [ms for ms, (count, _) in zip(step_ms, step_remaps) if count]
+    other = [ms for ms, (count, _) in zip(step_ms, step_remaps) if not count]
+    return {"remap_steps": len(remapped),
+            "remap_steps_mean_ms": statistics.fmean(remapped) if remapped else None,
+            "other_steps_mean_ms": statistics.fmean(other) if other else None}
+
+
 def run_child(args):
     allocator, workload = args.child
     kind = kind_of(allocator)
@@ -297,11 +324,14 @@ def run_child(args):
         model.eval()
     warm_shapes, timed_shapes = step_shapes(args, workload)
     shapes = warm_shapes + timed_shapes
+    remap_counts = soma_remap_counts(soma_torch) if soma_torch is not None else None
     step_ms = []
+    step_remaps = []  # soma's: remaps and bytes mapped again in each timed step
     losses = []
     started = time.perf_counter()
     for index, (batch, length) in enumerate(shapes):
         torch.cuda.synchronize()
+        before = remap_counts() if remap_counts is not None else None
         begin = time.perf_counter()
         loss = train_step(batch, length)
         torch.cuda.synchronize()
@@ -309,6 +339,9 @@ def run_child(args):
         losses.append(float(loss))
         if index >= len(warm_shapes):
             step_ms.append(elapsed_ms)
+            if before is not None:
+                after = remap_counts()
+                step_remaps.append([after[0] - before[0], after[1] - before[1]])
     wall_s = time.perf_counter() - started
 
     if kind in SOMA_ALLOCATORS:
@@ -322,6 +355,9 @@ def run_child(args):
             "soma_hooks": stats["hooks"],
             "soma_config": stats["config"],
         }
+        if step_remaps:
+            extra["step_remaps"] = step_remaps
+            extra.update(remap_step_means(step_ms, step_remaps))
         if stats["failed_allocations"] or stats["failed_frees"]:
             raise SystemExit(f"soma counted failures: {stats}; last: {soma_torch.last_error()}")
     else:
@@ -423,6 +459,10 @@ def run_one(args, allocator, workload, round_index=0):
           f"peak reserved {result['peak_reserved_bytes'] / GIB:.2f} GiB / allocated "
           f"{result['peak_allocated_bytes'] / GIB:.2f} GiB = {result['ratio']:.3f} "
           f"({seconds:.0f} s)", flush=True)
+    if result.get("remap_steps"):
+        print(f"bench: {allocator:>17} {workload:>8}: {result['remap_steps']} of "
+              f"{len(result['step_ms'])} steps remapped, mean {result['remap_steps_mean_ms']:.2f} "
+              f"ms; the others {result['other_steps_mean_ms'] or 0:.2f} ms", flush=True)
     return result
 
 

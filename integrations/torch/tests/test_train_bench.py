@@ -86,5 +86,19 @@ class Goals(unittest.TestCase):
         self.assertIn("MISSED", train_bench.table(results))
 
 
+class RemapSteps(unittest.TestCase):
+    def test_steps_that_remapped_are_averaged_apart_from_the_others(self):
+        means = train_bench.remap_step_means([10.0, 14.0, 11.0, 16.0],
+                                             [[0, 0], [2, 4 << 20], [0, 0], [1, 2 << 20]])
+        self.assertEqual(means, {"remap_steps": 2, "remap_steps_mean_ms": 15.0,
+                                 "other_steps_mean_ms": 10.5})
+
+    def test_a_run_without_remaps_has_no_remap_mean(self):
+        means = train_bench.remap_step_means([10.0, 12.0], [[0, 0], [0, 0]])
+        self.assertEqual(means["remap_steps"], 0)
+        self.assertIsNone(means["remap_steps_mean_ms"])
+        self.assertEqual(means["other_steps_mean_ms"], 11.0)
+
+
 if __name__ == "__main__":
     unittest.main()

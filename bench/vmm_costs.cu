@@ -41,6 +41,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -510,6 +511,34 @@ class remap_bench {
   std::thread helper_;
 };
 
+const char* name_of(remap_mode mode) {
+  switch (mode) {
+    case remap_mode::none:
+      return "none";
+    case remap_mode::inline_:
+      return "inline";
+    case remap_mode::inline_unmap:
+      return "+unmap";
+    case remap_mode::helper:
+      return "helper";
+  }
+  return "?";
+}
+
+/// `rounds` of w's step in each mode, the modes interleaved, then a row a mode: the medians of
+/// wall, device and launching time.
+void time_modes(remap_bench& bench, const step_work& w, std::span<const remap_mode> modes,
+                int rounds, int granules, const std::string& kernel) {
+  std::vector<std::vector<step_figures>> figures(modes.size());
+  for (int r = 0; r < rounds; ++r)
+    for (std::size_t m = 0; m < modes.size(); ++m) figures[m].push_back(bench.step(modes[m], w));
+  for (std::size_t m = 0; m < modes.size(); ++m)
+    std::printf("%-9d %-14s %-9s %10.3f %10.3f %11.3f\n", granules, kernel.c_str(),
+                name_of(modes[m]), median_of(figures[m], &step_figures::wall),
+                median_of(figures[m], &step_figures::device),
+                median_of(figures[m], &step_figures::launching));
+}
+
 /// The remap beside a step's work, for kernels of about 2 and 20 us, rounds interleaved by mode.
 void remap_beside_work(const setup& s, long long cycles_per_us, int rounds) {
   std::printf(
@@ -517,27 +546,18 @@ void remap_beside_work(const setup& s, long long cycles_per_us, int rounds) {
       "launch to the step's end, device between events around it, launching the host's time to "
       "enqueue it):\n",
       rounds);
-  std::printf("%-9s %-8s %-9s %10s %10s %11s\n", "granules", "kernel", "remap", "wall", "device",
+  std::printf("%-9s %-14s %-9s %10s %10s %11s\n", "granules", "kernel", "remap", "wall", "device",
               "launching");
+  const remap_mode modes[] = {remap_mode::none, remap_mode::inline_, remap_mode::inline_unmap,
+                              remap_mode::helper};
   for (int granules : {10, 64}) {
     remap_bench bench(s, granules);
     for (int kernel_us : {2, 20}) {
       step_work w;
       w.spin_cycles = cycles_per_us * kernel_us;
-      const remap_mode modes[] = {remap_mode::none, remap_mode::inline_, remap_mode::inline_unmap,
-                                  remap_mode::helper};
-      std::vector<step_figures> figures[4];
       bench.step(remap_mode::none, w);  // warms the kernels and the stream up
       bench.step(remap_mode::helper, w);
-      for (int r = 0; r < rounds; ++r)
-        for (int m = 0; m < 4; ++m) figures[m].push_back(bench.step(modes[m], w));
-      const char* names[] = {"none", "inline", "+unmap", "helper"};
-      for (int m = 0; m < 4; ++m)
-        std::printf("%-9d %-8s %-9s %10.3f %10.3f %11.3f\n", granules,
-                    (std::to_string(kernel_us) + " us").c_str(), names[m],
-                    median_of(figures[m], &step_figures::wall),
-                    median_of(figures[m], &step_figures::device),
-                    median_of(figures[m], &step_figures::launching));
+      time_modes(bench, w, modes, rounds, granules, std::to_string(kernel_us) + " us");
     }
   }
 }
@@ -562,6 +582,7 @@ void remap_beside_copies(const setup& s, int rounds) {
       rounds);
   std::printf("%-9s %-14s %-9s %10s %10s %11s\n", "granules", "kernel", "remap", "wall", "device",
               "launching");
+  const remap_mode modes[] = {remap_mode::none, remap_mode::inline_, remap_mode::inline_unmap};
   for (int granules : {10, 64}) {
     remap_bench bench(s, granules);
     for (std::size_t copied : {std::size_t{32} << 20, big}) {
@@ -571,19 +592,9 @@ void remap_beside_copies(const setup& s, int rounds) {
       w.words = copied / sizeof(float4);
       w.blocks = sms * 4;
       w.launches = copied == big ? 40 : 400;
-      const remap_mode modes[] = {remap_mode::none, remap_mode::inline_, remap_mode::inline_unmap};
-      std::vector<step_figures> figures[3];
       bench.step(remap_mode::none, w);  // warms the kernels and the stream up
-      for (int r = 0; r < rounds; ++r)
-        for (int m = 0; m < 3; ++m) figures[m].push_back(bench.step(modes[m], w));
-      const char* names[] = {"none", "inline", "+unmap"};
-      const std::string kernel =
-          std::to_string(copied >> 20) + " MiB x" + std::to_string(w.launches);
-      for (int m = 0; m < 3; ++m)
-        std::printf("%-9d %-14s %-9s %10.3f %10.3f %11.3f\n", granules, kernel.c_str(), names[m],
-                    median_of(figures[m], &step_figures::wall),
-                    median_of(figures[m], &step_figures::device),
-                    median_of(figures[m], &step_figures::launching));
+      time_modes(bench, w, modes, rounds, granules,
+                 std::to_string(copied >> 20) + " MiB x" + std::to_string(w.launches));
     }
   }
   cudaFree(in);

@@ -253,7 +253,6 @@ TEST(S9_Remap, PastTheBoundARemapUnmapsCompletedOldAddresses) {
 TEST(S9_Remap, WithNoAddressSpaceLeftCompletedOldAddressesServeGrowth) {
   remap_pool p;  // one reservation of 8 MiB
   stream_timeline a(0);
-  std::vector<block*> keep;
   std::vector<block*> blocks = p.two_holes(a);
   const std::uintptr_t hole1 = blocks[0]->address;
   const std::uintptr_t hole2 = blocks[2]->address;

@@ -212,8 +212,10 @@ def soma_remap_counts(soma_torch):
         from soma import pools  # the package soma_torch put on sys.path, of the same tree
 
         pool = pools.wrap(soma_torch._lib().soma_torch_get_pool(0))
-        counts = lambda: (pool.get_attribute("remap_count"),  # noqa: E731
-                          pool.get_attribute("remapped_bytes"))
+
+        def counts():
+            return pool.get_attribute("remap_count"), pool.get_attribute("remapped_bytes")
+
         counts()
         return counts
     except Exception as error:  # noqa: BLE001 (a figure more, never the run's failure)
